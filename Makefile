@@ -1,0 +1,85 @@
+# LLMFleet — `make help` lists the targets.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
+
+VENV      := .venv
+PY        := $(VENV)/bin/python
+PIP_STAMP := $(VENV)/.installed
+TOOLS     := tests/localcluster/build-tools.sh
+LOCALCLUSTER := PYTHONPATH=tests $(PY) -m localcluster
+KUBECTL    = $$($(TOOLS) --bindir kubernetes)/kubectl
+HELM       = $$($(TOOLS) --bindir helm)/helm
+PYTEST_ARGS ?=
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(PIP_STAMP): operator/pyproject.toml operator/requirements.lock
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check pip==25.3
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r operator/requirements.lock
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e operator
+	touch $@
+
+.PHONY: venv
+venv: $(PIP_STAMP) ## Create the Python virtualenv with the pinned dependencies
+
+.PHONY: tools
+tools: ## Build the pinned cluster components (etcd, kubernetes, kwok, helm) into ~/.cache/llmfleet
+	$(TOOLS)
+
+.PHONY: lint
+lint: venv ## ruff (lint + format check) and mypy --strict
+	cd operator && ../$(VENV)/bin/ruff check src ../tests
+	cd operator && ../$(VENV)/bin/ruff format --check src ../tests
+	cd operator && ../$(VENV)/bin/mypy src ../tests/localcluster
+
+.PHONY: fmt
+fmt: venv ## Format the Python code
+	cd operator && ../$(VENV)/bin/ruff format src ../tests && ../$(VENV)/bin/ruff check --fix src ../tests
+
+.PHONY: crds
+crds: venv ## Generate crds/ from the pydantic models
+	$(VENV)/bin/llmfleet crds --output-dir crds
+
+.PHONY: chart-crds
+chart-crds: crds ## Copy crds/ into the chart (the chart never holds a hand-made copy)
+	mkdir -p charts/llmfleet/crds && cp crds/*.yaml charts/llmfleet/crds/
+
+.PHONY: unit
+unit: venv ## Unit tests only (no cluster)
+	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: test
+test: lint tools ## Everything CI runs: lint, unit and end-to-end tests on the local cluster
+	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
+
+.PHONY: cluster-up
+cluster-up: venv tools ## Start the local cluster (etcd, apiserver, controller-manager, scheduler, kwok GPU nodes)
+	$(LOCALCLUSTER) up
+
+.PHONY: cluster-down
+cluster-down: venv ## Stop the local cluster; no process is left behind
+	$(LOCALCLUSTER) down
+
+.PHONY: cluster-wipe
+cluster-wipe: venv ## Stop the local cluster and delete its state
+	$(LOCALCLUSTER) wipe
+
+.PHONY: demo
+demo: cluster-up ## Bring up the local cluster and show what LLMFleet does on it
+	bash docs/demo.sh
+
+.PHONY: bench
+bench: venv tools ## Run every benchmark; writes bench/results.json and the README table
+	$(PY) -m bench.run
+
+.PHONY: lock
+lock: ## Re-pin operator/requirements.lock from operator/pyproject.toml
+	rm -rf /tmp/llmfleet-lock && python3 -m venv /tmp/llmfleet-lock
+	/tmp/llmfleet-lock/bin/pip install --quiet pip==25.3 && /tmp/llmfleet-lock/bin/pip install --quiet -e 'operator[dev]'
+	{ echo "# Every Python package of the operator and its tooling, pinned (pip freeze of 'pip install -e operator[dev]')."; \
+	  echo "# Regenerate with: make lock"; /tmp/llmfleet-lock/bin/pip freeze --exclude-editable; } > operator/requirements.lock

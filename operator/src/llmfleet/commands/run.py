@@ -1,0 +1,89 @@
+"""`llmfleet run`: start the operator."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("run", help="run the operator (watches LLMDeployments and reconciles them)")
+    env = os.environ.get
+    p.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        default=[n for n in env("LLMFLEET_NAMESPACES", "").split(",") if n],
+        help="watch only this namespace (repeatable; env LLMFLEET_NAMESPACES, "
+        "comma-separated); default: all namespaces",
+    )
+    p.add_argument(
+        "--liveness",
+        default=env("LLMFLEET_LIVENESS", "http://0.0.0.0:8080/healthz"),
+        help="kopf liveness endpoint URL (default %(default)s)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(env("LLMFLEET_METRICS_PORT", "9090")),
+        help="port of the Prometheus metrics endpoint; 0 disables it (default %(default)s)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default=env("LLMFLEET_METRICS_HOST", "0.0.0.0"),
+        help="address the metrics endpoint binds to (default %(default)s)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=env("LLMFLEET_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (default %(default)s)",
+    )
+    p.add_argument(
+        "--peering",
+        default=env("LLMFLEET_PEERING", ""),
+        help="kopf peering name for running several replicas (one active at a time); "
+        "empty runs standalone",
+    )
+    p.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=float(env("LLMFLEET_RESYNC_SECONDS", "60")),
+        help="how often every resource is re-checked for drift (default %(default)s)",
+    )
+    p.add_argument(
+        "--gpu-profiles",
+        type=Path,
+        default=env("LLMFLEET_GPU_PROFILES") or None,
+        help="YAML file of GPU product profiles LLMDeployments may refer to by name",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=env("KUBECONFIG") or None,
+        help="kubeconfig to use outside a cluster (default: in-cluster config)",
+    )
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from llmfleet.operator_app import OperatorConfig, run_operator
+
+    run_operator(
+        OperatorConfig(
+            namespaces=tuple(args.namespaces),
+            liveness_endpoint=args.liveness,
+            metrics_host=args.metrics_host,
+            metrics_port=args.metrics_port,
+            peering_name=args.peering,
+            resync_seconds=args.resync_seconds,
+            gpu_profiles_path=args.gpu_profiles,
+            kubeconfig=args.kubeconfig,
+        )
+    )
+    return 0

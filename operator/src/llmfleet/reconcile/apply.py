@@ -1,0 +1,122 @@
+"""Server-side apply of rendered children with one field manager, and pruning of what is no
+longer rendered."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from llmfleet import FIELD_MANAGER
+
+from .drift import needs_apply, with_hash
+
+log = logging.getLogger(__name__)
+
+# Every kind the operator renders, in apply order (what others refer to comes first).
+MANAGED_KINDS: tuple[tuple[str, str], ...] = (
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("v1", "Service"),
+    ("apps/v1", "Deployment"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("policy/v1", "PodDisruptionBudget"),
+)
+
+
+@dataclass
+class ApplyResult:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+    @property
+    def writes(self) -> int:
+        return len(self.created) + len(self.updated) + len(self.deleted)
+
+
+def ref(obj: dict[str, Any]) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+class Applier:
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self._dyn = DynamicClient(api)
+        self._resources: dict[tuple[str, str], Any] = {}
+
+    def resource(self, api_version: str, kind: str) -> Any:
+        key = (api_version, kind)
+        if key not in self._resources:
+            self._resources[key] = self._dyn.resources.get(api_version=api_version, kind=kind)
+        return self._resources[key]
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = (
+                self.resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
+            )
+            return obj
+        except NotFoundError:
+            return None
+
+    def list(
+        self, api_version: str, kind: str, namespace: str, selector: str
+    ) -> list[dict[str, Any]]:
+        items = self.resource(api_version, kind).get(namespace=namespace, label_selector=selector)
+        return [i.to_dict() for i in items.items]
+
+    def apply(self, obj: dict[str, Any], result: ApplyResult) -> dict[str, Any]:
+        """Apply `obj` unless the live object already holds every rendered field."""
+        desired = with_hash(obj)
+        meta = desired["metadata"]
+        live = self.get(desired["apiVersion"], desired["kind"], meta["namespace"], meta["name"])
+        if not needs_apply(desired, live):
+            result.unchanged += 1
+            assert live is not None
+            return live
+        applied: dict[str, Any] = (
+            self.resource(desired["apiVersion"], desired["kind"])
+            .server_side_apply(
+                body=desired,
+                name=meta["name"],
+                namespace=meta["namespace"],
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            )
+            .to_dict()
+        )
+        (result.created if live is None else result.updated).append(ref(desired))
+        return applied
+
+    def prune(
+        self,
+        *,
+        namespace: str,
+        selector: str,
+        owner_uid: str,
+        keep: Iterable[str],
+        result: ApplyResult,
+        hold: Iterable[str] = (),
+    ) -> None:
+        """Delete children of `owner_uid` that were not rendered this time, except those in `hold`
+        (kept on purpose, e.g. the old layout while the new one comes up)."""
+        keep_set, hold_set = set(keep), set(hold)
+        for api_version, kind in reversed(MANAGED_KINDS):
+            for live in self.list(api_version, kind, namespace, selector):
+                r = ref(live)
+                owners = live["metadata"].get("ownerReferences") or []
+                if r in keep_set or r in hold_set or not any(o["uid"] == owner_uid for o in owners):
+                    continue
+                self.resource(api_version, kind).delete(
+                    name=live["metadata"]["name"],
+                    namespace=namespace,
+                    body={"propagationPolicy": "Background"},
+                )
+                result.deleted.append(r)

@@ -1,0 +1,44 @@
+"""Fixtures shared by every test that needs the local cluster.
+
+`cluster` reuses a healthy running cluster (e.g. from `make cluster-up`) or starts one and stops it
+at the end of the session; each test gets a fresh namespace of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client, config
+from localcluster.supervisor import Cluster
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster()
+    started = False
+    if not c.healthy():
+        c.down()
+        c.up()
+        started = True
+    yield c
+    if started and not os.environ.get("LLMFLEET_KEEP_CLUSTER"):
+        c.down()
+
+
+@pytest.fixture(scope="session")
+def api(cluster: Cluster) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(cluster.kubeconfig))
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{uuid.uuid4().hex[:5]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name, propagation_policy="Background")

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Builds the local cluster's components from upstream Go modules at pinned versions into a cache
+# outside the work tree, keyed by version, so a second run rebuilds nothing.
+#   usage: build-tools.sh [component ...]   (default: all)
+set -euo pipefail
+
+# Pinned versions: the single place to bump them.
+K8S_VERSION=v1.34.4
+ETCD_VERSION=v3.6.16
+KWOK_VERSION=v0.8.0
+HELM_VERSION=v3.22.0
+PROM_ADAPTER_VERSION=v0.12.0
+KSM_VERSION=v2.17.0
+
+CACHE="${LLMFLEET_CACHE:-$HOME/.cache/llmfleet}"
+export GOFLAGS="-mod=mod -trimpath"
+export CGO_ENABLED=0
+export GOTOOLCHAIN=local
+
+log() { printf '[build-tools] %s\n' "$*" >&2; }
+
+have() {  # have DIR BIN... : every binary already built for this version
+  local dir=$1; shift
+  for b in "$@"; do [ -x "$dir/$b" ] || return 1; done
+}
+
+build_kubernetes() {
+  local out="$CACHE/bin/kubernetes-$K8S_VERSION"
+  have "$out" kube-apiserver kube-controller-manager kube-scheduler kubectl && return 0
+  log "building kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)"
+  local mod="$CACHE/src/kubernetes-$K8S_VERSION"
+  rm -rf "$mod"; mkdir -p "$mod" "$out.tmp"
+  local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  local patch=${K8S_VERSION##*.}
+  local staging="v0.$minor.$patch"
+  # k8s.io/kubernetes replaces its staging modules with ./staging paths; map each to its published tag.
+  local upstream_gomod
+  upstream_gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  {
+    echo "module llmfleet.dev/localcluster/kubernetes"
+    echo
+    echo "go 1.24"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    grep -E '^\s*k8s\.io/[^ ]+ => \./staging/' "$upstream_gomod" \
+      | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
+  } > "$mod/go.mod"
+  log "wrapper module has $(grep -c '^replace' "$mod/go.mod") staging replaces"
+  local ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  (cd "$mod" && go build -ldflags "$ldflags" -o "$out.tmp/" \
+      k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler \
+      k8s.io/kubernetes/cmd/kubectl)
+  rm -rf "$out"; mv "$out.tmp" "$out"
+}
+
+build_etcd() {
+  local out="$CACHE/bin/etcd-$ETCD_VERSION"
+  have "$out" etcd && return 0
+  log "building etcd $ETCD_VERSION"
+  local mod="$CACHE/src/etcd-$ETCD_VERSION"
+  rm -rf "$mod"; mkdir -p "$mod" "$out.tmp"
+  cat > "$mod/go.mod" <<GOMOD
+module llmfleet.dev/localcluster/etcd
+
+go 1.24
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+GOMOD
+  cat > "$mod/main.go" <<'GO'
+// The etcd server's own entry point, built from its published module.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  (cd "$mod" && go build -ldflags "-s -w" -o "$out.tmp/etcd" .)
+  rm -rf "$out"; mv "$out.tmp" "$out"
+}
+
+go_install() {  # go_install NAME VERSION LDFLAGS PKG...
+  local name=$1 version=$2 ldflags=$3; shift 3
+  local out="$CACHE/bin/$name-$version"
+  local bins=(); for p in "$@"; do bins+=("${p##*/}"); done
+  have "$out" "${bins[@]}" && return 0
+  log "building $name $version"
+  mkdir -p "$out.tmp"
+  local pkgs=(); for p in "$@"; do pkgs+=("$p@$version"); done
+  GOBIN="$out.tmp" go install -ldflags "-s -w $ldflags" "${pkgs[@]}"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+}
+
+build_kwok() {
+  go_install kwok "$KWOK_VERSION" "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+  local out="$CACHE/bin/kwok-$KWOK_VERSION"
+  [ -s "$out/stages.yaml" ] && return 0
+  # kwok itself has no default stages: take upstream's "fast" node and pod stages, plus the node
+  # heartbeat, from the same pinned module.
+  local dir
+  dir=$(cd "$CACHE" && GOFLAGS= go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  local stage="$dir/kustomize/stage"
+  for f in "$stage/node/fast/node-initialize.yaml" "$stage/node/heartbeat/node-heartbeat.yaml" \
+           "$stage"/pod/fast/pod-*.yaml; do
+    echo "---"; cat "$f"
+  done > "$out/stages.yaml.tmp"
+  mv "$out/stages.yaml.tmp" "$out/stages.yaml"
+}
+build_helm() {
+  go_install helm "$HELM_VERSION" \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+    helm.sh/helm/v3/cmd/helm
+}
+build_prometheus_adapter() {
+  go_install prometheus-adapter "$PROM_ADAPTER_VERSION" "" sigs.k8s.io/prometheus-adapter/cmd/adapter
+}
+build_kube_state_metrics() {
+  go_install kube-state-metrics "$KSM_VERSION" \
+    "-X github.com/prometheus/common/version.Version=${KSM_VERSION#v}" k8s.io/kube-state-metrics/v2
+}
+
+# Print the bin directory of a component (for the Makefile and the cluster supervisor).
+bindir() {
+  case $1 in
+    kubernetes) echo "$CACHE/bin/kubernetes-$K8S_VERSION" ;;
+    etcd) echo "$CACHE/bin/etcd-$ETCD_VERSION" ;;
+    kwok) echo "$CACHE/bin/kwok-$KWOK_VERSION" ;;
+    helm) echo "$CACHE/bin/helm-$HELM_VERSION" ;;
+    prometheus-adapter) echo "$CACHE/bin/prometheus-adapter-$PROM_ADAPTER_VERSION" ;;
+    kube-state-metrics) echo "$CACHE/bin/kube-state-metrics-$KSM_VERSION" ;;
+    *) echo "unknown component $1" >&2; return 2 ;;
+  esac
+}
+
+if [ "${1:-}" = "--bindir" ]; then bindir "$2"; exit; fi
+if [ "${1:-}" = "--versions" ]; then
+  printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nPROM_ADAPTER_VERSION=%s\nKSM_VERSION=%s\n' \
+    "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROM_ADAPTER_VERSION" "$KSM_VERSION"
+  exit
+fi
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.build.lock"
+flock 9  # one build at a time: make, tests and a second shell may all ask at once
+components=("$@")
+[ ${#components[@]} -gt 0 ] || components=(etcd kubernetes kwok helm)
+start=$(date +%s)
+for c in "${components[@]}"; do "build_${c//-/_}"; done
+log "done in $(( $(date +%s) - start ))s"

@@ -1,0 +1,117 @@
+"""Certificates for the local control plane, made with the openssl CLI (EC keys: fast to make)."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# The Service ClusterIP of `kubernetes.default` is data only (never dialled), but clients that
+# verify the serving cert against it expect it in the SAN list.
+APISERVER_SANS = (
+    "IP:127.0.0.1",
+    "IP:10.96.0.1",
+    "DNS:localhost",
+    "DNS:kubernetes",
+    "DNS:kubernetes.default",
+    "DNS:kubernetes.default.svc",
+    "DNS:kubernetes.default.svc.cluster.local",
+)
+
+
+@dataclass(frozen=True)
+class Client:
+    name: str  # file stem
+    common_name: str  # the Kubernetes user
+    organization: str = ""  # the Kubernetes group
+
+
+# Each component gets its own identity so RBAC applies to it as in a real cluster.
+CLIENTS = (
+    Client("admin", "llmfleet-admin", "system:masters"),
+    Client("controller-manager", "system:kube-controller-manager"),
+    Client("scheduler", "system:kube-scheduler"),
+    Client("kwok", "kwok-controller", "system:masters"),
+    Client("node-runner", "llmfleet-node-runner", "system:masters"),
+    # The operator under test; its permissions come from the chart's RBAC, bound by the tests.
+    Client("operator", "llmfleet-operator"),
+)
+
+
+def _run(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def _key(path: Path) -> None:
+    _run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(path))
+
+
+def _ca(d: Path, stem: str, cn: str) -> None:
+    _key(d / f"{stem}.key")
+    _run(
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        str(d / f"{stem}.key"),
+        "-subj",
+        f"/CN={cn}",
+        "-days",
+        "3650",
+        "-out",
+        str(d / f"{stem}.crt"),
+    )
+
+
+def _signed(d: Path, ca: str, stem: str, subj: str, ext: str) -> None:
+    _key(d / f"{stem}.key")
+    csr = d / f"{stem}.csr"
+    extfile = d / f"{stem}.ext"
+    extfile.write_text(ext)
+    _run("req", "-new", "-key", str(d / f"{stem}.key"), "-subj", subj, "-out", str(csr))
+    _run(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(d / f"{ca}.crt"),
+        "-CAkey",
+        str(d / f"{ca}.key"),
+        "-CAcreateserial",
+        "-days",
+        "3650",
+        "-extfile",
+        str(extfile),
+        "-out",
+        str(d / f"{stem}.crt"),
+    )
+    csr.unlink()
+    extfile.unlink()
+
+
+def ensure(d: Path) -> None:
+    """Create every key and certificate under `d` once; later calls reuse them."""
+    if (d / "complete").exists():
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    _ca(d, "ca", "llmfleet-local-ca")
+    _ca(d, "front-proxy-ca", "llmfleet-local-front-proxy-ca")
+    _signed(
+        d,
+        "ca",
+        "apiserver",
+        "/CN=kube-apiserver",
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\nsubjectAltName=" + ",".join(APISERVER_SANS) + "\n",
+    )
+    client_ext = (
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n"
+    )
+    for c in CLIENTS:
+        subj = f"/CN={c.common_name}" + (f"/O={c.organization}" if c.organization else "")
+        _signed(d, "ca", c.name, subj, client_ext)
+    _signed(d, "front-proxy-ca", "front-proxy-client", "/CN=front-proxy-client", client_ext)
+    _key(d / "sa.key")
+    _run("ec", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub"))
+    (d / "complete").write_text("")

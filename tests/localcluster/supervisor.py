@@ -1,0 +1,414 @@
+"""Starts, checks and stops the local control plane: each component is an upstream binary run as a
+process of ours, bound to 127.0.0.1, with its pid and log under the cluster's state directory."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import pki
+from .nodes import Pool, load_profile, node_manifests
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+BUILD_TOOLS = HERE / "build-tools.sh"
+DEFAULT_PROFILE = HERE / "profiles" / "default.yaml"
+
+# Pod IPs come from here: loopback, so every dial of a pod IP stays on this machine.
+POD_CIDR = "127.16.0.1/16"
+SERVICE_CIDR = "10.96.0.0/16"  # ClusterIPs are data only, never dialled
+HPA_SYNC_PERIOD = "5s"  # upstream default 15s; shortened so scaling tests react quickly
+
+
+@dataclass(frozen=True)
+class Ports:
+    apiserver: int = 16443
+    etcd_client: int = 12379
+    etcd_peer: int = 12380
+    controller_manager: int = 10257
+    scheduler: int = 10259
+    kwok: int = 10247
+
+
+def bindir(component: str) -> Path:
+    out = subprocess.run(
+        [str(BUILD_TOOLS), "--bindir", component], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    return Path(out)
+
+
+def pinned_versions() -> dict[str, str]:
+    out = subprocess.run(
+        [str(BUILD_TOOLS), "--versions"], check=True, capture_output=True, text=True
+    ).stdout
+    return dict(line.split("=", 1) for line in out.split())
+
+
+@dataclass
+class Cluster:
+    state_dir: Path = field(
+        default_factory=lambda: Path(os.environ.get("LLMFLEET_CLUSTER_DIR", REPO / ".cluster"))
+    )
+    ports: Ports = field(default_factory=Ports)
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.state_dir / "audit.log"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    def kubectl_path(self) -> Path:
+        return bindir("kubernetes") / "kubectl"
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def up(self, profile: Path = DEFAULT_PROFILE, log: Callable[[str], None] = print) -> float:
+        """Bring the cluster up (reusing whatever already runs); return the seconds it took."""
+        start = time.monotonic()
+        subprocess.run([str(BUILD_TOOLS), "etcd", "kubernetes", "kwok"], check=True)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        pki.ensure(self.pki_dir)
+        for name in (c.name for c in pki.CLIENTS):
+            self._write_kubeconfig(name)
+        self._start("etcd", self._etcd_cmd())
+        self._wait_http(f"http://127.0.0.1:{self.ports.etcd_client}/health", "etcd")
+        self._start("kube-apiserver", self._apiserver_cmd())
+        self._wait_http(f"{self.server}/readyz", "kube-apiserver", auth=True)
+        self._start("kube-controller-manager", self._controller_manager_cmd())
+        self._start("kube-scheduler", self._scheduler_cmd())
+        self._start("kwok", self._kwok_cmd())
+        self.apply_nodes(load_profile(profile))
+        self._wait_nodes_ready()
+        self._wait_default_serviceaccount()
+        took = time.monotonic() - start
+        log(f"cluster up in {took:.1f}s; KUBECONFIG={self.kubeconfig}")
+        return took
+
+    def down(self) -> None:
+        """Stop every component (newest first) and leave no process behind."""
+        for name in reversed(COMPONENTS):
+            self._stop(name)
+        for pidfile in self.state_dir.glob("*.pid"):  # anything started by tests, too
+            self._stop(pidfile.stem)
+
+    def wipe(self) -> None:
+        self.down()
+        subprocess.run(["rm", "-rf", str(self.state_dir)], check=True)
+
+    def running(self) -> dict[str, bool]:
+        return {name: self._alive(name) for name in COMPONENTS}
+
+    def healthy(self) -> bool:
+        if not all(self.running().values()):
+            return False
+        try:
+            self._get(f"{self.server}/readyz", auth=True)
+        except (OSError, urllib.error.URLError):
+            return False
+        return True
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def apply_nodes(self, pools: list[Pool]) -> None:
+        docs = [n for p in pools for n in node_manifests(p)]
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "--field-manager=llmfleet-localcluster",
+            "-f",
+            "-",
+            input="\n---\n".join(yaml.safe_dump(d) for d in docs),
+        )
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        return subprocess.run(
+            [str(self.kubectl_path()), f"--kubeconfig={self.kubeconfig}", *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            input=input,
+        ).stdout
+
+    # --- commands ---------------------------------------------------------------------------
+
+    def _etcd_cmd(self) -> list[str]:
+        p = self.ports
+        return [
+            str(bindir("etcd") / "etcd"),
+            "--name=local",
+            f"--data-dir={self.state_dir / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{p.etcd_client}",
+            f"--advertise-client-urls=http://127.0.0.1:{p.etcd_client}",
+            f"--listen-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+            f"--initial-cluster=local=http://127.0.0.1:{p.etcd_peer}",
+            # A throwaway test store: durability buys nothing and fsync costs seconds per test.
+            "--unsafe-no-fsync",
+            "--quota-backend-bytes=4294967296",
+            "--log-level=warn",
+        ]
+
+    def _apiserver_cmd(self) -> list[str]:
+        k = self.pki_dir
+        return [
+            str(bindir("kubernetes") / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{self.ports.etcd_client}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports.apiserver}",
+            f"--tls-cert-file={k / 'apiserver.crt'}",
+            f"--tls-private-key-file={k / 'apiserver.key'}",
+            f"--client-ca-file={k / 'ca.crt'}",
+            f"--service-account-key-file={k / 'sa.pub'}",
+            f"--service-account-signing-key-file={k / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            # The aggregation layer (custom.metrics.k8s.io for the HPA) needs a front proxy.
+            f"--requestheader-client-ca-file={k / 'front-proxy-ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-username-headers=X-Remote-User",
+            f"--proxy-client-cert-file={k / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={k / 'front-proxy-client.key'}",
+            "--enable-aggregator-routing=true",
+            # Every write, with who made it: tests count the operator's API writes from here.
+            f"--audit-policy-file={HERE / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=200",
+            "--audit-log-maxbackup=1",
+            "--profiling=false",
+            "--v=1",
+        ]
+
+    def _controller_manager_cmd(self) -> list[str]:
+        k = self.pki_dir
+        kc = str(self._kubeconfig_for("controller-manager"))
+        return [
+            str(bindir("kubernetes") / "kube-controller-manager"),
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports.controller_manager}",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={k / 'sa.key'}",
+            f"--root-ca-file={k / 'ca.crt'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # Every default controller (garbage collector, deployment, replicaset, job, HPA,
+            # disruption, namespace, serviceaccount-token ...); no node IPAM: pod IPs are kwok's.
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+            f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
+            "--profiling=false",
+            "--v=1",
+        ]
+
+    def _scheduler_cmd(self) -> list[str]:
+        kc = str(self._kubeconfig_for("scheduler"))
+        return [
+            str(bindir("kubernetes") / "kube-scheduler"),
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports.scheduler}",
+            "--leader-elect=false",
+            "--profiling=false",
+            "--v=1",
+        ]
+
+    def _kwok_cmd(self) -> list[str]:
+        return [
+            str(bindir("kwok") / "kwok"),
+            f"--kubeconfig={self._kubeconfig_for('kwok')}",
+            f"--config={bindir('kwok') / 'stages.yaml'}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--cidr={POD_CIDR}",
+            "--node-ip=127.0.0.1",
+            f"--server-address=127.0.0.1:{self.ports.kwok}",
+        ]
+
+    # --- process plumbing -------------------------------------------------------------------
+
+    def _pidfile(self, name: str) -> Path:
+        return self.state_dir / f"{name}.pid"
+
+    def _alive(self, name: str) -> bool:
+        pid = self._pid(name)
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # A reused pid would not carry our state directory on its command line.
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        return str(self.state_dir).encode() in cmdline or name.encode() in cmdline
+
+    def _pid(self, name: str) -> int | None:
+        try:
+            return int(self._pidfile(name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _start(self, name: str, cmd: list[str]) -> None:
+        if self._alive(name):
+            return
+        logf = open(self.state_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(
+            cmd,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=self.state_dir,
+        )
+        logf.close()
+        self._pidfile(name).write_text(str(proc.pid))
+
+    def _stop(self, name: str, grace: float = 10.0) -> None:
+        pid = self._pid(name)
+        if pid is not None and self._alive(name):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _pid_exists(pid):
+                time.sleep(0.1)
+            if _pid_exists(pid):
+                os.killpg(pid, signal.SIGKILL)
+                while _pid_exists(pid):
+                    time.sleep(0.05)
+        self._pidfile(name).unlink(missing_ok=True)
+
+    def _kubeconfig_for(self, name: str) -> Path:
+        return self.state_dir / f"{name}.kubeconfig"
+
+    def _write_kubeconfig(self, name: str) -> None:
+        k = self.pki_dir
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "llmfleet-local",
+                    "cluster": {"server": self.server, "certificate-authority": str(k / "ca.crt")},
+                }
+            ],
+            "users": [
+                {
+                    "name": name,
+                    "user": {
+                        "client-certificate": str(k / f"{name}.crt"),
+                        "client-key": str(k / f"{name}.key"),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "llmfleet-local", "context": {"cluster": "llmfleet-local", "user": name}}
+            ],
+            "current-context": "llmfleet-local",
+        }
+        text = yaml.safe_dump(cfg, sort_keys=True)
+        self._kubeconfig_for(name).write_text(text)
+        if name == "admin":
+            self.kubeconfig.write_text(text)
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
+        return ctx
+
+    def _get(self, url: str, auth: bool = False) -> bytes:
+        ctx = self._ssl_context() if auth else None
+        with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
+            body: bytes = resp.read()
+            return body
+
+    def _wait_http(self, url: str, what: str, auth: bool = False, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            pid = self._pid(what)
+            if pid is None or not _pid_exists(pid):
+                raise RuntimeError(f"{what} exited; see {self.state_dir / (what + '.log')}")
+            try:
+                self._get(url, auth=auth)
+                return
+            except (OSError, urllib.error.URLError) as e:
+                last = e
+                time.sleep(0.2)
+        raise TimeoutError(f"{what} not ready at {url} after {timeout}s: {last}")
+
+    def _wait_nodes_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+            ready = [
+                n
+                for n in nodes
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in n["status"].get("conditions", [])
+                )
+            ]
+            if nodes and len(ready) == len(nodes):
+                return
+            time.sleep(0.3)
+        raise TimeoutError("nodes not Ready; see kwok.log")
+
+    def _wait_default_serviceaccount(self, timeout: float = 60) -> None:
+        # Pods can't be created in a namespace until its default ServiceAccount exists.
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.kubectl("get", "serviceaccount", "default", "-n", "default")
+                return
+            except subprocess.CalledProcessError:
+                time.sleep(0.3)
+        raise TimeoutError("default ServiceAccount never appeared; see kube-controller-manager.log")
+
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (our own unreaped child) counts as gone.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
