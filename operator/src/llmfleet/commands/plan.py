@@ -1,0 +1,156 @@
+"""`llmfleet plan`: run the layout planner offline on LLMDeployment manifests."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from llmfleet.models import KIND, LLMDeploymentSpec, field_problems
+from llmfleet.planner import Plan, PlanError, plan
+from llmfleet.planner.engine_args import group_args
+
+EXIT_INVALID = 2
+OUTPUT_FORMATS = ("table", "json", "yaml")
+
+
+@dataclass(frozen=True)
+class _Planned:
+    label: str
+    model: str
+    plan: Plan
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="show the layout the operator would choose for LLMDeployment manifests",
+        description=(
+            "Plan every LLMDeployment in FILE offline, exactly as the operator would. Exits 2 "
+            "when a manifest is invalid or cannot be planned."
+        ),
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        help="YAML file with one or more documents; - reads standard input",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        default="table",
+        help="table (default, for people), or json / yaml with one plan per LLMDeployment",
+    )
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    source = "standard input" if args.filename == "-" else args.filename
+    try:
+        text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except OSError as error:
+        return _fail(f"cannot read {source}: {error.strerror or error}")
+    except yaml.YAMLError as error:
+        return _fail(f"{source} is not valid YAML: {error}")
+
+    planned: list[_Planned] = []
+    problems: list[str] = []
+    found = False
+    for index, document in enumerate(_deployments(documents)):
+        found = True
+        label = _label(document, index)
+        outcome = _plan_document(document)
+        if isinstance(outcome, list):
+            problems.extend(f"{label}: {problem}" for problem in outcome)
+        else:
+            planned.append(_Planned(label, document["spec"]["model"]["name"], outcome))
+    if not found:
+        return _fail(f"no {KIND} documents in {source}")
+
+    if planned:
+        sys.stdout.write(_render(planned, args.output))
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return EXIT_INVALID if problems else 0
+
+
+def _fail(message: str) -> int:
+    print(f"llmfleet plan: {message}", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def _deployments(documents: list[Any]) -> Iterator[dict[str, Any]]:
+    for document in documents:
+        if isinstance(document, dict) and document.get("kind") == KIND:
+            yield document
+
+
+def _label(document: dict[str, Any], index: int) -> str:
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return f"{KIND} {name}" if isinstance(name, str) else f"{KIND} #{index + 1}"
+
+
+def _plan_document(document: dict[str, Any]) -> Plan | list[str]:
+    spec = document.get("spec")
+    if not isinstance(spec, dict):
+        return ["spec: an object with at least spec.model.name is required"]
+    try:
+        return plan(LLMDeploymentSpec.model_validate(spec))
+    except ValidationError as error:
+        return [str(problem) for problem in field_problems(error, root="spec")]
+    except PlanError as error:
+        return [str(error)]
+
+
+def _render(planned: list[_Planned], output: str) -> str:
+    dumps = [item.plan.model_dump(by_alias=True, mode="json") for item in planned]
+    if output == "json":
+        # One JSON document per LLMDeployment; `jq` reads the stream as it is.
+        return "".join(json.dumps(dump, indent=2) + "\n" for dump in dumps)
+    if output == "yaml":
+        return yaml.safe_dump_all(dumps, sort_keys=False, default_flow_style=False)
+    return "\n".join(_table(item) for item in planned)
+
+
+def _table(item: _Planned) -> str:
+    p = item.plan
+    rows = [
+        ("Model", item.model),
+        ("Strategy", p.strategy),
+        ("Replicas", f"{p.replicas} (autoscaling {p.min_replicas}-{p.max_replicas})"),
+        ("GPUs per replica", f"{p.gpus_per_replica} (tensor parallel {p.tensor_parallel_size})"),
+        ("Total GPUs", str(p.total_gpus)),
+        ("Weights per GPU", f"{p.weights_gib_per_gpu:.2f} GiB of {p.weights_gib:.2f} GiB"),
+        (
+            "KV cache",
+            f"{p.kv_cache_tokens_per_replica:,} tokens per replica "
+            f"({p.kv_cache_gib_per_gpu:.2f} GiB per GPU)",
+        ),
+        ("Max model len", f"{p.max_model_len:,} tokens"),
+        ("Max sequences", f"{p.max_concurrent_sequences} per replica"),
+        ("Batched tokens", f"{p.max_num_batched_tokens:,} per step"),
+        ("Shared memory", f"{p.shm_size_gib} GiB"),
+        ("Startup budget", f"{p.startup_budget_seconds} s"),
+    ]
+    if p.cpu_memory_gib is not None:
+        rows.append(("Memory request", f"{p.cpu_memory_gib} GiB"))
+    width = max(len(name) for name, _ in rows) + 2
+    lines = [item.label]
+    lines += [f"  {name + ':':<{width}}{value}" for name, value in rows]
+    lines += ["", "  Reason:"]
+    lines += textwrap.wrap(p.reason, width=96, initial_indent="    ", subsequent_indent="    ")
+    lines += ["", "  vLLM args:"]
+    lines += [f"    {' '.join(group.tokens)}" for group in group_args(p.vllm_args)]
+    return "\n".join(lines) + "\n"

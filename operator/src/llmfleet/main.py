@@ -1,0 +1,82 @@
+"""kopf handlers: thin, each delegates to the controller and turns its outcome into kopf's
+control flow (TemporaryError for not-yet, PermanentError for invalid)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from llmfleet import API_GROUP, API_VERSION, FIELD_MANAGER
+from llmfleet.reconcile.controller import PLURAL, Controller, InvalidSpecError
+from llmfleet.render.names import DEPLOYMENT_LABEL, MANAGED_BY
+
+log = logging.getLogger(__name__)
+# kopf does not export the type of kopf.PRESENT; the decorators accept this mapping as is.
+CHILDREN: Mapping[str, Any] = {
+    "app.kubernetes.io/managed-by": MANAGED_BY,
+    DEPLOYMENT_LABEL: kopf.PRESENT,
+}
+
+
+def _reconcile(controller: Controller, body: kopf.Body) -> None:
+    try:
+        controller.reconcile(dict(_plain(body)))
+    except InvalidSpecError as e:
+        raise kopf.PermanentError(str(e)) from e
+    except ApiException as e:
+        # Conflicts and server hiccups pass; RBAC or admission refusals need a person, so retry
+        # slowly while the status and log say why.
+        delay = 5 if e.status in (409, 429) or (e.status or 500) >= 500 else 60
+        raise kopf.TemporaryError(f"API {e.status} {e.reason}", delay=delay) from e
+
+
+def _plain(body: kopf.Body) -> dict[str, Any]:
+    return {"metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}
+
+
+def install(resync_seconds: float) -> None:
+    """Register the handlers (the resync interval is only known at start-up)."""
+
+    @kopf.on.startup()
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.finalizer = f"{API_GROUP}/finalizer"
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=API_GROUP, key="last-handled-configuration"
+        )
+        settings.posting.reporting_component = FIELD_MANAGER
+        settings.posting.level = logging.WARNING
+        # The CRDs come with the chart; no need to watch CRDs (and hold RBAC for it).
+        settings.scanning.disabled = True
+        settings.watching.server_timeout = 300
+        settings.execution.max_workers = 8
+
+    @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
+    @kopf.on.create(API_GROUP, API_VERSION, PLURAL)
+    @kopf.on.update(API_GROUP, API_VERSION, PLURAL, field="spec")
+    def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        _reconcile(memo.controller, body)
+
+    # Level-based safety net: reverts drift nobody told us about and retries transient failures.
+    @kopf.timer(
+        API_GROUP, API_VERSION, PLURAL, interval=resync_seconds, initial_delay=resync_seconds
+    )
+    def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        _reconcile(memo.controller, body)
+
+    # A child changed (hand edit, pods becoming ready, HPA scaling): reconcile its owner.
+    @kopf.on.event("apps", "v1", "deployments", labels=CHILDREN)
+    @kopf.on.event("autoscaling", "v2", "horizontalpodautoscalers", labels=CHILDREN)
+    @kopf.on.event("", "v1", "services", labels=CHILDREN)
+    @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=CHILDREN)
+    @kopf.on.event("", "v1", "pods", labels=CHILDREN)
+    def child_changed(
+        labels: Mapping[str, str], namespace: str | None, memo: Any, **_: Any
+    ) -> None:
+        owner = labels.get(DEPLOYMENT_LABEL)
+        if owner and namespace:
+            memo.controller.reconcile_by_name(namespace, owner)

@@ -1,0 +1,42 @@
+"""The LLMFleet API: pydantic models that define the CRDs, plus the built-in model catalog.
+
+Nothing here talks to Kubernetes or does I/O.
+"""
+
+from llmfleet.models.autoscaling import AutoscalingSpec
+from llmfleet.models.catalog import CATALOG, lookup_architecture, resolve_architecture
+from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.deployment import KIND, LLMDeploymentSpec, Objective, Strategy
+from llmfleet.models.engine import ContainerResources, EngineSpec
+from llmfleet.models.errors import FieldProblem, describe_validation_error, field_problems
+from llmfleet.models.gpus import GpuSpec
+from llmfleet.models.model_spec import Dtype, ModelArchitecture, ModelSpec, Quantization
+from llmfleet.models.refs import SecretKeyRef, VolumeClaimRef
+from llmfleet.models.status import Condition, LLMDeploymentStatus, PlanSummary
+
+__all__ = [
+    "CATALOG",
+    "DEFAULT_ENGINE_IMAGE",
+    "KIND",
+    "AutoscalingSpec",
+    "Condition",
+    "ContainerResources",
+    "Dtype",
+    "EngineSpec",
+    "FieldProblem",
+    "GpuSpec",
+    "LLMDeploymentSpec",
+    "LLMDeploymentStatus",
+    "ModelArchitecture",
+    "ModelSpec",
+    "Objective",
+    "PlanSummary",
+    "Quantization",
+    "SecretKeyRef",
+    "Strategy",
+    "VolumeClaimRef",
+    "describe_validation_error",
+    "field_problems",
+    "lookup_architecture",
+    "resolve_architecture",
+]

@@ -1,0 +1,22 @@
+"""Defaults that users see in `kubectl explain` and that other packages reuse."""
+
+from __future__ import annotations
+
+# Pinned rather than `latest`: the planner's memory model and the derived vLLM flags are checked
+# against this release.
+DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.32.0"
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+DEFAULT_GPUS_PER_NODE = 8
+DEFAULT_CPU_KV_CACHE_GIB = 4.0
+DEFAULT_TARGET_QUEUE_DEPTH = 5
+DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS = 300
+
+# The planner's default context length when spec.engine.maxModelLen is unset: long enough for
+# chat and RAG prompts, short enough that a 131072-token model does not reserve KV cache for
+# sequences nobody sends.
+DEFAULT_MAX_MODEL_LEN = 8192
+
+# Upper bounds that keep the API server's CEL cost estimate for list rules small.
+MAX_EXTRA_ARGS = 64
+MAX_EXTRA_ARG_LENGTH = 1024

@@ -1,0 +1,106 @@
+"""`LLMDeployment.spec`: the whole user-facing specification."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from llmfleet.models.autoscaling import AutoscalingSpec
+from llmfleet.models.base import ApiModel, CelRule
+from llmfleet.models.engine import EngineSpec
+from llmfleet.models.gpus import GpuSpec
+from llmfleet.models.model_spec import ModelSpec
+
+KIND = "LLMDeployment"
+PLURAL = "llmdeployments"
+SINGULAR = "llmdeployment"
+SHORT_NAMES = ("llmd",)
+CATEGORIES = ("llmfleet",)
+
+Strategy = Literal["Auto", "SinglePod", "MultiPod"]
+Objective = Literal["Throughput", "Latency"]
+
+
+def _max_model_len_within_context(spec: LLMDeploymentSpec) -> bool:
+    architecture = spec.model.architecture
+    max_model_len = spec.engine.max_model_len
+    return (
+        architecture is None
+        or max_model_len is None
+        or max_model_len <= architecture.max_position_embeddings
+    )
+
+
+class LLMDeploymentSpec(ApiModel):
+    """A model served by a right-sized fleet of vLLM servers."""
+
+    cel_rules = (
+        CelRule(
+            rule=(
+                "!has(self.gpus) || self.strategy != 'SinglePod' || "
+                "self.gpus.count <= self.gpus.perNode"
+            ),
+            message=(
+                "strategy SinglePod needs gpus.count at most gpus.perNode: tensor parallelism "
+                "does not span nodes (use strategy Auto or MultiPod)"
+            ),
+            holds=lambda s: (
+                s.gpus is None or s.strategy != "SinglePod" or s.gpus.count <= s.gpus.per_node
+            ),
+            field="strategy",
+        ),
+        CelRule(
+            rule="has(self.gpus) || self.strategy != 'MultiPod'",
+            message=(
+                "strategy MultiPod needs gpus: CPU-only serving runs one pod per replica "
+                "(use strategy Auto or SinglePod)"
+            ),
+            holds=lambda s: s.gpus is not None or s.strategy != "MultiPod",
+            field="strategy",
+        ),
+        CelRule(
+            rule=(
+                "!has(self.engine) || !has(self.engine.maxModelLen) || "
+                "!has(self.model.architecture) || "
+                "self.engine.maxModelLen <= self.model.architecture.maxPositionEmbeddings"
+            ),
+            message=("engine.maxModelLen must be at most model.architecture.maxPositionEmbeddings"),
+            holds=_max_model_len_within_context,
+            field="engine.maxModelLen",
+        ),
+    )
+
+    model: ModelSpec = Field(description="The model to serve.")
+    gpus: GpuSpec | None = Field(
+        default=None,
+        description=(
+            "GPUs to lay the model out on. Omit for CPU-only serving: one vLLM CPU pod, "
+            "KV cache sized by engine.cpuKVCacheGiB."
+        ),
+    )
+    strategy: Strategy = Field(
+        default="Auto",
+        description=(
+            "Layout. SinglePod: one pod using all gpus.count GPUs with tensor parallelism. "
+            "MultiPod: gpus.count / N pods of the smallest tensor-parallel size N that fits. "
+            "Auto: MultiPod for objective Throughput unless the model needs every GPU, "
+            "SinglePod (widest tensor parallelism) for Latency. One of Auto, SinglePod, "
+            "MultiPod. Default Auto."
+        ),
+    )
+    objective: Objective = Field(
+        default="Throughput",
+        description=(
+            "What Auto optimizes: Throughput (more independent replicas, larger batches) or "
+            "Latency (wider tensor parallelism, smaller prefill chunks). Default Throughput."
+        ),
+    )
+    engine: EngineSpec = Field(
+        default_factory=EngineSpec,
+        description="vLLM server settings; unset fields are derived by the planner.",
+    )
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec,
+        description="Queue-depth autoscaling of the planned pods.",
+    )

@@ -1,0 +1,203 @@
+"""`spec.engine`: the vLLM server image and the knobs that override the planner's choices."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from llmfleet.models.base import ApiModel, CelRule
+from llmfleet.models.defaults import (
+    DEFAULT_CPU_KV_CACHE_GIB,
+    DEFAULT_ENGINE_IMAGE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    MAX_EXTRA_ARG_LENGTH,
+    MAX_EXTRA_ARGS,
+)
+from llmfleet.models.refs import SecretKeyRef
+
+SchedulingPolicy = Literal["fcfs", "priority"]
+
+# Flags the operator owns: the Service and probes target the port it sets, and the GPU count per
+# pod follows the planned tensor-parallel size. Underscored spellings are accepted by vLLM too.
+RESERVED_ARG_PATTERN = (
+    r"^(-tp|-pp|-dp|--(host|port|(tensor|pipeline|data)[-_]parallel[-_]size))(=.*)?$"
+)
+_RESERVED_ARG = re.compile(RESERVED_ARG_PATTERN)
+
+# Kubernetes resource.Quantity, e.g. "500m", "2", "8Gi".
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
+RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
+ExtraArg = Annotated[str, StringConstraints(max_length=MAX_EXTRA_ARG_LENGTH)]
+
+
+def _known_resources(amounts: dict[str, str] | None) -> bool:
+    return amounts is None or all(name in RESOURCE_NAMES for name in amounts)
+
+
+_RESOURCE_NAMES_CEL = "[" + ", ".join(f"'{name}'" for name in RESOURCE_NAMES) + "]"
+_RESOURCE_MESSAGE = (
+    "only cpu, memory and ephemeral-storage may be set; the operator sets GPU resources "
+    "from the plan"
+)
+
+
+class ContainerResources(ApiModel):
+    """Extra cpu/memory for the vLLM container, merged with what the operator sets."""
+
+    cel_rules = (
+        CelRule(
+            rule=f"!has(self.requests) || self.requests.all(k, k in {_RESOURCE_NAMES_CEL})",
+            message=_RESOURCE_MESSAGE,
+            holds=lambda r: _known_resources(r.requests),
+            field="requests",
+        ),
+        CelRule(
+            rule=f"!has(self.limits) || self.limits.all(k, k in {_RESOURCE_NAMES_CEL})",
+            message=_RESOURCE_MESSAGE,
+            holds=lambda r: _known_resources(r.limits),
+            field="limits",
+        ),
+    )
+
+    requests: dict[str, Quantity] | None = Field(
+        default=None,
+        max_length=len(RESOURCE_NAMES),
+        description=(
+            "Resource requests by name (cpu, memory, ephemeral-storage) as Kubernetes "
+            'quantities, e.g. {cpu: "4", memory: 32Gi}.'
+        ),
+    )
+    limits: dict[str, Quantity] | None = Field(
+        default=None,
+        max_length=len(RESOURCE_NAMES),
+        description=(
+            "Resource limits by name (cpu, memory, ephemeral-storage) as Kubernetes quantities."
+        ),
+    )
+
+
+class EngineSpec(ApiModel):
+    """vLLM server settings. Unset fields are derived by the planner."""
+
+    cel_rules = (
+        CelRule(
+            rule=(
+                "!has(self.maxNumSeqs) || !has(self.maxNumBatchedTokens) || "
+                "self.maxNumBatchedTokens >= self.maxNumSeqs"
+            ),
+            message=(
+                "maxNumBatchedTokens must be at least maxNumSeqs (vLLM schedules at least "
+                "one token per running sequence in each step)"
+            ),
+            holds=lambda e: (
+                e.max_num_seqs is None
+                or e.max_num_batched_tokens is None
+                or e.max_num_batched_tokens >= e.max_num_seqs
+            ),
+            field="maxNumBatchedTokens",
+        ),
+        CelRule(
+            rule=(
+                "!has(self.extraArgs) || "
+                f"self.extraArgs.all(a, !a.matches('{RESERVED_ARG_PATTERN}'))"
+            ),
+            message=(
+                "extraArgs must not set --host, --port, --tensor-parallel-size, "
+                "--pipeline-parallel-size or --data-parallel-size: the operator sets them "
+                "from the plan (choose the layout with spec.strategy and spec.gpus)"
+            ),
+            holds=lambda e: not any(_RESERVED_ARG.search(arg) for arg in e.extra_args),
+            field="extraArgs",
+        ),
+    )
+
+    image: str = Field(
+        default=DEFAULT_ENGINE_IMAGE,
+        min_length=1,
+        max_length=512,
+        description=(
+            "vLLM OpenAI-compatible server image. Other versions may need different "
+            f"extraArgs. Default {DEFAULT_ENGINE_IMAGE}."
+        ),
+    )
+    max_model_len: int | None = Field(
+        default=None,
+        ge=16,
+        description=(
+            "Longest sequence (prompt + output) in tokens, vLLM --max-model-len. Default: "
+            "the smaller of 8192 and the model's maxPositionEmbeddings."
+        ),
+    )
+    gpu_memory_utilization: float = Field(
+        default=DEFAULT_GPU_MEMORY_UTILIZATION,
+        gt=0,
+        le=1,
+        description=(
+            "Fraction of each GPU's memory vLLM may use for weights, activations and KV "
+            "cache, in (0, 1]. Default 0.9."
+        ),
+    )
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Most sequences one replica runs at once, vLLM --max-num-seqs. Default: derived "
+            "from KV cache capacity, at most 256."
+        ),
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None,
+        ge=16,
+        description=(
+            "Most tokens one replica processes per scheduler step, vLLM "
+            "--max-num-batched-tokens. Default 8192 for objective Throughput, 2048 for "
+            "Latency (long prompts are prefilled in chunks)."
+        ),
+    )
+    scheduling_policy: SchedulingPolicy = Field(
+        default="fcfs",
+        description=(
+            "vLLM --scheduling-policy: fcfs serves requests in arrival order; priority uses "
+            "the request's priority field. One of fcfs, priority. Default fcfs."
+        ),
+    )
+    extra_args: tuple[ExtraArg, ...] = Field(
+        default=(),
+        max_length=MAX_EXTRA_ARGS,
+        description=(
+            "Arguments appended verbatim to vLLM's command line. A flag given here (as "
+            "--flag value or --flag=value) replaces the derived flag of the same name; "
+            "numeric overrides of --max-model-len, --gpu-memory-utilization, --max-num-seqs "
+            "and --max-num-batched-tokens are also used by the planner."
+        ),
+    )
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description=(
+            "Secret key holding an API key that clients must send as a bearer token; "
+            "passed to vLLM as VLLM_API_KEY. Without it the endpoint is unauthenticated."
+        ),
+    )
+    cpu_kv_cache_gib: float = Field(
+        default=DEFAULT_CPU_KV_CACHE_GIB,
+        alias="cpuKVCacheGiB",
+        gt=0,
+        le=4_096,
+        description=(
+            "CPU-only serving (no spec.gpus): KV cache size in GiB, passed as "
+            "VLLM_CPU_KVCACHE_SPACE. Ignored with GPUs. Default 4."
+        ),
+    )
+    resources: ContainerResources | None = Field(
+        default=None,
+        description=(
+            "Extra cpu/memory requests and limits for the vLLM container. GPU resources "
+            "always come from the plan."
+        ),
+    )

@@ -1,0 +1,61 @@
+"""`spec.gpus`: the accelerators the planner may lay the model out on."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from llmfleet.models.base import ApiModel, CelRule
+from llmfleet.models.defaults import DEFAULT_GPUS_PER_NODE
+
+MAX_GPUS_PER_NODE = 16
+
+
+class GpuSpec(ApiModel):
+    """GPUs for the deployment at its minimum scale."""
+
+    cel_rules = (
+        CelRule(
+            # Pods never span nodes, so a count above one node must fill whole nodes.
+            rule="self.count <= self.perNode || self.count % self.perNode == 0",
+            message=(
+                "count must be at most perNode or a multiple of perNode (GPUs beyond one "
+                "node must fill whole nodes)"
+            ),
+            holds=lambda g: g.count <= g.per_node or g.count % g.per_node == 0,
+            field="count",
+        ),
+    )
+
+    count: int = Field(
+        ge=1,
+        le=1_024,
+        description=(
+            "GPUs used by the planned layout at minimum scale (all replicas together), at "
+            "least 1. The planner splits them into pods of tensor-parallel size each; "
+            "autoscaling adds pods of the same size."
+        ),
+    )
+    memory_gib: float = Field(
+        alias="memoryGiB",
+        gt=0,
+        le=1_024,
+        description="Memory of one GPU in GiB (e.g. 80 for H100-80GB, 141 for H200).",
+    )
+    per_node: int = Field(
+        default=DEFAULT_GPUS_PER_NODE,
+        ge=1,
+        le=MAX_GPUS_PER_NODE,
+        description=(
+            "GPUs per node, 1 to 16. Tensor parallelism stays within one node, so this caps "
+            f"the tensor-parallel size. Default {DEFAULT_GPUS_PER_NODE}."
+        ),
+    )
+    product: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        description=(
+            "GPU product label value (e.g. NVIDIA-H100-80GB-HBM3); when set, pods get a "
+            "nodeSelector on nvidia.com/gpu.product so they land on that GPU model."
+        ),
+    )

@@ -1,0 +1,135 @@
+"""`spec.model`: which weights to serve and the architecture figures the planner sizes them by."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from llmfleet.models.base import ApiModel, CelRule
+from llmfleet.models.refs import SecretKeyRef, VolumeClaimRef
+
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
+Quantization = Literal["none", "fp8", "int8", "awq", "gptq"]
+
+
+class ModelArchitecture(ApiModel):
+    """Architecture figures from the model's config.json, used to size weights and KV cache."""
+
+    cel_rules = (
+        CelRule(
+            rule="self.numAttentionHeads % self.numKeyValueHeads == 0",
+            message=(
+                "numKeyValueHeads must divide numAttentionHeads (grouped-query attention "
+                "shares each key/value head between a whole number of query heads)"
+            ),
+            holds=lambda a: a.num_attention_heads % a.num_key_value_heads == 0,
+            field="numKeyValueHeads",
+        ),
+    )
+
+    parameters_billions: float = Field(
+        gt=0,
+        le=10_000,
+        description=(
+            "Total parameter count in billions (e.g. 70.6 for Llama-3.1-70B), counting "
+            "embeddings. Multiplied by the bytes per weight of dtype/quantization to size "
+            "the weights."
+        ),
+    )
+    num_layers: int = Field(
+        ge=1, le=1_000, description="Transformer layers (config.json num_hidden_layers)."
+    )
+    num_attention_heads: int = Field(
+        ge=1,
+        le=1_024,
+        description=(
+            "Query attention heads (config.json num_attention_heads). The tensor-parallel "
+            "size must divide it."
+        ),
+    )
+    num_key_value_heads: int = Field(
+        ge=1,
+        le=1_024,
+        description=(
+            "Key/value heads (config.json num_key_value_heads; equal to numAttentionHeads "
+            "for models without grouped-query attention). Sizes the KV cache."
+        ),
+    )
+    head_dim: int = Field(
+        ge=1,
+        le=4_096,
+        description=(
+            "Dimension of one attention head (config.json head_dim, or hidden_size / "
+            "num_attention_heads when absent)."
+        ),
+    )
+    max_position_embeddings: int = Field(
+        ge=16,
+        description=(
+            "Longest context the model supports, in tokens (config.json "
+            "max_position_embeddings). Caps spec.engine.maxModelLen."
+        ),
+    )
+
+
+class ModelSpec(ApiModel):
+    """The model to serve."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=1_024,
+        description=(
+            "Hugging Face model id (e.g. meta-llama/Llama-3.1-70B-Instruct) or a path inside "
+            "the container; passed to vLLM as --model. Well-known ids are in the built-in "
+            "catalog, so architecture can be omitted for them."
+        ),
+    )
+    served_model_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description=(
+            "Name clients use in the OpenAI API `model` field (vLLM --served-model-name). "
+            "Defaults to name."
+        ),
+    )
+    dtype: Dtype = Field(
+        default="auto",
+        description=(
+            "Weight and activation dtype (vLLM --dtype). auto uses the checkpoint's 16-bit "
+            "dtype; the planner counts 2 bytes per weight for auto, bfloat16 and float16 and "
+            "4 for float32. One of auto, bfloat16, float16, float32. Default auto."
+        ),
+    )
+    quantization: Quantization = Field(
+        default="none",
+        description=(
+            "Weight quantization. fp8 quantizes a 16-bit checkpoint on load (vLLM "
+            "--quantization fp8; needs Hopper/Ada or newer GPUs); int8, awq and gptq need a "
+            "checkpoint already quantized that way, which vLLM detects from its config. The "
+            "planner counts 1 byte per weight for fp8 and int8, 0.5 for awq and gptq. One of "
+            "none, fp8, int8, awq, gptq. Default none."
+        ),
+    )
+    architecture: ModelArchitecture | None = Field(
+        default=None,
+        description=(
+            "Architecture figures for sizing. Required unless name is in the built-in "
+            "catalog; when given, it wins over the catalog."
+        ),
+    )
+    token_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description=(
+            "Secret key holding a Hugging Face access token, exposed to vLLM as HF_TOKEN. "
+            "Needed for gated models such as meta-llama/*."
+        ),
+    )
+    cache: VolumeClaimRef | None = Field(
+        default=None,
+        description=(
+            "PersistentVolumeClaim mounted as the Hugging Face cache so restarts and new "
+            "replicas skip the download. Without it each pod downloads into an emptyDir."
+        ),
+    )

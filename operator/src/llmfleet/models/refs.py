@@ -1,0 +1,43 @@
+"""References from an LLMDeployment to other objects in its namespace."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from llmfleet.models.base import ApiModel
+
+# RFC 1123 subdomain, the rule for Secret and PersistentVolumeClaim names.
+OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+
+
+class SecretKeyRef(ApiModel):
+    """One key of a Secret in the LLMDeployment's namespace."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=OBJECT_NAME_PATTERN,
+        description="Name of the Secret, in the same namespace as the LLMDeployment.",
+    )
+    key: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=SECRET_KEY_PATTERN,
+        description="Key within the Secret whose value is used.",
+    )
+
+
+class VolumeClaimRef(ApiModel):
+    """A PersistentVolumeClaim in the LLMDeployment's namespace."""
+
+    claim_name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=OBJECT_NAME_PATTERN,
+        description=(
+            "Name of an existing PersistentVolumeClaim, in the same namespace as the "
+            "LLMDeployment. It must be ReadWriteMany (or ReadOnlyMany when pre-populated) "
+            "for more than one replica to mount it."
+        ),
+    )

@@ -1,0 +1,94 @@
+"""`LLMDeployment.status`, written by the operator; its schema is generated from these models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from llmfleet.models.base import ApiModel
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+PlannedStrategy = Literal["SinglePod", "MultiPod"]
+
+
+class Condition(ApiModel):
+    """The state of one aspect of the deployment, in the standard Kubernetes condition shape."""
+
+    type: str = Field(
+        min_length=1,
+        max_length=316,
+        description="Condition type, e.g. Planned, Available, Progressing.",
+    )
+    status: ConditionStatus = Field(description="One of True, False, Unknown.")
+    reason: str = Field(
+        default="",
+        max_length=1_024,
+        description="CamelCase reason for the last transition, for machines.",
+    )
+    message: str = Field(
+        default="",
+        max_length=32_768,
+        description="Explanation of the last transition, for humans.",
+    )
+    last_transition_time: datetime | None = Field(
+        default=None, description="When status last changed (RFC 3339)."
+    )
+    observed_generation: int | None = Field(
+        default=None,
+        ge=0,
+        description="metadata.generation of the spec this condition was computed from.",
+    )
+
+
+class PlanSummary(ApiModel):
+    """The layout the operator deployed, as chosen by the planner."""
+
+    strategy: PlannedStrategy = Field(description="Chosen layout: SinglePod or MultiPod.")
+    replicas: int = Field(ge=0, description="Pods in the planned layout, before autoscaling.")
+    gpus_per_replica: int = Field(ge=0, description="GPUs per pod (0 for CPU-only serving).")
+    tensor_parallel_size: int = Field(ge=1, description="vLLM --tensor-parallel-size per pod.")
+    kv_cache_tokens_per_replica: int = Field(
+        ge=0, description="Tokens of KV cache one pod holds, estimated by the planner."
+    )
+    max_concurrent_sequences: int = Field(
+        ge=0, description="Sequences one pod runs at once (vLLM --max-num-seqs)."
+    )
+
+
+class LLMDeploymentStatus(ApiModel):
+    """Observed state of an LLMDeployment."""
+
+    observed_generation: int | None = Field(
+        default=None,
+        ge=0,
+        description="metadata.generation of the most recently reconciled spec.",
+    )
+    conditions: tuple[Condition, ...] = Field(
+        default=(),
+        description="Current conditions (Planned, Available, Progressing), one per type.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    plan: PlanSummary | None = Field(
+        default=None, description="The planned layout; absent while the spec cannot be planned."
+    )
+    replicas: int | None = Field(
+        default=None, ge=0, description="Desired pods (the autoscaler may change it)."
+    )
+    current_replicas: int | None = Field(
+        default=None, ge=0, description="Pods that exist, ready or not."
+    )
+    ready_replicas: int | None = Field(
+        default=None, ge=0, description="Pods whose vLLM server passes its readiness probe."
+    )
+    endpoint: str | None = Field(
+        default=None,
+        description="In-cluster base URL of the OpenAI-compatible API, e.g. http://name.ns.svc:8000/v1.",
+    )
+    gpus: int | None = Field(
+        default=None, ge=0, description="GPUs requested by the desired pods, in total."
+    )

@@ -1,0 +1,53 @@
+"""Start-up of the operator process: Kubernetes client, metrics endpoint, then kopf."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import kopf
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from prometheus_client import start_http_server
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    namespaces: tuple[str, ...] = ()
+    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 9090
+    peering_name: str = ""
+    resync_seconds: float = 60.0
+    gpu_profiles_path: Path | None = None
+    kubeconfig: str | None = None
+
+
+def api_client(kubeconfig: str | None) -> k8s.ApiClient:
+    if kubeconfig:
+        return k8s_config.new_client_from_config(config_file=kubeconfig)
+    try:
+        k8s_config.load_incluster_config()
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config()
+    return k8s.ApiClient()
+
+
+def run_operator(cfg: OperatorConfig) -> None:
+    if cfg.kubeconfig:
+        os.environ["KUBECONFIG"] = cfg.kubeconfig  # kopf's own login reads it too
+    from llmfleet import main
+    from llmfleet.reconcile.controller import Controller
+
+    if cfg.metrics_port:
+        start_http_server(cfg.metrics_port, addr=cfg.metrics_host)
+    main.install(cfg.resync_seconds)
+    kopf.run(
+        standalone=not cfg.peering_name,
+        peering_name=cfg.peering_name or None,
+        clusterwide=not cfg.namespaces,
+        namespaces=cfg.namespaces,
+        liveness_endpoint=cfg.liveness_endpoint or None,
+        memo=kopf.Memo(controller=Controller(api_client(cfg.kubeconfig))),
+    )

@@ -1,0 +1,558 @@
+"""`plan()`: choose the tensor-parallel size, the pod layout and vLLM's flags for a spec.
+
+Rules, in the order they apply:
+
+* Tensor-parallel (TP) sizes are powers of two up to gpus.perNode that divide the attention
+  heads (see `parallelism`). Pods never span nodes.
+* A size *fits* when one GPU's share of the weights, the runtime reserve and the KV cache for
+  MIN_CONCURRENT_SEQUENCES full-length (maxModelLen) sequences fit in memoryGiB x
+  gpuMemoryUtilization (see `memory`). When no size within gpus.count reaches that, the
+  smallest size holding one full sequence is used and the reason says so; when none holds one,
+  the spec is refused with the numbers and what would fit.
+* strategy Auto: objective Throughput takes the smallest fitting size and runs
+  gpus.count / size pods (SinglePod when that is one pod); objective Latency takes the largest
+  fitting size that splits gpus.count evenly. SinglePod uses TP = gpus.count; MultiPod the
+  smallest fitting size, and needs at least two pods.
+* Derived vLLM settings: maxModelLen = min(8192, maxPositionEmbeddings);
+  maxNumBatchedTokens = 8192 (Throughput) or 2048 (Latency), at least maxNumSeqs -- vLLM
+  always prefills in chunks, so it may be below maxModelLen; maxNumSeqs = min(256,
+  maxNumBatchedTokens, KV tokens / (maxModelLen / 2)), i.e. sized for sequences that average
+  half their maximum length -- vLLM preempts rather than fails when that guess is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llmfleet.models.catalog import CATALOG_NAMES, resolve_architecture
+from llmfleet.models.deployment import LLMDeploymentSpec
+from llmfleet.models.gpus import GpuSpec
+from llmfleet.models.model_spec import ModelArchitecture
+from llmfleet.models.status import PlannedStrategy
+from llmfleet.planner.engine_args import (
+    EXTRA_ARGS_FIELD,
+    ArgGroup,
+    group_args,
+    merge_args,
+    parse_fraction_override,
+    parse_int_override,
+)
+from llmfleet.planner.errors import PlanError
+from llmfleet.planner.memory import (
+    GIB,
+    GpuFit,
+    fit_on_gpu,
+    kv_bytes_per_token_per_gpu,
+    kv_tokens_in,
+    weights_gib,
+)
+from llmfleet.planner.parallelism import counts_that_split, splits_evenly, tensor_parallel_sizes
+from llmfleet.planner.result import Plan
+
+MIN_CONCURRENT_SEQUENCES = 4
+MAX_NUM_SEQS_CAP = 256
+# Sequences are assumed to use 1/EXPECTED_LENGTH_DIVISOR of maxModelLen on average.
+EXPECTED_LENGTH_DIVISOR = 2
+DEFAULT_MAX_MODEL_LEN = 8192
+THROUGHPUT_BATCHED_TOKENS = 8192
+LATENCY_BATCHED_TOKENS = 2048
+# NCCL and vLLM's custom all-reduce exchange through /dev/shm; 15 GiB at TP=8 matches what
+# vLLM's multi-GPU deployment examples use.
+SHM_BASE_GIB = 1
+SHM_GIB_PER_EXTRA_GPU = 2
+# Download (about 100 MiB/s), load and CUDA-graph capture: a floor plus time per weight GiB.
+STARTUP_BASE_SECONDS = 300
+STARTUP_SECONDS_PER_WEIGHT_GIB = 10
+# CPU-only pods: Python, the tokenizer and activations beside the weights and the KV cache.
+CPU_RUNTIME_GIB = 2
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """Engine settings after defaults and extraArgs overrides; the planner sizes with these."""
+
+    max_model_len: int
+    gpu_memory_utilization: float
+    max_num_seqs: int | None
+    max_num_batched_tokens: int
+
+
+@dataclass(frozen=True)
+class _Layout:
+    strategy: PlannedStrategy
+    tensor_parallel_size: int
+    why: str
+
+
+def plan(spec: LLMDeploymentSpec) -> Plan:
+    """Plan `spec`, or raise PlanError naming the field to change."""
+    arch = _architecture(spec)
+    extra = group_args(spec.engine.extra_args)
+    settings = _settings(spec, arch, extra)
+    if spec.gpus is None:
+        return _plan_cpu(spec, arch, settings, extra)
+    return _plan_gpus(spec, spec.gpus, arch, settings, extra)
+
+
+def _architecture(spec: LLMDeploymentSpec) -> ModelArchitecture:
+    arch = resolve_architecture(spec.model)
+    if arch is None:
+        raise PlanError(
+            "spec.model.architecture",
+            f"{spec.model.name} is not in the built-in catalog, so set its architecture "
+            "(parametersBillions, numLayers, numAttentionHeads, numKeyValueHeads, headDim, "
+            "maxPositionEmbeddings from the model's config.json). Catalog models: "
+            + ", ".join(CATALOG_NAMES),
+        )
+    return arch
+
+
+def _settings(
+    spec: LLMDeploymentSpec, arch: ModelArchitecture, extra: tuple[ArgGroup, ...]
+) -> _Settings:
+    engine = spec.engine
+    from_args = parse_int_override(extra, "--max-model-len", 16)
+    max_model_len = from_args or engine.max_model_len
+    if max_model_len is None:
+        max_model_len = min(DEFAULT_MAX_MODEL_LEN, arch.max_position_embeddings)
+    elif max_model_len > arch.max_position_embeddings:
+        field = EXTRA_ARGS_FIELD if from_args else "spec.engine.maxModelLen"
+        raise PlanError(
+            field,
+            f"maxModelLen {max_model_len} exceeds {spec.model.name}'s context of "
+            f"{arch.max_position_embeddings} tokens (maxPositionEmbeddings); use at most "
+            f"{arch.max_position_embeddings}",
+        )
+    max_num_seqs = parse_int_override(extra, "--max-num-seqs", 1) or engine.max_num_seqs
+    batched = parse_int_override(extra, "--max-num-batched-tokens", 1)
+    batched = batched or engine.max_num_batched_tokens
+    if batched is None:
+        default = (
+            THROUGHPUT_BATCHED_TOKENS if spec.objective == "Throughput" else LATENCY_BATCHED_TOKENS
+        )
+        batched = max(default, max_num_seqs or 0)
+    elif max_num_seqs is not None and batched < max_num_seqs:
+        raise PlanError(
+            EXTRA_ARGS_FIELD,
+            f"--max-num-batched-tokens {batched} must be at least --max-num-seqs {max_num_seqs}",
+        )
+    utilization = parse_fraction_override(extra, "--gpu-memory-utilization")
+    return _Settings(
+        max_model_len=max_model_len,
+        gpu_memory_utilization=utilization or engine.gpu_memory_utilization,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=batched,
+    )
+
+
+def _precision(spec: LLMDeploymentSpec) -> str:
+    quantization = spec.model.quantization
+    if quantization == "none":
+        return "16-bit" if spec.model.dtype == "auto" else spec.model.dtype
+    return {"fp8": "fp8", "int8": "int8", "awq": "4-bit AWQ", "gptq": "4-bit GPTQ"}[quantization]
+
+
+def _fit(
+    spec: LLMDeploymentSpec,
+    gpus: GpuSpec,
+    arch: ModelArchitecture,
+    settings: _Settings,
+    tensor_parallel_size: int,
+    *,
+    fp8: bool = False,
+) -> GpuFit:
+    return fit_on_gpu(
+        arch,
+        dtype=spec.model.dtype,
+        quantization="fp8" if fp8 else spec.model.quantization,
+        memory_gib=gpus.memory_gib,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        tensor_parallel_size=tensor_parallel_size,
+    )
+
+
+def _plan_gpus(
+    spec: LLMDeploymentSpec,
+    gpus: GpuSpec,
+    arch: ModelArchitecture,
+    settings: _Settings,
+    extra: tuple[ArgGroup, ...],
+) -> Plan:
+    sizes = tensor_parallel_sizes(arch, gpus.per_node)
+    fits = {size: _fit(spec, gpus, arch, settings, size) for size in sizes}
+    layout = _choose_layout(spec, gpus=gpus, arch=arch, settings=settings, sizes=sizes, fits=fits)
+    chosen = fits[layout.tensor_parallel_size]
+    replicas = gpus.count // layout.tensor_parallel_size
+    max_num_seqs = _max_num_seqs(settings, chosen.kv_tokens)
+    reason = " ".join(
+        (
+            _explain_sizing(spec, gpus, arch, settings, chosen),
+            _explain_smaller_sizes(settings, sizes, fits, layout.tensor_parallel_size),
+            layout.why,
+            _explain_batching(settings, max_num_seqs, chosen.kv_tokens),
+        )
+    )
+    min_replicas, max_replicas = _autoscaling_bounds(spec, replicas)
+    total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+    return Plan(
+        strategy=layout.strategy,
+        replicas=replicas,
+        gpus_per_replica=layout.tensor_parallel_size,
+        tensor_parallel_size=layout.tensor_parallel_size,
+        weights_gib_per_gpu=chosen.weights_gib,
+        kv_cache_tokens_per_replica=chosen.kv_tokens,
+        max_concurrent_sequences=max_num_seqs,
+        vllm_args=_vllm_args(spec, settings, layout.tensor_parallel_size, max_num_seqs, extra),
+        reason=reason,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        total_gpus=replicas * layout.tensor_parallel_size,
+        weights_gib=round(total_weights, 2),
+        kv_cache_gib_per_gpu=chosen.kv_cache_gib,
+        reserve_gib_per_gpu=chosen.reserve_gib,
+        max_model_len=settings.max_model_len,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        shm_size_gib=SHM_BASE_GIB + SHM_GIB_PER_EXTRA_GPU * (layout.tensor_parallel_size - 1),
+        startup_budget_seconds=_startup_budget(total_weights),
+    )
+
+
+def _choose_layout(
+    spec: LLMDeploymentSpec,
+    *,
+    gpus: GpuSpec,
+    arch: ModelArchitecture,
+    settings: _Settings,
+    sizes: tuple[int, ...],
+    fits: dict[int, GpuFit],
+) -> _Layout:
+    count = gpus.count
+    length = settings.max_model_len
+    if spec.strategy == "SinglePod":
+        if count > gpus.per_node:
+            raise PlanError(
+                "spec.gpus.count",
+                f"strategy SinglePod puts all {count} GPUs in one pod, but a node has "
+                f"{gpus.per_node} (spec.gpus.perNode) and tensor parallelism does not span "
+                f"nodes; use at most {gpus.per_node} GPUs or strategy MultiPod or Auto",
+            )
+        if count not in sizes:
+            raise PlanError(
+                "spec.gpus.count",
+                f"strategy SinglePod uses tensor-parallel size = gpus.count, which must be a "
+                f"power of two up to {gpus.per_node} that divides {spec.model.name}'s "
+                f"{arch.num_attention_heads} attention heads and {arch.num_key_value_heads} "
+                f"KV heads: one of {_join(sizes)}",
+            )
+        if fits[count].sequences(length) < 1:
+            raise _does_not_fit(
+                spec, gpus=gpus, arch=arch, settings=settings, sizes=sizes, fits=fits
+            )
+        return _Layout(
+            "SinglePod",
+            count,
+            f"strategy SinglePod: one pod with all {count} GPUs (TP={count}).",
+        )
+
+    within = [size for size in sizes if size <= count]
+    acceptable = [size for size in within if fits[size].sequences(length) >= 1]
+    if not acceptable:
+        raise _does_not_fit(spec, gpus=gpus, arch=arch, settings=settings, sizes=sizes, fits=fits)
+    preferred = [s for s in acceptable if fits[s].sequences(length) >= MIN_CONCURRENT_SEQUENCES]
+    smallest = (preferred or acceptable)[0]
+
+    if spec.strategy == "Auto" and spec.objective == "Latency":
+        even = [size for size in acceptable if splits_evenly(count, size, gpus.per_node)]
+        if not even:
+            raise _uneven_count(spec, gpus, smallest)
+        widest = even[-1]
+        pods = count // widest
+        layout = "one pod" if pods == 1 else f"{pods} pods of {widest} GPUs"
+        return _Layout(
+            "SinglePod" if pods == 1 else "MultiPod",
+            widest,
+            f"Objective Latency takes the widest tensor parallelism the {count} GPUs allow "
+            f"within a node, TP={widest}, to spread each token's work over more GPUs: "
+            f"{layout}.",
+        )
+
+    if not splits_evenly(count, smallest, gpus.per_node):
+        raise _uneven_count(spec, gpus, smallest)
+    pods = count // smallest
+    if spec.strategy == "MultiPod":
+        if pods < 2:
+            raise PlanError(
+                "spec.strategy",
+                f"strategy MultiPod needs at least two pods, but {spec.model.name} needs "
+                f"tensor-parallel size {smallest}, so {count} GPUs make one pod; use strategy "
+                "SinglePod or Auto, or spec.gpus.count of "
+                + _join(counts_that_split(smallest, gpus.per_node)[1:]),
+            )
+        return _Layout(
+            "MultiPod",
+            smallest,
+            f"strategy MultiPod: {pods} pods of the smallest fitting size, TP={smallest}.",
+        )
+    if pods == 1:
+        return _Layout(
+            "SinglePod", smallest, f"TP={smallest} takes all {count} GPUs, so they form one pod."
+        )
+    return _Layout(
+        "MultiPod",
+        smallest,
+        f"Objective Throughput prefers independent replicas to wider tensor parallelism "
+        f"(no cross-GPU all-reduce per layer, each pod batches on its own), so the {count} "
+        f"GPUs run as {pods} pods of TP={smallest} rather than one wider pod.",
+    )
+
+
+def _uneven_count(spec: LLMDeploymentSpec, gpus: GpuSpec, size: int) -> PlanError:
+    nodes = "" if gpus.count <= gpus.per_node else f" filling nodes of {gpus.per_node} GPUs"
+    return PlanError(
+        "spec.gpus.count",
+        f"{gpus.count} GPUs do not split into pods of {size} GPUs{nodes}; {size} is the "
+        f"smallest tensor-parallel size that fits {spec.model.name}. GPU counts that work: "
+        f"{_join(counts_that_split(size, gpus.per_node))}",
+    )
+
+
+def _does_not_fit(
+    spec: LLMDeploymentSpec,
+    *,
+    gpus: GpuSpec,
+    arch: ModelArchitecture,
+    settings: _Settings,
+    sizes: tuple[int, ...],
+    fits: dict[int, GpuFit],
+) -> PlanError:
+    length = settings.max_model_len
+    widest = max(size for size in sizes if size <= gpus.count)
+    fit = fits[widest]
+    one_sequence = kv_bytes_per_token_per_gpu(arch, spec.model.dtype, widest) * length / GIB
+    needed = fit.weights_gib + fit.reserve_gib + one_sequence
+    model = (
+        f"{spec.model.name} ({weights_gib(arch, spec.model.dtype, spec.model.quantization):.1f} "
+        f"GiB of {_precision(spec)} weights)"
+    )
+    numbers = (
+        f"at tensor-parallel size {widest} each GPU needs {fit.weights_gib:.2f} GiB of weights "
+        f"+ {fit.reserve_gib:.2f} GiB runtime reserve + {one_sequence:.2f} GiB of KV cache for "
+        f"one {length}-token sequence = {needed:.2f} GiB, but vLLM may use {fit.budget_gib:.2f} "
+        f"GiB ({gpus.memory_gib:g} GiB x gpuMemoryUtilization "
+        f"{settings.gpu_memory_utilization:g})"
+    )
+    options: list[str] = []
+    wider = [s for s in sizes if s > widest and fits[s].sequences(length) >= 1]
+    if wider:
+        options.append(f"spec.gpus.count {wider[0]} (tensor-parallel size {wider[0]})")
+    if spec.model.quantization == "none":
+        fp8 = _fit(spec, gpus, arch, settings, widest, fp8=True)
+        if fp8.sequences(length) >= 1:
+            options.append(
+                f"spec.model.quantization fp8 ({fp8.weights_gib:.2f} GiB of weights per GPU, "
+                f"{_plural(fp8.sequences(length), 'full-length sequence')} of KV cache at "
+                f"TP={widest})"
+            )
+    if fit.kv_tokens >= 16:
+        options.append(f"spec.engine.maxModelLen {fit.kv_tokens} or less")
+    needed_memory = math.ceil(needed / settings.gpu_memory_utilization)
+    options.append(f"GPUs with at least {needed_memory} GiB (spec.gpus.memoryGiB)")
+    if wider:
+        field, where = "spec.gpus.count", f"on {_plural(gpus.count, 'GPU')}"
+    else:
+        field, where = "spec.gpus", f"on one node of {gpus.per_node} GPUs"
+    return PlanError(
+        field, f"{model} does not fit {where}: {numbers}. Would fit: {'; '.join(options)}"
+    )
+
+
+def _explain_sizing(
+    spec: LLMDeploymentSpec,
+    gpus: GpuSpec,
+    arch: ModelArchitecture,
+    settings: _Settings,
+    chosen: GpuFit,
+) -> str:
+    total = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+    kv_kib = kv_bytes_per_token_per_gpu(arch, spec.model.dtype, 1) / 1024
+    return (
+        f"{spec.model.name} has {total:.1f} GiB of {_precision(spec)} weights "
+        f"({arch.parameters_billions:g}B parameters) and {kv_kib:g} KiB of KV cache per token. "
+        f"Each {gpus.memory_gib:g} GiB GPU gives vLLM {chosen.budget_gib:.2f} GiB "
+        f"(gpuMemoryUtilization {settings.gpu_memory_utilization:g}), {chosen.reserve_gib:.2f} "
+        f"GiB of it kept for activations and the runtime."
+    )
+
+
+def _describe_fit(fit: GpuFit, length: int) -> str:
+    return (
+        f"{fit.weights_gib:.2f} GiB of weights and {fit.kv_cache_gib:.2f} GiB of KV cache "
+        f"({fit.kv_tokens:,} tokens, {fit.sequences(length)} sequences of {length:,} tokens) "
+        f"per GPU"
+    )
+
+
+def _explain_smaller_sizes(
+    settings: _Settings, sizes: tuple[int, ...], fits: dict[int, GpuFit], chosen: int
+) -> str:
+    length = settings.max_model_len
+    text = f"At TP={chosen}: {_describe_fit(fits[chosen], length)}."
+    sequences = fits[chosen].sequences(length)
+    if sequences < MIN_CONCURRENT_SEQUENCES:
+        text += (
+            f" Only {_plural(sequences, 'full-length sequence')} fit, below the "
+            f"{MIN_CONCURRENT_SEQUENCES} the planner aims for; expect queueing, or use fp8, "
+            "more GPUs or a shorter maxModelLen."
+        )
+    smaller = [size for size in sizes if size < chosen]
+    if not smaller:
+        return text
+    enough = [s for s in smaller if fits[s].sequences(length) >= MIN_CONCURRENT_SEQUENCES]
+    if enough:
+        fit = fits[enough[0]]
+        return (
+            f"TP={fit.tensor_parallel_size} would already fit "
+            f"{_plural(fit.sequences(length), 'sequence')} of {length:,} tokens. {text}"
+        )
+    below = fits[smaller[-1]]
+    if below.kv_tokens == 0:
+        shortfall = f"{below.weights_gib:.2f} GiB of weights per GPU leave no room for KV cache"
+    else:
+        shortfall = (
+            f"{below.kv_cache_gib:.2f} GiB of KV cache per GPU holds {below.kv_tokens:,} "
+            f"tokens, {_plural(below.sequences(length), 'sequence')} of {length:,} tokens, "
+            f"fewer than the {MIN_CONCURRENT_SEQUENCES} wanted"
+        )
+    return f"At TP={below.tensor_parallel_size}, {shortfall}. {text}"
+
+
+def _explain_batching(settings: _Settings, max_num_seqs: int, kv_tokens: int) -> str:
+    source = (
+        "as set"
+        if settings.max_num_seqs is not None
+        else f"from {kv_tokens:,} KV tokens, assuming sequences average 1/"
+        f"{EXPECTED_LENGTH_DIVISOR} of maxModelLen, at most {MAX_NUM_SEQS_CAP}"
+    )
+    return (
+        f"Each pod runs up to {max_num_seqs} sequences at once ({source}) and batches up to "
+        f"{settings.max_num_batched_tokens:,} tokens per step."
+    )
+
+
+def _max_num_seqs(settings: _Settings, kv_tokens: int) -> int:
+    if settings.max_num_seqs is not None:
+        return settings.max_num_seqs
+    expected_length = max(16, settings.max_model_len // EXPECTED_LENGTH_DIVISOR)
+    by_capacity = max(1, kv_tokens // expected_length)
+    return min(MAX_NUM_SEQS_CAP, settings.max_num_batched_tokens, by_capacity)
+
+
+def _autoscaling_bounds(spec: LLMDeploymentSpec, replicas: int) -> tuple[int, int]:
+    autoscaling = spec.autoscaling
+    if not autoscaling.enabled:
+        return replicas, replicas
+    minimum = autoscaling.min_replicas or replicas
+    maximum = autoscaling.max_replicas or 2 * minimum
+    if maximum < minimum:
+        raise PlanError(
+            "spec.autoscaling.maxReplicas",
+            f"{maximum} is below minReplicas {minimum} (the planned replica count when "
+            "minReplicas is unset); set maxReplicas to at least that",
+        )
+    return minimum, maximum
+
+
+def _startup_budget(total_weights_gib: float) -> int:
+    return STARTUP_BASE_SECONDS + math.ceil(total_weights_gib * STARTUP_SECONDS_PER_WEIGHT_GIB)
+
+
+def _vllm_args(
+    spec: LLMDeploymentSpec,
+    settings: _Settings,
+    tensor_parallel_size: int,
+    max_num_seqs: int,
+    extra: tuple[ArgGroup, ...],
+) -> tuple[str, ...]:
+    model = spec.model
+    derived: list[tuple[str, tuple[str, ...]]] = [("--model", (model.name,))]
+    if model.served_model_name is not None:
+        derived.append(("--served-model-name", (model.served_model_name,)))
+    derived.append(("--dtype", (model.dtype,)))
+    # Only fp8 is passed: it quantizes a 16-bit checkpoint on load. vLLM detects int8, AWQ and
+    # GPTQ from the checkpoint's config, and naming awq/gptq explicitly would force their slow
+    # non-Marlin kernels (int8 is not a vLLM method name at all).
+    if model.quantization == "fp8":
+        derived.append(("--quantization", ("fp8",)))
+    derived.append(("--tensor-parallel-size", (str(tensor_parallel_size),)))
+    derived.append(("--max-model-len", (str(settings.max_model_len),)))
+    if spec.gpus is not None:
+        derived.append(("--gpu-memory-utilization", (f"{settings.gpu_memory_utilization:g}",)))
+    derived.append(("--max-num-seqs", (str(max_num_seqs),)))
+    derived.append(("--max-num-batched-tokens", (str(settings.max_num_batched_tokens),)))
+    derived.append(("--scheduling-policy", (spec.engine.scheduling_policy,)))
+    return merge_args(derived, extra)
+
+
+def _plan_cpu(
+    spec: LLMDeploymentSpec,
+    arch: ModelArchitecture,
+    settings: _Settings,
+    extra: tuple[ArgGroup, ...],
+) -> Plan:
+    length = settings.max_model_len
+    cache_gib = spec.engine.cpu_kv_cache_gib
+    bytes_per_token = kv_bytes_per_token_per_gpu(arch, spec.model.dtype, 1)
+    tokens = kv_tokens_in(cache_gib, bytes_per_token)
+    if tokens < length:
+        needed = math.ceil(bytes_per_token * length / GIB * 100) / 100
+        raise PlanError(
+            "spec.engine.cpuKVCacheGiB",
+            f"{cache_gib:g} GiB of KV cache holds {tokens:,} tokens of {spec.model.name}, less "
+            f"than one {length}-token sequence (maxModelLen); set cpuKVCacheGiB to at least "
+            f"{needed:g} or lower spec.engine.maxModelLen to {max(16, tokens)} or less",
+        )
+    total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+    memory = math.ceil(total_weights + cache_gib + CPU_RUNTIME_GIB)
+    max_num_seqs = _max_num_seqs(settings, tokens)
+    sequences = tokens // length
+    reason = (
+        f"No spec.gpus, so one vLLM CPU pod. {spec.model.name} has {total_weights:.1f} GiB of "
+        f"{_precision(spec)} weights ({arch.parameters_billions:g}B parameters) in host "
+        f"memory; the {cache_gib:g} GiB KV cache (engine.cpuKVCacheGiB) holds {tokens:,} "
+        f"tokens, {_plural(sequences, 'sequence')} of {length:,} tokens. "
+        f"Suggested memory request: {memory} GiB (weights + KV cache + {CPU_RUNTIME_GIB} GiB "
+        f"runtime). {_explain_batching(settings, max_num_seqs, tokens)}"
+    )
+    min_replicas, max_replicas = _autoscaling_bounds(spec, 1)
+    return Plan(
+        strategy="SinglePod",
+        replicas=1,
+        gpus_per_replica=0,
+        tensor_parallel_size=1,
+        weights_gib_per_gpu=0.0,
+        kv_cache_tokens_per_replica=tokens,
+        max_concurrent_sequences=max_num_seqs,
+        vllm_args=_vllm_args(spec, settings, 1, max_num_seqs, extra),
+        reason=reason,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        total_gpus=0,
+        weights_gib=round(total_weights, 2),
+        kv_cache_gib_per_gpu=0.0,
+        reserve_gib_per_gpu=0.0,
+        max_model_len=length,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        shm_size_gib=SHM_BASE_GIB,
+        startup_budget_seconds=_startup_budget(total_weights),
+        cpu_memory_gib=memory,
+    )
+
+
+def _join(numbers: list[int] | tuple[int, ...]) -> str:
+    return ", ".join(str(number) for number in numbers)
+
+
+def _plural(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"

@@ -1,0 +1,67 @@
+"""`Plan`: the layout the planner chose, with the numbers behind it."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from llmfleet.models.base import ApiModel
+from llmfleet.models.status import PlannedStrategy, PlanSummary
+
+
+class Plan(ApiModel):
+    """A fleet layout for one LLMDeploymentSpec. Serialise with
+    `model_dump(by_alias=True, mode="json")`; the JSON keys are a stable interface."""
+
+    strategy: PlannedStrategy = Field(description="SinglePod or MultiPod.")
+    replicas: int = Field(ge=1, description="Pods at the planned (minimum) scale.")
+    gpus_per_replica: int = Field(ge=0, description="GPUs per pod; 0 for CPU-only serving.")
+    tensor_parallel_size: int = Field(ge=1, description="vLLM --tensor-parallel-size.")
+    weights_gib_per_gpu: float = Field(
+        alias="weightsGiBPerGPU", ge=0, description="Weights held by each GPU, GiB; 0 on CPU."
+    )
+    kv_cache_tokens_per_replica: int = Field(
+        ge=0, description="Tokens of KV cache per pod (every GPU holds its share of each)."
+    )
+    max_concurrent_sequences: int = Field(
+        ge=1, description="Sequences one pod runs at once (vLLM --max-num-seqs)."
+    )
+    vllm_args: tuple[str, ...] = Field(
+        description="vLLM arguments, without --host/--port (the renderer adds those)."
+    )
+    reason: str = Field(description="Why this layout, with the numbers.")
+    min_replicas: int = Field(ge=1, description="Autoscaler lower bound (replicas if disabled).")
+    max_replicas: int = Field(ge=1, description="Autoscaler upper bound (replicas if disabled).")
+    total_gpus: int = Field(ge=0, description="replicas x gpusPerReplica.")
+    weights_gib: float = Field(alias="weightsGiB", ge=0, description="All weights, GiB.")
+    kv_cache_gib_per_gpu: float = Field(
+        alias="kvCacheGiBPerGPU", ge=0, description="KV cache per GPU, GiB; 0 on CPU."
+    )
+    reserve_gib_per_gpu: float = Field(
+        alias="reserveGiBPerGPU",
+        ge=0,
+        description="Activations and runtime kept out of the KV cache per GPU, GiB; 0 on CPU.",
+    )
+    max_model_len: int = Field(ge=16, description="vLLM --max-model-len.")
+    max_num_batched_tokens: int = Field(ge=1, description="vLLM --max-num-batched-tokens.")
+    shm_size_gib: int = Field(
+        alias="shmSizeGiB", ge=1, description="Suggested /dev/shm size (memory emptyDir), GiB."
+    )
+    startup_budget_seconds: int = Field(
+        ge=1, description="Time to allow for download, load and warm-up before probes fail."
+    )
+    cpu_memory_gib: int | None = Field(
+        default=None,
+        alias="cpuMemoryGiB",
+        description="CPU-only serving: suggested memory request (weights + KV cache + runtime).",
+    )
+
+    def summary(self) -> PlanSummary:
+        """The part of the plan the operator publishes in status.plan."""
+        return PlanSummary(
+            strategy=self.strategy,
+            replicas=self.replicas,
+            gpus_per_replica=self.gpus_per_replica,
+            tensor_parallel_size=self.tensor_parallel_size,
+            kv_cache_tokens_per_replica=self.kv_cache_tokens_per_replica,
+            max_concurrent_sequences=self.max_concurrent_sequences,
+        )

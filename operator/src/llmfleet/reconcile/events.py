@@ -1,0 +1,53 @@
+"""Kubernetes Events on the LLMDeployment, for decisions and failures only (never on a no-op)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from kubernetes import client as k8s
+
+from llmfleet import API_GROUP, API_VERSION
+from llmfleet.reconcile.status import now
+
+log = logging.getLogger(__name__)
+COMPONENT = "llmfleet-operator"
+
+
+class EventRecorder:
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self._core = k8s.CoreV1Api(api)
+
+    def emit(self, body: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        meta = body["metadata"]
+        stamp = now()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": f"{API_GROUP}/{API_VERSION}",
+                "kind": "LLMDeployment",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": etype,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": COMPONENT,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self._core.create_namespaced_event(meta["namespace"], event)
+        except k8s.ApiException as e:  # an Event is worth less than the reconcile that made it
+            log.warning("could not post event %s on %s: %s", reason, meta["name"], e.reason)

@@ -1,0 +1,185 @@
+"""Status from what the cluster shows: pure functions over live objects (dicts), so the
+conditions can be tested without a cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from llmfleet.planner import Plan
+
+TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the reconcile saw of the children after applying them."""
+
+    engine: dict[str, Any] | None  # the Deployment of the current layout
+    old_engines: tuple[dict[str, Any], ...]  # Deployments of a previous layout still running
+    hpa: dict[str, Any] | None
+    pods: tuple[dict[str, Any], ...]
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(
+    ctype: str, status: str, reason: str, message: str, generation: int
+) -> dict[str, Any]:
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def keep_transition_times(
+    new: list[dict[str, Any]], old: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """lastTransitionTime changes only when a condition's status does."""
+    before = {c.get("type"): c for c in old}
+    out = []
+    for c in new:
+        prev = before.get(c["type"])
+        same = prev is not None and prev.get("status") == c["status"]
+        stamp = prev.get("lastTransitionTime") if same and prev else None
+        out.append({**c, "lastTransitionTime": stamp or now()})
+    return sorted(out, key=lambda c: str(c["type"]))
+
+
+def _unschedulable(pods: tuple[dict[str, Any], ...]) -> list[tuple[str, str]]:
+    found = []
+    for p in pods:
+        if (p.get("status") or {}).get("phase") != "Pending":
+            continue
+        for c in (p.get("status") or {}).get("conditions") or []:
+            if (
+                c.get("type") == "PodScheduled"
+                and c.get("status") == FALSE
+                and c.get("reason") == "Unschedulable"
+            ):
+                found.append((p["metadata"]["name"], c.get("message", "")))
+    return found
+
+
+def _int(obj: dict[str, Any] | None, *path: str) -> int:
+    cur: Any = obj
+    for key in path:
+        cur = (cur or {}).get(key)
+    return int(cur or 0)
+
+
+def invalid_status(
+    old: dict[str, Any], generation: int, reason: str, message: str
+) -> dict[str, Any]:
+    conds = [condition("Planned", FALSE, reason, message, generation)]
+    # The children of the last good spec keep serving; say so instead of hiding them.
+    for c in old.get("conditions") or []:
+        if c.get("type") in ("Available", "Progressing", "Degraded", "ScalingLimited"):
+            conds.append({k: v for k, v in c.items() if k != "lastTransitionTime"})
+    return {
+        **{k: v for k, v in old.items() if k not in ("conditions", "observedGeneration")},
+        "observedGeneration": generation,
+        "conditions": keep_transition_times(conds, old.get("conditions") or []),
+    }
+
+
+def ready_status(
+    *,
+    old: dict[str, Any],
+    generation: int,
+    plan: Plan,
+    observed: Observed,
+    endpoint: str,
+) -> dict[str, Any]:
+    engine = observed.engine
+    ready = _int(engine, "status", "readyReplicas")
+    current = _int(engine, "status", "replicas")
+    updated = _int(engine, "status", "updatedReplicas")
+    desired = (
+        _int(observed.hpa, "status", "desiredReplicas") or _int(engine, "spec", "replicas")
+        if observed.hpa
+        else _int(engine, "spec", "replicas")
+    ) or plan.replicas
+    old_ready = sum(_int(d, "status", "readyReplicas") for d in observed.old_engines)
+    g = generation
+    conds = [condition("Planned", TRUE, "LayoutPlanned", plan.reason, g)]
+
+    if ready + old_ready > 0:
+        conds.append(
+            condition(
+                "Available",
+                TRUE,
+                "EnginesReady",
+                f"{ready + old_ready} of {desired} vLLM pods ready",
+                g,
+            )
+        )
+    else:
+        conds.append(
+            condition("Available", FALSE, "NoEngineReady", f"0 of {desired} vLLM pods ready", g)
+        )
+
+    if observed.old_engines:
+        names = ", ".join(sorted(d["metadata"]["name"] for d in observed.old_engines))
+        conds.append(
+            condition(
+                "Progressing",
+                TRUE,
+                "LayoutTransition",
+                f"new layout {ready}/{max(1, plan.min_replicas)} ready; previous "
+                f"layout ({names}) keeps serving until then",
+                g,
+            )
+        )
+    elif ready < desired or updated < current:
+        conds.append(
+            condition(
+                "Progressing",
+                TRUE,
+                "RollingOut",
+                f"{ready} of {desired} pods ready, {updated} of {current} updated",
+                g,
+            )
+        )
+    else:
+        conds.append(
+            condition("Progressing", FALSE, "Stable", f"all {desired} pods ready and up to date", g)
+        )
+
+    stuck = _unschedulable(observed.pods)
+    if stuck:
+        name, msg = stuck[0]
+        conds.append(
+            condition(
+                "ScalingLimited",
+                TRUE,
+                "InsufficientGPUs" if "nvidia.com/gpu" in msg else "Unschedulable",
+                f"{len(stuck)} pod(s) Pending, cannot be scheduled ({name}: {msg})",
+                g,
+            )
+        )
+        conds.append(
+            condition(
+                "Degraded", TRUE, "PodsUnschedulable", f"{len(stuck)} pod(s) cannot be scheduled", g
+            )
+        )
+    else:
+        conds.append(condition("ScalingLimited", FALSE, "Schedulable", "every pod found a node", g))
+        conds.append(condition("Degraded", FALSE, "AsPlanned", "no problem observed", g))
+
+    return {
+        "observedGeneration": g,
+        "conditions": keep_transition_times(conds, old.get("conditions") or []),
+        "plan": plan.summary().model_dump(by_alias=True, mode="json"),
+        "replicas": desired,
+        "currentReplicas": current,
+        "readyReplicas": ready,
+        "gpus": desired * plan.gpus_per_replica,
+        "endpoint": endpoint,
+    }

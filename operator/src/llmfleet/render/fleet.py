@@ -1,0 +1,25 @@
+"""Everything one LLMDeployment renders, in a deterministic order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmfleet.models import LLMDeploymentSpec
+from llmfleet.planner import Plan
+from llmfleet.render.autoscaling import render_hpa, render_pdb
+from llmfleet.render.engine import render_engine
+from llmfleet.render.names import Owner
+from llmfleet.render.service import render_service
+
+# Apply order: what others refer to first.
+_KIND_ORDER = ("Service", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget")
+
+
+def render_fleet(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> list[dict[str, Any]]:
+    objects = [render_service(owner), render_engine(owner, spec, plan)]
+    if spec.autoscaling.enabled:
+        objects.append(render_hpa(owner, spec, plan))
+    # A budget only makes sense when losing one pod still leaves one serving.
+    if plan.min_replicas > 1:
+        objects.append(render_pdb(owner))
+    return sorted(objects, key=lambda o: (_KIND_ORDER.index(o["kind"]), o["metadata"]["name"]))

@@ -1,0 +1,235 @@
+"""The generated CRD: structural, documented, and in sync with the committed file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llmfleet.cli import main
+from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.base import ApiModel
+from llmfleet.models.crd import SchemaConversionError, custom_resource_definition, openapi_schema
+from llmfleet.models.resources import LLMDEPLOYMENT
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "crds" / "llmdeployment.yaml"
+
+
+def crd() -> dict[str, Any]:
+    return custom_resource_definition(LLMDEPLOYMENT)
+
+
+def root_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def walk(schema: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, schema
+    for name, child in schema.get("properties", {}).items():
+        yield from walk(child, f"{path}.{name}")
+    if "items" in schema:
+        yield from walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from walk(schema["additionalProperties"], f"{path}{{}}")
+
+
+def all_keys(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield key
+            yield from all_keys(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from all_keys(item)
+
+
+def test_committed_crd_matches_the_models(tmp_path: Path) -> None:
+    assert main(["crds", "--output-dir", str(tmp_path)]) == 0
+
+    generated = (tmp_path / "llmdeployment.yaml").read_text()
+    committed = COMMITTED.read_text() if COMMITTED.exists() else ""
+    assert generated == committed, "crds/llmdeployment.yaml is stale: run `make crds`"
+
+
+def test_generation_is_deterministic(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    main(["crds", "--output-dir", str(first)])
+    main(["crds", "--output-dir", str(second)])
+
+    assert (first / "llmdeployment.yaml").read_bytes() == (
+        second / "llmdeployment.yaml"
+    ).read_bytes()
+
+
+@pytest.mark.parametrize(
+    "forbidden", ["$ref", "$defs", "title", "anyOf", "allOf", "oneOf", "const", "examples"]
+)
+def test_schema_has_no_json_schema_only_keywords(forbidden: str) -> None:
+    assert forbidden not in set(all_keys(root_schema()))
+
+
+def test_every_property_has_a_description() -> None:
+    # The API server allows nothing but `type: object` on the root metadata.
+    undocumented = [
+        path
+        for path, node in walk(root_schema(), "")
+        if path not in ("", ".metadata") and not path.endswith(("[]", "{}"))
+        if not node.get("description")
+    ]
+    assert undocumented == []
+
+
+def test_every_level_has_a_single_type() -> None:
+    untyped = [
+        path
+        for path, node in walk(root_schema(), "")
+        if not isinstance(node.get("type"), str) or node["type"] == "null"
+    ]
+    assert untyped == []
+
+
+def test_exclusive_bounds_use_openapi_v3_booleans() -> None:
+    utilization = root_schema()["properties"]["spec"]["properties"]["engine"]["properties"][
+        "gpuMemoryUtilization"
+    ]
+
+    assert utilization["exclusiveMinimum"] is True
+    assert (utilization["minimum"], utilization["maximum"]) == (0, 1)
+
+
+def test_objects_with_properties_do_not_also_declare_additional_properties() -> None:
+    both = [
+        path
+        for path, node in walk(root_schema(), "")
+        if "properties" in node and "additionalProperties" in node
+    ]
+    assert both == []
+
+
+def test_optional_fields_are_nullable_and_keep_defaults() -> None:
+    engine = root_schema()["properties"]["spec"]["properties"]["engine"]["properties"]
+
+    assert engine["maxNumSeqs"]["nullable"] is True
+    assert "default" not in engine["maxNumSeqs"]
+    assert engine["image"]["default"] == DEFAULT_ENGINE_IMAGE
+    assert engine["schedulingPolicy"]["enum"] == ["fcfs", "priority"]
+
+
+def cel_rules_in_schema() -> dict[str, list[str]]:
+    return {
+        path: [rule["message"] for rule in node["x-kubernetes-validations"]]
+        for path, node in walk(root_schema(), "")
+        if "x-kubernetes-validations" in node
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "message_start"),
+    [
+        pytest.param(".spec", "strategy SinglePod needs", id="single-pod-on-one-node"),
+        pytest.param(".spec.gpus", "count must be at most perNode", id="whole-nodes"),
+        pytest.param(".spec.autoscaling", "maxReplicas must be", id="replica-bounds"),
+        pytest.param(".spec.model.architecture", "numKeyValueHeads must", id="gqa"),
+        pytest.param(".spec.engine", "extraArgs must not set", id="reserved-flags"),
+    ],
+)
+def test_cross_field_rules_reach_the_api_server(path: str, message_start: str) -> None:
+    messages = cel_rules_in_schema().get(path, [])
+    assert any(message.startswith(message_start) for message in messages), messages
+
+
+@pytest.mark.parametrize(
+    "optional",
+    [
+        "self.minReplicas",
+        "self.maxNumSeqs",
+        "self.engine",
+        "self.engine.maxModelLen",
+        "self.model.architecture",
+        "self.gpus",
+        "self.extraArgs",
+        "self.requests",
+    ],
+)
+def test_cel_rules_guard_optional_fields_with_has(optional: str) -> None:
+    # Reading an absent field is a runtime error in CEL, which the API server reports as a
+    # validation failure of an otherwise valid object.
+    rules = [
+        rule["rule"]
+        for _, node in walk(root_schema(), "")
+        for rule in node.get("x-kubernetes-validations", [])
+        if optional in rule["rule"]
+    ]
+    assert rules
+    assert all(f"has({optional})" in rule for rule in rules), rules
+
+
+def test_crd_registers_names_columns_and_status() -> None:
+    spec = crd()["spec"]
+    version = spec["versions"][0]
+
+    assert crd()["metadata"]["name"] == "llmdeployments.llmfleet.dev"
+    assert spec["names"]["shortNames"] == ["llmd"]
+    assert spec["names"]["categories"] == ["llmfleet"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
+    assert version["subresources"] == {"status": {}}
+    assert [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"]] == [
+        ("Strategy", ".status.plan.strategy"),
+        ("Replicas", ".status.replicas"),
+        ("Ready", ".status.readyReplicas"),
+        ("GPUs", ".status.gpus"),
+        ("Age", ".metadata.creationTimestamp"),
+    ]
+
+
+def test_printer_columns_point_at_status_fields() -> None:
+    status = root_schema()["properties"]["status"]
+    for column in crd()["spec"]["versions"][0]["additionalPrinterColumns"]:
+        parts = column["jsonPath"].split(".")[1:]
+        if parts[0] != "status":
+            continue
+        node = status
+        for part in parts[1:]:
+            node = node["properties"][part]
+        assert node["type"] == column["type"], column
+
+
+def test_conditions_merge_by_type() -> None:
+    conditions = root_schema()["properties"]["status"]["properties"]["conditions"]
+
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert "type" in conditions["items"]["required"]
+
+
+class _Undocumented(ApiModel):
+    count: int
+
+
+class _Union(ApiModel):
+    """Has a union the API server cannot express."""
+
+    value: int | str = 0
+
+
+@pytest.mark.parametrize(
+    ("model", "complaint"),
+    [
+        pytest.param(_Undocumented, "count: has no description", id="missing-description"),
+        pytest.param(_Union, "unions other than", id="non-nullable-union"),
+    ],
+)
+def test_generator_refuses_models_it_cannot_express(model: type[ApiModel], complaint: str) -> None:
+    with pytest.raises(SchemaConversionError, match=complaint):
+        openapi_schema(model)
+
+
+def test_committed_file_is_a_single_crd_document() -> None:
+    documents = list(yaml.safe_load_all(COMMITTED.read_text()))
+
+    assert [d["kind"] for d in documents] == ["CustomResourceDefinition"]
