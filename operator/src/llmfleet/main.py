@@ -24,7 +24,7 @@ CHILDREN: Mapping[str, Any] = {
 
 def _reconcile(controller: Controller, body: kopf.Body) -> None:
     try:
-        controller.reconcile(dict(_plain(body)))
+        controller.reconcile(body.metadata["namespace"], body.metadata["name"])
     except InvalidSpecError as e:
         raise kopf.PermanentError(str(e)) from e
     except ApiException as e:
@@ -32,10 +32,6 @@ def _reconcile(controller: Controller, body: kopf.Body) -> None:
         # slowly while the status and log say why.
         delay = 5 if e.status in (409, 429) or (e.status or 500) >= 500 else 60
         raise kopf.TemporaryError(f"API {e.status} {e.reason}", delay=delay) from e
-
-
-def _plain(body: kopf.Body) -> dict[str, Any]:
-    return {"metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}
 
 
 def install(resync_seconds: float) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,8 +34,6 @@ def api_client(kubeconfig: str | None) -> k8s.ApiClient:
 
 
 def run_operator(cfg: OperatorConfig) -> None:
-    if cfg.kubeconfig:
-        os.environ["KUBECONFIG"] = cfg.kubeconfig  # kopf's own login reads it too
     from llmfleet import main
     from llmfleet.reconcile.controller import Controller
 

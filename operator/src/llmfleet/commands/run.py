@@ -72,6 +72,9 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.kubeconfig:
+        # The kubernetes client reads KUBECONFIG once, when first imported; kopf's login uses it.
+        os.environ["KUBECONFIG"] = args.kubeconfig
     from llmfleet.operator_app import OperatorConfig, run_operator
 
     run_operator(

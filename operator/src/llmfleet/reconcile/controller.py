@@ -58,17 +58,18 @@ class Controller:
         return self.applier.get(f"{API_GROUP}/{API_VERSION}", "LLMDeployment", namespace, name)
 
     def reconcile_by_name(self, namespace: str, name: str) -> None:
-        """Reconcile from a child's event: read the owner fresh (it may be gone)."""
-        body = self.fetch(namespace, name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return
+        """Reconcile from a child's event."""
         # An invalid spec is already reported in status; the owner's own handler owns retries.
         with contextlib.suppress(InvalidSpecError):
-            self.reconcile(body)
+            self.reconcile(namespace, name)
 
-    def reconcile(self, body: dict[str, Any]) -> ApplyResult:
-        meta = body["metadata"]
-        with self._locked(meta["namespace"], meta["name"]):
+    def reconcile(self, namespace: str, name: str) -> ApplyResult:
+        with self._locked(namespace, name):
+            # Level-based: always act on the object as it is now, never on the copy an event
+            # carried, so status written by the previous reconcile is what we compare against.
+            body = self.fetch(namespace, name)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                return ApplyResult()
             start = time.monotonic()
             outcome = "error"
             try:

@@ -74,6 +74,17 @@ def _int(obj: dict[str, Any] | None, *path: str) -> int:
     return int(cur or 0)
 
 
+def _hpa_blind(hpa: dict[str, Any] | None) -> str | None:
+    """Why the HPA cannot scale on the queue metric, or None when it can (or is not there)."""
+    for c in ((hpa or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "ScalingActive" and c.get("status") == FALSE:
+            return (
+                f"the HorizontalPodAutoscaler cannot scale ({c.get('reason')}): "
+                f"{c.get('message', '')}; is prometheus-adapter serving vllm_num_requests_waiting?"
+            )
+    return None
+
+
 def invalid_status(
     old: dict[str, Any], generation: int, reason: str, message: str
 ) -> dict[str, Any]:
@@ -101,11 +112,16 @@ def ready_status(
     ready = _int(engine, "status", "readyReplicas")
     current = _int(engine, "status", "replicas")
     updated = _int(engine, "status", "updatedReplicas")
-    desired = (
-        _int(observed.hpa, "status", "desiredReplicas") or _int(engine, "spec", "replicas")
-        if observed.hpa
-        else _int(engine, "spec", "replicas")
-    ) or plan.replicas
+    # With an HPA, a new Deployment starts at one pod until the HPA lifts it to minReplicas.
+    blind = _hpa_blind(observed.hpa)
+    if observed.hpa is None:
+        desired = plan.replicas
+    elif blind is None:
+        desired = max(_int(observed.hpa, "status", "desiredReplicas"), plan.min_replicas)
+    else:
+        # An HPA that cannot read its metric keeps a stale desiredReplicas and only enforces the
+        # bounds on the Deployment.
+        desired = min(max(_int(engine, "spec", "replicas"), plan.min_replicas), plan.max_replicas)
     old_ready = sum(_int(d, "status", "readyReplicas") for d in observed.old_engines)
     g = generation
     conds = [condition("Planned", TRUE, "LayoutPlanned", plan.reason, g)]
@@ -137,7 +153,7 @@ def ready_status(
                 g,
             )
         )
-    elif ready < desired or updated < current:
+    elif ready < desired or updated < current or current != desired:
         conds.append(
             condition(
                 "Progressing",
@@ -171,7 +187,10 @@ def ready_status(
         )
     else:
         conds.append(condition("ScalingLimited", FALSE, "Schedulable", "every pod found a node", g))
-        conds.append(condition("Degraded", FALSE, "AsPlanned", "no problem observed", g))
+        if blind is not None:
+            conds.append(condition("Degraded", TRUE, "AutoscalerBlind", blind, g))
+        else:
+            conds.append(condition("Degraded", FALSE, "AsPlanned", "no problem observed", g))
 
     return {
         "observedGeneration": g,

@@ -1,0 +1,194 @@
+"""The operator under test: the real `llmfleet run` process, authenticated as the chart's
+ServiceAccount (a token from the TokenRequest API), so every e2e test also proves the chart's RBAC
+is enough. Plus helpers to count its API writes from the API server's audit log."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from localcluster.supervisor import REPO, Cluster, bindir
+
+CHART = REPO / "charts" / "llmfleet"
+OPERATOR_NAMESPACE = "llmfleet-system"
+RELEASE = "llmfleet"
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+
+
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 60,
+    interval: float = 0.5,
+    what: str = "condition",
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout}s")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def helm_template(*args: str) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [
+            str(bindir("helm") / "helm"),
+            "template",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            OPERATOR_NAMESPACE,
+            *args,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@dataclass
+class Operator:
+    cluster: Cluster
+    resync_seconds: float = 5.0
+    proc: subprocess.Popen[bytes] | None = None
+    metrics_port: int = field(default_factory=free_port)
+    username: str = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.cluster.state_dir / "operator-sa.kubeconfig"
+
+    @property
+    def log_path(self) -> Path:
+        return self.cluster.state_dir / "operator.log"
+
+    def install_identity(self) -> None:
+        """CRDs, the chart's ServiceAccount and RBAC, and a kubeconfig holding the SA's token."""
+        k = self.cluster.kubectl
+        k("apply", "--server-side", "-f", str(REPO / "crds"))
+        k("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.dev")
+        k("create", "namespace", OPERATOR_NAMESPACE, "--dry-run=client", "-o", "yaml")
+        k(
+            "apply",
+            "-f",
+            "-",
+            input=yaml.safe_dump(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
+            ),
+        )
+        rbac = [d for d in helm_template() if d["kind"] in RBAC_KINDS]
+        k(
+            "apply",
+            "--server-side",
+            "-f",
+            "-",
+            input="\n---\n".join(yaml.safe_dump(d) for d in rbac),
+        )
+        token = k("create", "token", RELEASE, "-n", OPERATOR_NAMESPACE, "--duration=24h").strip()
+        cfg = yaml.safe_load(self.cluster.kubeconfig.read_text())
+        cfg["users"] = [{"name": "operator", "user": {"token": token}}]
+        cfg["contexts"][0]["context"]["user"] = "operator"
+        self.kubeconfig.write_text(yaml.safe_dump(cfg))
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        logf = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "llmfleet"),
+                "run",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--metrics-host",
+                "127.0.0.1",
+                "--metrics-port",
+                str(self.metrics_port),
+                "--liveness",
+                f"http://127.0.0.1:{free_port()}/healthz",
+                "--resync-seconds",
+                str(self.resync_seconds),
+                "--log-level",
+                "INFO",
+            ],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        logf.close()
+        (self.cluster.state_dir / "operator.pid").write_text(str(self.proc.pid))
+        wait_for(self._serving_metrics, timeout=30, what="operator metrics endpoint")
+
+    def _serving_metrics(self) -> bool:
+        try:
+            self.metrics()
+        except OSError:
+            return False
+        return True
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as r:
+            text: str = r.read().decode()
+            return text
+
+    def metric(self, name: str, **labels: str) -> float:
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if line.startswith("#"):
+                continue
+            key, _, value = line.rpartition(" ")
+            metric, _, label_text = key.partition("{")
+            if metric == name and all(p in label_text for p in want.split(",") if p):
+                total += float(value)
+        return total
+
+    def writes_since(self, since: datetime, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Write requests the operator made since `since` (from the audit log)."""
+        out = []
+        for path in sorted(self.cluster.state_dir.glob("audit*.log")):
+            for line in path.read_text().splitlines():
+                e = json.loads(line)
+                if e["user"]["username"] != self.username:
+                    continue
+                t = datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00"))
+                if t < since:
+                    continue
+                if namespace and (e.get("objectRef") or {}).get("namespace") != namespace:
+                    continue
+                out.append(e)
+        return out
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

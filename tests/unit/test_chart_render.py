@@ -1,0 +1,522 @@
+"""The Helm chart renders, lints and refuses bad values, without a cluster (`helm template`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "llmfleet"
+BUILD_TOOLS = REPO / "tests" / "localcluster" / "build-tools.sh"
+RELEASE = "fleet"
+MONITORING_API = "monitoring.coreos.com/v1"
+MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+RBAC_KINDS = {"ClusterRole", "Role"}
+
+
+@cache
+def helm() -> str:
+    bindir = subprocess.run(
+        [str(BUILD_TOOLS), "--bindir", "helm"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    path = Path(bindir) / "helm"
+    if not path.is_file():
+        pytest.skip(f"helm is not built yet ({path}); run `make tools`")
+    return str(path)
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    # No cluster and no user state: helm template must work offline.
+    env = {**os.environ, "KUBECONFIG": os.devnull, "HELM_CACHE_HOME": "/tmp/llmfleet-helm-cache"}
+    return subprocess.run([helm(), *args], capture_output=True, text=True, env=env, check=False)
+
+
+def render(
+    *set_args: str, chart: Path = CHART, api_versions: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    args = ["template", RELEASE, str(chart), "--namespace", "llmfleet-system"]
+    for value in set_args:
+        args += ["--set", value]
+    for api in api_versions:
+        args += ["--api-versions", api]
+    result = run_helm(*args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def of_kind(docs: list[dict[str, Any]], *kinds: str) -> list[dict[str, Any]]:
+    return [doc for doc in docs if doc["kind"] in kinds]
+
+
+def operator_deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = of_kind(docs, "Deployment")
+    return deployment
+
+
+def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = operator_deployment(docs)["spec"]["template"]["spec"]["containers"]
+    (container,) = [c for c in containers if c["name"] == "operator"]
+    return container
+
+
+def walk(node: Any) -> Iterator[Any]:
+    yield node
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield key
+            yield from walk(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from walk(item)
+
+
+# --- lint -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
+def test_helm_lint_is_clean(strict: bool) -> None:
+    result = run_helm("lint", str(CHART), *(["--strict"] if strict else []))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout, result.stdout
+    assert "[ERROR]" not in result.stdout, result.stdout
+
+
+# --- what renders -----------------------------------------------------------------------------
+
+SCENARIOS = {
+    "defaults-watch-all-namespaces": (),
+    "watch-listed-namespaces": ("watchNamespaces={team-a,team-b}",),
+    "three-replicas-with-peering": ("replicas=3", "peering.enabled=true"),
+    "namespaced-peering": ("replicas=2", "peering.enabled=true", "watchNamespaces={team-a}"),
+}
+
+
+@pytest.mark.parametrize("set_args", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_renders_a_hardened_operator_deployment(set_args: tuple[str, ...]) -> None:
+    docs = render(*set_args)
+    deployment = operator_deployment(docs)
+    pod = deployment["spec"]["template"]["spec"]
+    container = operator_container(docs)
+
+    assert container["command"] == ["llmfleet", "run"]
+    assert container["image"] == "docker.io/llmfleet/operator:0.1.0"
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["tmp"] == "/tmp"
+    assert "emptyDir" in volumes["tmp"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["LLMFLEET_DEFAULT_ENGINE_IMAGE"] == "vllm/vllm-openai:v0.32.0"
+
+
+def test_args_follow_the_values() -> None:
+    args = operator_container(render("logLevel=DEBUG", "resyncSeconds=30", "metrics.port=9191"))[
+        "args"
+    ]
+    assert "--log-level=DEBUG" in args
+    assert "--resync-seconds=30" in args
+    assert "--metrics-port=9191" in args
+    assert "--gpu-profiles=/etc/llmfleet/gpu-profiles.yaml" in args
+    assert not [a for a in args if a.startswith(("--peering", "--namespace"))]
+
+
+def test_image_tag_and_digest_override_app_version() -> None:
+    assert operator_container(render("image.tag=1.2.3"))["image"].endswith("operator:1.2.3")
+    digest = "sha256:" + "a" * 64
+    assert operator_container(render(f"image.digest={digest}"))["image"].endswith(f"@{digest}")
+
+
+def test_gpu_profiles_configmap_is_mounted_with_the_default_products() -> None:
+    docs = render()
+    (configmap,) = [d for d in of_kind(docs, "ConfigMap") if "gpu-profiles.yaml" in d["data"]]
+    profiles = yaml.safe_load(configmap["data"]["gpu-profiles.yaml"])
+    assert {name: (p["memoryGiB"], p["perNode"], p["product"]) for name, p in profiles.items()} == {
+        "h100-80gb": (80, 8, "NVIDIA-H100-80GB-HBM3"),
+        "a100-80gb": (80, 8, "NVIDIA-A100-SXM4-80GB"),
+        "a100-40gb": (40, 8, "NVIDIA-A100-SXM4-40GB"),
+        "l40s": (48, 8, "NVIDIA-L40S"),
+        "l4": (24, 8, "NVIDIA-L4"),
+    }
+    pod = operator_deployment(docs)["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    mounts = {m["name"]: m["mountPath"] for m in operator_container(docs)["volumeMounts"]}
+    assert mounts[volume["name"]] == "/etc/llmfleet"
+
+
+def test_metrics_service_exposes_port_9090_named_metrics() -> None:
+    docs = render()
+    (service,) = of_kind(docs, "Service")
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    pod_labels = operator_deployment(docs)["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+# --- RBAC -------------------------------------------------------------------------------------
+
+EXPECTED_RULES = {
+    ("llmfleet.dev", "llmdeployments"): {"get", "list", "watch", "patch"},
+    ("llmfleet.dev", "llmdeployments/status"): {"get", "patch"},
+    ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("autoscaling", "horizontalpodautoscalers"): {
+        "get",
+        "list",
+        "watch",
+        "create",
+        "patch",
+        "delete",
+    },
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "pods"): {"get", "list", "watch"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+
+
+def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+@pytest.mark.parametrize("set_args", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_rbac_has_no_wildcard(set_args: tuple[str, ...]) -> None:
+    docs = render(*set_args)
+    roles = of_kind(docs, "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
+    assert roles
+    assert "*" not in [v for v in walk(roles) if isinstance(v, str)]
+
+
+RBAC_SCOPES = {
+    "all-namespaces-clusterrole": ((), "ClusterRole", [None], None),
+    "listed-namespaces-roles": (
+        ("watchNamespaces={team-a,team-b}",),
+        "Role",
+        ["team-a", "team-b"],
+        None,
+    ),
+    "peering-clusterwide": (
+        ("replicas=2", "peering.enabled=true"),
+        "ClusterRole",
+        [None],
+        "clusterkopfpeerings",
+    ),
+    "peering-namespaced": (
+        ("peering.enabled=true", "watchNamespaces={team-a}"),
+        "Role",
+        ["team-a"],
+        "kopfpeerings",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("set_args", "kind", "namespaces", "peering"), RBAC_SCOPES.values(), ids=RBAC_SCOPES.keys()
+)
+def test_rbac_grants_exactly_the_operator_rules_where_it_watches(
+    set_args: tuple[str, ...], kind: str, namespaces: list[str | None], peering: str | None
+) -> None:
+    docs = render(*set_args)
+    roles = of_kind(docs, *RBAC_KINDS)
+    assert {r["kind"] for r in roles} == {kind}
+    assert sorted(r["metadata"].get("namespace") or "" for r in roles) == [
+        n or "" for n in namespaces
+    ]
+    expected = dict(EXPECTED_RULES)
+    if peering:
+        expected[("kopf.dev", peering)] = {"get", "list", "watch", "patch", "create"}
+    for role in roles:
+        assert granted(role) == expected
+    bindings = of_kind(docs, f"{kind}Binding")
+    assert len(bindings) == len(roles)
+    (account,) = of_kind(docs, "ServiceAccount")
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == kind
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": account["metadata"]["name"],
+                "namespace": "llmfleet-system",
+            }
+        ]
+
+
+def test_watched_namespaces_become_namespace_args() -> None:
+    args = operator_container(render("watchNamespaces={team-a,team-b}"))["args"]
+    assert [a for a in args if a.startswith("--namespace")] == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+    ]
+
+
+# --- peering ----------------------------------------------------------------------------------
+
+
+def test_peering_renders_kept_crds_the_peering_arg_and_the_init_container() -> None:
+    docs = render("replicas=3", "peering.enabled=true")
+    crds = {d["metadata"]["name"]: d for d in of_kind(docs, "CustomResourceDefinition")}
+    assert set(crds) == {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+    for crd in crds.values():
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert crd["spec"]["group"] == "kopf.dev"
+        assert [v["name"] for v in crd["spec"]["versions"]] == ["v1"]
+    deployment = operator_deployment(docs)
+    assert deployment["spec"]["replicas"] == 3
+    peering_name = f"{RELEASE}-llmfleet"
+    assert f"--peering={peering_name}" in operator_container(docs)["args"]
+    (init,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert init["command"][:2] == ["python", "-c"]
+    assert init["command"][3:] == [peering_name]
+    compile(init["command"][2], "ensure-peering.py", "exec")
+
+
+def test_standalone_operator_has_no_peering_and_recreates_on_rollout() -> None:
+    docs = render()
+    assert not of_kind(docs, "CustomResourceDefinition")
+    deployment = operator_deployment(docs)
+    assert "initContainers" not in deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+
+
+# --- refused values ---------------------------------------------------------------------------
+
+REFUSED = {
+    "typo-at-top-level": (("replicaz=2",), ["replicaz"]),
+    "typo-in-nested-value": (("image.tagg=1.0",), ["tagg", "/image"]),
+    "typo-in-gpu-profile": (("gpuProfiles.l4.memoryGb=24",), ["memoryGb", "/gpuProfiles/l4"]),
+    "unknown-log-level": (("logLevel=TRACE",), ["/logLevel"]),
+    "monitoring-enabled-not-auto-true-false": (
+        ("monitoring.podMonitor.enabled=sometimes",),
+        ["/monitoring/podMonitor/enabled"],
+    ),
+    "replicas-without-peering": (("replicas=2",), ["replicas=2", "peering.enabled"]),
+    "servicemonitor-forced-without-metrics": (
+        ("metrics.enabled=false", "monitoring.serviceMonitor.enabled=true"),
+        ["monitoring.serviceMonitor.enabled=true", "metrics.enabled"],
+    ),
+    "no-serviceaccount-to-run-as": (
+        ("serviceAccount.create=false",),
+        ["serviceAccount.create=false", "serviceAccount.name"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("set_args", "named"), REFUSED.values(), ids=REFUSED.keys())
+def test_refuses_bad_values_naming_them(set_args: tuple[str, ...], named: list[str]) -> None:
+    args = ["template", RELEASE, str(CHART)]
+    for value in set_args:
+        args += ["--set", value]
+    result = run_helm(*args)
+    assert result.returncode != 0, result.stdout
+    for word in named:
+        assert word in result.stderr, result.stderr
+
+
+def test_refuses_a_typo_in_a_values_file(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("replicaz: 2\n")
+    result = run_helm("template", RELEASE, str(CHART), "-f", str(values))
+    assert result.returncode != 0
+    assert "additional properties 'replicaz' not allowed" in result.stderr, result.stderr
+
+
+# --- monitoring -------------------------------------------------------------------------------
+
+MONITORING = {
+    "auto-without-prometheus-operator": ((), (), set()),
+    "auto-with-prometheus-operator": ((), (MONITORING_API,), MONITORING_KINDS),
+    "forced-on-without-the-api": (
+        (
+            "monitoring.serviceMonitor.enabled=true",
+            "monitoring.podMonitor.enabled=true",
+            "monitoring.prometheusRule.enabled=true",
+        ),
+        (),
+        MONITORING_KINDS,
+    ),
+    "forced-off-with-the-api": (
+        (
+            "monitoring.serviceMonitor.enabled=false",
+            "monitoring.podMonitor.enabled=false",
+            "monitoring.prometheusRule.enabled=false",
+        ),
+        (MONITORING_API,),
+        set(),
+    ),
+    "only-the-podmonitor": (
+        ("monitoring.podMonitor.enabled=true",),
+        (),
+        {"PodMonitor"},
+    ),
+    "no-servicemonitor-without-metrics": (
+        ("metrics.enabled=false",),
+        (MONITORING_API,),
+        {"PodMonitor", "PrometheusRule"},
+    ),
+}
+
+
+@pytest.mark.parametrize(("set_args", "apis", "kinds"), MONITORING.values(), ids=MONITORING.keys())
+def test_monitoring_objects_render_when_forced_or_the_api_exists(
+    set_args: tuple[str, ...], apis: tuple[str, ...], kinds: set[str]
+) -> None:
+    docs = render(*set_args, api_versions=apis)
+    assert {d["kind"] for d in of_kind(docs, *MONITORING_KINDS)} == kinds
+
+
+def test_podmonitor_scrapes_engine_pods_and_labels_them_by_llmdeployment() -> None:
+    docs = render("watchNamespaces={team-a}", api_versions=(MONITORING_API,))
+    (monitor,) = of_kind(docs, "PodMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/managed-by": "llmfleet",
+        "app.kubernetes.io/component": "engine",
+    }
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
+    assert {
+        "sourceLabels": ["__meta_kubernetes_pod_label_llmfleet_dev_deployment"],
+        "targetLabel": "llmdeployment",
+        "action": "replace",
+    } in endpoint["relabelings"]
+    all_namespaces = of_kind(render(api_versions=(MONITORING_API,)), "PodMonitor")[0]
+    assert all_namespaces["spec"]["namespaceSelector"] == {"any": True}
+
+
+def test_servicemonitor_scrapes_the_metrics_service() -> None:
+    docs = render(api_versions=(MONITORING_API,))
+    (monitor,) = of_kind(docs, "ServiceMonitor")
+    (service,) = of_kind(docs, "Service")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+
+
+def test_prometheusrule_carries_the_groups_of_the_rule_file() -> None:
+    (rule,) = of_kind(render(api_versions=(MONITORING_API,)), "PrometheusRule")
+    plain = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    assert rule["spec"]["groups"] == plain["groups"]
+
+
+# --- prometheus-adapter rules -----------------------------------------------------------------
+
+
+def test_prometheus_adapter_rules_render_verbatim_unless_disabled() -> None:
+    source = (CHART / "files" / "prometheus-adapter-rules.yaml").read_text()
+    (configmap,) = [d for d in of_kind(render(), "ConfigMap") if "config.yaml" in d["data"]]
+    assert configmap["data"]["config.yaml"].strip() == source.strip()
+    disabled = render("prometheusAdapter.rules.enabled=false")
+    assert not [d for d in of_kind(disabled, "ConfigMap") if "config.yaml" in d["data"]]
+
+
+# --- dashboards -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def chart_with_dashboards(tmp_path: Path) -> Path:
+    chart = tmp_path / "llmfleet"
+    shutil.copytree(CHART, chart)
+    dashboards = chart / "dashboards"
+    dashboards.mkdir(exist_ok=True)
+    for name in ("fleet_overview", "engine-latency"):
+        (dashboards / f"{name}.json").write_text(json.dumps({"title": name, "panels": []}))
+    return chart
+
+
+def dashboard_configmaps(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in of_kind(docs, "ConfigMap") if any(k.endswith(".json") for k in d["data"])]
+
+
+def test_no_dashboard_configmap_without_dashboard_files() -> None:
+    assert not dashboard_configmaps(render())
+
+
+def test_one_labelled_configmap_per_dashboard(chart_with_dashboards: Path) -> None:
+    docs = render(chart=chart_with_dashboards)
+    configmaps = dashboard_configmaps(docs)
+    assert sorted(k for cm in configmaps for k in cm["data"]) == [
+        "engine-latency.json",
+        "fleet_overview.json",
+    ]
+    for configmap in configmaps:
+        assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert configmap["metadata"]["namespace"] == "llmfleet-system"
+        ((key, text),) = configmap["data"].items()
+        assert json.loads(text)["title"] == key.removesuffix(".json")
+    assert len({cm["metadata"]["name"] for cm in configmaps}) == 2
+
+
+def test_dashboard_label_namespace_and_annotations_are_configurable(
+    chart_with_dashboards: Path,
+) -> None:
+    docs = render(
+        "dashboards.label=grafana_dashboard_llm",
+        "dashboards.labelValue=yes",
+        "dashboards.namespace=monitoring",
+        "dashboards.annotations.grafana_folder=LLMFleet",
+        chart=chart_with_dashboards,
+    )
+    for configmap in dashboard_configmaps(docs):
+        assert configmap["metadata"]["labels"]["grafana_dashboard_llm"] == "yes"
+        assert configmap["metadata"]["namespace"] == "monitoring"
+        assert configmap["metadata"]["annotations"] == {"grafana_folder": "LLMFleet"}
+    assert not dashboard_configmaps(render("dashboards.enabled=false", chart=chart_with_dashboards))
+
+
+# --- NOTES.txt --------------------------------------------------------------------------------
+
+
+def test_notes_tell_the_user_what_to_apply_next(tmp_path: Path) -> None:
+    # helm template does not render NOTES.txt: render a copy of it inside an ordinary template.
+    chart = tmp_path / "llmfleet"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "_notes_probe.tpl").write_text(
+        '{{- define "notesProbe" -}}\n' + notes + "\n{{- end -}}\n"
+    )
+    (chart / "templates" / "notes-probe.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ include "notesProbe" . | toJson }}\n'
+    )
+    result = run_helm("template", RELEASE, str(chart), "--show-only", "templates/notes-probe.yaml")
+    assert result.returncode == 0, result.stderr
+    text = yaml.safe_load(result.stdout)["data"]["notes"]
+    for expected in (
+        "kubectl apply -n default -f examples/tiny-cpu.yaml",
+        "kubectl get llmd",
+        "llmfleet plan -f examples/",
+        "kubectl apply --server-side -f",
+    ):
+        assert expected in text, text
