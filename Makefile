@@ -27,6 +27,18 @@ $(PIP_STAMP): operator/pyproject.toml operator/requirements.lock
 .PHONY: venv
 venv: $(PIP_STAMP) ## Create the Python virtualenv with the pinned dependencies
 
+# Debian packages the tests use, pinned (Prometheus scrapes the engines; promtool checks rules).
+DEB_PACKAGES := prometheus=2.42.0+ds-5+deb12u1
+
+.PHONY: debian-deps
+debian-deps: ## Install the pinned Debian packages (prometheus, promtool) if missing
+	@for p in $(DEB_PACKAGES); do \
+	  if [ "$$(dpkg-query -W -f='$${Version}' $${p%%=*} 2>/dev/null)" != "$${p#*=}" ]; then missing=1; fi; \
+	done; \
+	if [ -n "$${missing:-}" ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PACKAGES); \
+	fi
+
 .PHONY: tools
 tools: ## Build the pinned cluster components (etcd, kubernetes, kwok, helm) into ~/.cache/llmfleet
 	$(TOOLS)
@@ -54,7 +66,7 @@ unit: venv ## Unit tests only (no cluster)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: test
-test: lint tools ## Everything CI runs: lint, unit and end-to-end tests on the local cluster
+test: lint tools debian-deps ## Everything CI runs: lint, unit and end-to-end tests on the local cluster
 	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
 
 .PHONY: cluster-up

@@ -1,0 +1,137 @@
+"""Status conditions computed from what the cluster shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmfleet.models import LLMDeploymentSpec
+from llmfleet.planner import plan
+from llmfleet.reconcile.status import Observed, invalid_status, ready_status
+
+PLAN = plan(
+    LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "gpus": {"count": 2, "memoryGiB": 80, "perNode": 8},
+        }
+    )
+)
+
+
+def dep(
+    ready: int, replicas: int, updated: int | None = None, name: str = "x-tp1"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas},
+        "status": {
+            "readyReplicas": ready,
+            "replicas": replicas,
+            "updatedReplicas": replicas if updated is None else updated,
+        },
+    }
+
+
+def hpa(desired: int, active: bool = True) -> dict[str, Any]:
+    cond = {
+        "type": "ScalingActive",
+        "status": "True" if active else "False",
+        "reason": "ValidMetricFound" if active else "FailedGetPodsMetric",
+        "message": "m",
+    }
+    return {"status": {"desiredReplicas": desired, "conditions": [cond]}}
+
+
+PENDING_FOR_GPUS = {
+    "metadata": {"name": "x-tp1-abc"},
+    "status": {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+            }
+        ],
+    },
+}
+
+
+def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+@pytest.mark.parametrize(
+    ("observed", "expected"),
+    [
+        pytest.param(
+            Observed(dep(2, 2), (), hpa(2), ()),
+            {
+                "Available": ("True", "EnginesReady"),
+                "Progressing": ("False", "Stable"),
+                "Degraded": ("False", "AsPlanned"),
+            },
+            id="all-ready-is-stable",
+        ),
+        pytest.param(
+            Observed(dep(0, 2), (), hpa(2), ()),
+            {"Available": ("False", "NoEngineReady"), "Progressing": ("True", "RollingOut")},
+            id="nothing-ready-yet",
+        ),
+        pytest.param(
+            Observed(dep(1, 1), (), hpa(2), ()),
+            {"Progressing": ("True", "RollingOut")},
+            id="hpa-wants-more-pods",
+        ),
+        pytest.param(
+            Observed(dep(0, 1), (dep(2, 2, name="x-tp2"),), hpa(2), ()),
+            {"Available": ("True", "EnginesReady"), "Progressing": ("True", "LayoutTransition")},
+            id="old-layout-serves-during-transition",
+        ),
+        pytest.param(
+            Observed(dep(2, 3), (), hpa(3), (PENDING_FOR_GPUS,)),
+            {
+                "ScalingLimited": ("True", "InsufficientGPUs"),
+                "Degraded": ("True", "PodsUnschedulable"),
+            },
+            id="pending-for-gpus",
+        ),
+        pytest.param(
+            Observed(dep(2, 2), (), hpa(5, active=False), ()),
+            {"Degraded": ("True", "AutoscalerBlind"), "Progressing": ("False", "Stable")},
+            id="hpa-without-metrics",
+        ),
+    ],
+)
+def test_conditions_follow_the_children(
+    observed: Observed, expected: dict[str, tuple[str, str]]
+) -> None:
+    status = ready_status(old={}, generation=3, plan=PLAN, observed=observed, endpoint="e")
+    got = conds(status)
+    for ctype, want in expected.items():
+        assert got[ctype] == want
+    assert got["Planned"] == ("True", "LayoutPlanned")
+    assert all(c["observedGeneration"] == 3 for c in status["conditions"])
+
+
+def test_unchanged_status_keeps_transition_times_so_a_resync_writes_nothing() -> None:
+    observed = Observed(dep(2, 2), (), hpa(2), ())
+    first = ready_status(old={}, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    for c in first["conditions"]:
+        c["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+    again = ready_status(old=first, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    assert again == first
+
+
+def test_invalid_spec_keeps_serving_conditions_and_names_the_problem() -> None:
+    observed = Observed(dep(2, 2), (), hpa(2), ())
+    good = ready_status(old={}, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    bad = invalid_status(good, 2, "PlanningFailed", "spec.gpus.count: 3 GPUs cannot be split")
+    got = conds(bad)
+    assert got["Planned"] == ("False", "PlanningFailed")
+    assert got["Available"] == ("True", "EnginesReady")
+    assert bad["plan"] == good["plan"]
+    assert bad["observedGeneration"] == 2
