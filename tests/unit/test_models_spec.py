@@ -207,7 +207,7 @@ def test_invalid_field_is_named_by_its_manifest_path(
             id="batched-tokens-cover-sequences",
         ),
         pytest.param(
-            spec_with(gpus={"count": 16, "memoryGiB": 80}, strategy="SinglePod"),
+            spec_with(gpus={"count": 16, "memoryGiB": 80, "perNode": 8}, strategy="SinglePod"),
             "spec.strategy: strategy SinglePod needs gpus.count at most gpus.perNode",
             id="single-pod-stays-on-one-node",
         ),

@@ -92,7 +92,7 @@ def test_reads_standard_input(
     ("spec_yaml", "expected"),
     [
         pytest.param(
-            "model: {name: x}\n  gpus: {count: 12, memoryGiB: 80}",
+            "model: {name: x}\n  gpus: {count: 12, memoryGiB: 80, perNode: 8}",
             "LLMDeployment bad: spec.gpus.count: count must be at most perNode",
             id="cross-field-rule",
         ),

@@ -1,12 +1,25 @@
-"""The operator's own Prometheus metrics (prefix llmfleet_)."""
+"""The operator's own Prometheus metrics (prefix llmfleet_).
+
+Every per-resource series carries `namespace` and `llmdeployment` labels naming the
+LLMDeployment. Scrape the operator with `honor_labels: true` (ServiceMonitor `honorLabels: true`):
+otherwise Prometheus renames the metric's `namespace` to `exported_namespace`, because the scrape
+target has a `namespace` label of its own (the operator's namespace).
+
+The helpers below are pure bookkeeping over prometheus-client objects (no Kubernetes calls); the
+reconciler calls them with what it already has in hand. Where to call each is in its docstring.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
+    from llmfleet.models import LLMDeploymentSpec
     from llmfleet.planner import Plan
 
 RECONCILES = Counter("llmfleet_reconcile", "Reconciles by result", ["result"])
@@ -21,15 +34,247 @@ PLANNED_REPLICAS = Gauge(
     "Planned pods of an LLMDeployment, by layout",
     ["namespace", "llmdeployment", "strategy", "tensor_parallel_size", "gpus_per_replica"],
 )
+CONDITIONS = Gauge(
+    "llmfleet_condition",
+    "Current status conditions of each LLMDeployment: 1 for the condition's current "
+    "(type, status, reason); a series disappears when the condition changes",
+    ["namespace", "llmdeployment", "type", "status", "reason"],
+)
+RECONCILE_ERRORS = Counter(
+    "llmfleet_reconcile_errors",
+    "Reconciles that failed with an error (not an invalid spec), by reason",
+    ["namespace", "llmdeployment", "reason"],
+)
+PLANNER_DECISIONS = Counter(
+    "llmfleet_planner_decisions",
+    "Layouts the planner chose (counted when an LLMDeployment's layout changes, and once per "
+    "LLMDeployment when the operator starts); strategy=Failed when no layout fits",
+    ["objective", "requested_strategy", "strategy", "layout"],
+)
+# Pod creation to Ready: scheduling, image pull, weight download and load, warm-up.
+ENGINE_STARTUP_BUCKETS = (15, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800, 2700, 3600, 7200)
+ENGINE_STARTUP = Histogram(
+    "llmfleet_engine_startup_seconds",
+    "Seconds from an engine pod's creation to its first Ready condition, as the operator saw it",
+    ["namespace", "llmdeployment", "layout"],
+    buckets=ENGINE_STARTUP_BUCKETS,
+)
+
+LAYOUT_LABEL = "llmfleet.dev/layout"
+# Pods that became Ready longer ago than this are not observed: after an operator restart the
+# pods already running would otherwise be counted a second time.
+STARTUP_OBSERVATION_WINDOW_SECONDS = 900.0
+
+_lock = threading.Lock()
 _layouts: dict[tuple[str, str], tuple[str, str, str]] = {}
+_conditions: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+_decisions: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+_error_reasons: dict[tuple[str, str], set[str]] = {}
+_started: dict[tuple[str, str], set[str]] = {}
+_startup_layouts: dict[tuple[str, str], set[str]] = {}
 
 
 def set_planned(namespace: str, name: str, plan: Plan | None) -> None:
     key = (namespace, name)
-    previous = _layouts.pop(key, None)
-    if previous is not None:
-        PLANNED_REPLICAS.remove(namespace, name, *previous)
-    if plan is not None:
-        layout = (plan.strategy, str(plan.tensor_parallel_size), str(plan.gpus_per_replica))
-        PLANNED_REPLICAS.labels(namespace, name, *layout).set(plan.replicas)
-        _layouts[key] = layout
+    with _lock:
+        previous = _layouts.pop(key, None)
+        if previous is not None:
+            PLANNED_REPLICAS.remove(namespace, name, *previous)
+        if plan is not None:
+            layout = (plan.strategy, str(plan.tensor_parallel_size), str(plan.gpus_per_replica))
+            PLANNED_REPLICAS.labels(namespace, name, *layout).set(plan.replicas)
+            _layouts[key] = layout
+
+
+def set_conditions(namespace: str, name: str, conditions: Iterable[Mapping[str, Any]]) -> None:
+    """Publish the LLMDeployment's current status conditions (`llmfleet_condition`).
+
+    Call in `Controller._reconcile` with the status just computed, in both paths, whether or
+    not it was written: `m.set_conditions(ns, name, new["conditions"])` after
+    `self._write_status(...)` (the invalid-spec path and the ready path)."""
+    current = {
+        (str(c.get("type", "")), str(c.get("status", "")), str(c.get("reason") or ""))
+        for c in conditions
+        if c.get("type")
+    }
+    key = (namespace, name)
+    with _lock:
+        for gone in _conditions.get(key, set()) - current:
+            CONDITIONS.remove(namespace, name, *gone)
+        for ctype, status, reason in current:
+            CONDITIONS.labels(namespace, name, ctype, status, reason).set(1)
+        _conditions[key] = current
+
+
+def error_reason(error: BaseException) -> str:
+    """A short, bounded reason for a failed reconcile: the Kubernetes API status for API errors
+    (duck-typed on `.status`, as kubernetes' ApiException and the dynamic client's errors carry
+    it), the exception's class name otherwise."""
+    status = getattr(error, "status", None)
+    if isinstance(status, int) and status > 0:
+        return _API_REASONS.get(status, "ServerError" if status >= 500 else f"HTTP{status}")
+    if isinstance(error, TimeoutError):
+        return "Timeout"
+    if isinstance(error, OSError):
+        return "Unreachable"
+    return type(error).__name__
+
+
+_API_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    410: "Gone",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "ServerError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+def record_reconcile_error(namespace: str, name: str, error: BaseException) -> str:
+    """Count a failed reconcile in `llmfleet_reconcile_errors_total` and return its reason.
+
+    Call in `Controller.reconcile`, in a new `except Exception as e:` clause after
+    `except InvalidSpecError:` (before `raise`): `m.record_reconcile_error(namespace, name, e)`.
+    An invalid spec is not an error here (it is `llmfleet_reconcile_total{result="invalid"}`
+    and the Planned=False condition)."""
+    reason = error_reason(error)
+    with _lock:
+        RECONCILE_ERRORS.labels(namespace, name, reason).inc()
+        _error_reasons.setdefault((namespace, name), set()).add(reason)
+    return reason
+
+
+def layout_of(plan: Plan | None) -> str:
+    """The `llmfleet.dev/layout` value of a plan (tp<N> or cpu), or "none"."""
+    if plan is None:
+        return "none"
+    return "cpu" if plan.gpus_per_replica == 0 else f"tp{plan.tensor_parallel_size}"
+
+
+def record_planner_decision(
+    namespace: str, name: str, spec: LLMDeploymentSpec, plan: Plan | None
+) -> bool:
+    """Count the planner's decision for an LLMDeployment when it differs from the last one this
+    process counted for it (so resyncs do not inflate it); `plan=None` when planning failed.
+    Returns whether it was counted.
+
+    Call in `Controller._reconcile` right after planning: on success
+    `m.record_planner_decision(ns, name, spec, planned)` (next to `m.set_planned`), and in the
+    `except (ValidationError, PlanError)` branch when `isinstance(e, PlanError)`:
+    `m.record_planner_decision(ns, name, spec, None)`."""
+    decision = (
+        str(spec.objective),
+        str(spec.strategy),
+        plan.strategy if plan is not None else "Failed",
+        layout_of(plan),
+    )
+    key = (namespace, name)
+    with _lock:
+        if _decisions.get(key) == decision:
+            return False
+        _decisions[key] = decision
+        PLANNER_DECISIONS.labels(*decision).inc()
+    return True
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def ready_since(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's Ready condition last became True, or None if it is not Ready."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            if c.get("status") != "True":
+                return None
+            return _timestamp(c.get("lastTransitionTime") or c.get("last_transition_time"))
+    return None
+
+
+def engine_startup_seconds(pod: Mapping[str, Any]) -> float | None:
+    """Seconds from the pod's creation to its Ready condition turning True, from the pod object
+    alone (a dict as the API returns it, camelCase or snake_case, timestamps as RFC 3339
+    strings or datetimes). None when the pod is not Ready or a timestamp is missing.
+
+    Measures creation -> Ready: waiting for a node (GPUs), image pull, model download and load,
+    warm-up. A pod that was Ready, became unready and Ready again reports its latest transition;
+    `observe_engine_startups` observes each pod once, shortly after it first becomes Ready."""
+    meta = pod.get("metadata") or {}
+    created = _timestamp(meta.get("creationTimestamp") or meta.get("creation_timestamp"))
+    ready = ready_since(pod)
+    if created is None or ready is None:
+        return None
+    return max(0.0, (ready - created).total_seconds())
+
+
+def observe_engine_startups(
+    namespace: str,
+    name: str,
+    pods: Iterable[Mapping[str, Any]],
+    now: datetime | None = None,
+) -> int:
+    """Observe `llmfleet_engine_startup_seconds` for engine pods of one LLMDeployment that became
+    Ready since the last call (each pod uid once; pods Ready for longer than
+    STARTUP_OBSERVATION_WINDOW_SECONDS are skipped, so an operator restart does not count the
+    running pods again). Returns how many were observed.
+
+    Call in `Controller._reconcile` after building `observed`:
+    `m.observe_engine_startups(ns, name, observed.pods)` (the pods listed with the children
+    selector; the layout comes from each pod's llmfleet.dev/layout label)."""
+    moment = now or datetime.now(UTC)
+    key = (namespace, name)
+    count = 0
+    with _lock:
+        seen = _started.setdefault(key, set())
+        present: set[str] = set()
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+            present.add(uid)
+            if uid in seen:
+                continue
+            seconds = engine_startup_seconds(pod)
+            since = ready_since(pod)
+            if seconds is None or since is None:
+                continue
+            seen.add(uid)
+            if (moment - since).total_seconds() > STARTUP_OBSERVATION_WINDOW_SECONDS:
+                continue
+            layout = str((meta.get("labels") or {}).get(LAYOUT_LABEL) or "unknown")
+            ENGINE_STARTUP.labels(namespace, name, layout).observe(seconds)
+            _startup_layouts.setdefault(key, set()).add(layout)
+            count += 1
+        # Forget pods that are gone, so the set stays as small as the fleet.
+        seen &= present
+    return count
+
+
+def forget(namespace: str, name: str) -> None:
+    """Drop every per-LLMDeployment series and the bookkeeping of a deleted LLMDeployment.
+
+    Call in `Controller.reconcile` where it returns early because the object is gone or has a
+    deletionTimestamp: `m.forget(namespace, name)`."""
+    set_planned(namespace, name, None)
+    set_conditions(namespace, name, ())
+    key = (namespace, name)
+    with _lock:
+        _conditions.pop(key, None)
+        _decisions.pop(key, None)
+        _started.pop(key, None)
+        for reason in _error_reasons.pop(key, set()):
+            RECONCILE_ERRORS.remove(namespace, name, reason)
+        for layout in _startup_layouts.pop(key, set()):
+            ENGINE_STARTUP.remove(namespace, name, layout)

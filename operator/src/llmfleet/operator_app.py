@@ -10,6 +10,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from prometheus_client import start_http_server
 
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
+
 
 @dataclass(frozen=True)
 class OperatorConfig:
@@ -37,6 +39,11 @@ def run_operator(cfg: OperatorConfig) -> None:
     from llmfleet import main
     from llmfleet.reconcile.controller import Controller
 
+    profiles = (
+        parse_gpu_profiles(cfg.gpu_profiles_path.read_text())
+        if cfg.gpu_profiles_path
+        else DEFAULT_GPU_PROFILES
+    )
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host)
     main.install(cfg.resync_seconds)
@@ -46,5 +53,5 @@ def run_operator(cfg: OperatorConfig) -> None:
         clusterwide=not cfg.namespaces,
         namespaces=cfg.namespaces,
         liveness_endpoint=cfg.liveness_endpoint or None,
-        memo=kopf.Memo(controller=Controller(api_client(cfg.kubeconfig))),
+        memo=kopf.Memo(controller=Controller(api_client(cfg.kubeconfig), profiles)),
     )

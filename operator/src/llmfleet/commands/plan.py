@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from llmfleet.models import KIND, LLMDeploymentSpec, field_problems
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles, parse_gpu_profiles
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import group_args
 
@@ -51,6 +52,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="table",
         help="table (default, for people), or json / yaml with one plan per LLMDeployment",
     )
+    parser.add_argument(
+        "--gpu-profiles",
+        type=Path,
+        default=None,
+        help="YAML map of GPU profiles (as the chart's gpuProfiles value); default: the "
+        "chart's default profiles",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -64,13 +72,22 @@ def _run(args: argparse.Namespace) -> int:
     except yaml.YAMLError as error:
         return _fail(f"{source} is not valid YAML: {error}")
 
+    try:
+        profiles = (
+            parse_gpu_profiles(args.gpu_profiles.read_text())
+            if args.gpu_profiles
+            else DEFAULT_GPU_PROFILES
+        )
+    except (OSError, yaml.YAMLError, ValidationError) as error:
+        return _fail(f"cannot load GPU profiles from {args.gpu_profiles}: {error}")
+
     planned: list[_Planned] = []
     problems: list[str] = []
     found = False
     for index, document in enumerate(_deployments(documents)):
         found = True
         label = _label(document, index)
-        outcome = _plan_document(document)
+        outcome = _plan_document(document, profiles)
         if isinstance(outcome, list):
             problems.extend(f"{label}: {problem}" for problem in outcome)
         else:
@@ -102,12 +119,12 @@ def _label(document: dict[str, Any], index: int) -> str:
     return f"{KIND} {name}" if isinstance(name, str) else f"{KIND} #{index + 1}"
 
 
-def _plan_document(document: dict[str, Any]) -> Plan | list[str]:
+def _plan_document(document: dict[str, Any], profiles: GpuProfiles) -> Plan | list[str]:
     spec = document.get("spec")
     if not isinstance(spec, dict):
         return ["spec: an object with at least spec.model.name is required"]
     try:
-        return plan(LLMDeploymentSpec.model_validate(spec))
+        return plan(LLMDeploymentSpec.model_validate(spec), profiles)
     except ValidationError as error:
         return [str(problem) for problem in field_problems(error, root="spec")]
     except PlanError as error:
@@ -146,6 +163,8 @@ def _table(item: _Planned) -> str:
     ]
     if p.cpu_memory_gib is not None:
         rows.append(("Memory request", f"{p.cpu_memory_gib} GiB"))
+    if p.node_selector:
+        rows.append(("Node selector", ", ".join(f"{k}={v}" for k, v in p.node_selector.items())))
     width = max(len(name) for name, _ in rows) + 2
     lines = [item.label]
     lines += [f"  {name + ':':<{width}}{value}" for name, value in rows]

@@ -38,7 +38,7 @@ class LLMDeploymentSpec(ApiModel):
     cel_rules = (
         CelRule(
             rule=(
-                "!has(self.gpus) || self.strategy != 'SinglePod' || "
+                "!has(self.gpus) || self.strategy != 'SinglePod' || !has(self.gpus.perNode) || "
                 "self.gpus.count <= self.gpus.perNode"
             ),
             message=(
@@ -46,7 +46,10 @@ class LLMDeploymentSpec(ApiModel):
                 "does not span nodes (use strategy Auto or MultiPod)"
             ),
             holds=lambda s: (
-                s.gpus is None or s.strategy != "SinglePod" or s.gpus.count <= s.gpus.per_node
+                s.gpus is None
+                or s.strategy != "SinglePod"
+                or s.gpus.per_node is None
+                or s.gpus.count <= s.gpus.per_node
             ),
             field="strategy",
         ),

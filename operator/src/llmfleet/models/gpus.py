@@ -16,13 +16,26 @@ class GpuSpec(ApiModel):
     cel_rules = (
         CelRule(
             # Pods never span nodes, so a count above one node must fill whole nodes.
-            rule="self.count <= self.perNode || self.count % self.perNode == 0",
+            rule=(
+                "!has(self.perNode) || self.count <= self.perNode || self.count % self.perNode == 0"
+            ),
             message=(
                 "count must be at most perNode or a multiple of perNode (GPUs beyond one "
                 "node must fill whole nodes)"
             ),
-            holds=lambda g: g.count <= g.per_node or g.count % g.per_node == 0,
+            holds=lambda g: (
+                g.per_node is None or g.count <= g.per_node or g.count % g.per_node == 0
+            ),
             field="count",
+        ),
+        CelRule(
+            rule="has(self.memoryGiB) || has(self.profile)",
+            message=(
+                "set memoryGiB (GPU memory in GiB) or profile (a GPU profile installed with the "
+                "operator, e.g. h100-80gb)"
+            ),
+            holds=lambda g: g.memory_gib is not None or g.profile is not None,
+            field="memoryGiB",
         ),
     )
 
@@ -35,19 +48,24 @@ class GpuSpec(ApiModel):
             "autoscaling adds pods of the same size."
         ),
     )
-    memory_gib: float = Field(
+    memory_gib: float | None = Field(
+        default=None,
         alias="memoryGiB",
         gt=0,
         le=1_024,
-        description="Memory of one GPU in GiB (e.g. 80 for H100-80GB, 141 for H200).",
+        description=(
+            "Memory of one GPU in GiB (e.g. 80 for H100-80GB, 141 for H200). Optional when "
+            "profile names a GPU profile, which supplies it."
+        ),
     )
-    per_node: int = Field(
-        default=DEFAULT_GPUS_PER_NODE,
+    per_node: int | None = Field(
+        default=None,
         ge=1,
         le=MAX_GPUS_PER_NODE,
         description=(
             "GPUs per node, 1 to 16. Tensor parallelism stays within one node, so this caps "
-            f"the tensor-parallel size. Default {DEFAULT_GPUS_PER_NODE}."
+            "the tensor-parallel size. Default: the profile's, else "
+            f"{DEFAULT_GPUS_PER_NODE}."
         ),
     )
     product: str | None = Field(
@@ -57,5 +75,16 @@ class GpuSpec(ApiModel):
         description=(
             "GPU product label value (e.g. NVIDIA-H100-80GB-HBM3); when set, pods get a "
             "nodeSelector on nvidia.com/gpu.product so they land on that GPU model."
+        ),
+    )
+    profile: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description=(
+            "Name of a GPU profile installed with the operator (Helm value gpuProfiles, e.g. "
+            "h100-80gb, a100-40gb, l4). It supplies memoryGiB, perNode, product and the "
+            "nodeSelector/tolerations of that node pool; fields set here win."
         ),
     )

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from llmfleet.models.catalog import CATALOG_NAMES, resolve_architecture
 from llmfleet.models.deployment import LLMDeploymentSpec
-from llmfleet.models.gpus import GpuSpec
 from llmfleet.models.model_spec import ModelArchitecture
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import PlannedStrategy
 from llmfleet.planner.engine_args import (
     EXTRA_ARGS_FIELD,
@@ -48,6 +48,7 @@ from llmfleet.planner.memory import (
     weights_gib,
 )
 from llmfleet.planner.parallelism import counts_that_split, splits_evenly, tensor_parallel_sizes
+from llmfleet.planner.placement import Gpus, resolve_gpus
 from llmfleet.planner.result import Plan
 
 MIN_CONCURRENT_SEQUENCES = 4
@@ -66,6 +67,8 @@ STARTUP_BASE_SECONDS = 300
 STARTUP_SECONDS_PER_WEIGHT_GIB = 10
 # CPU-only pods: Python, the tokenizer and activations beside the weights and the KV cache.
 CPU_RUNTIME_GIB = 2
+# Set by NVIDIA GPU feature discovery on every GPU node.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True)
@@ -85,14 +88,15 @@ class _Layout:
     why: str
 
 
-def plan(spec: LLMDeploymentSpec) -> Plan:
-    """Plan `spec`, or raise PlanError naming the field to change."""
+def plan(spec: LLMDeploymentSpec, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) -> Plan:
+    """Plan `spec` (its `gpus.profile` looked up in `profiles`), or raise PlanError naming the
+    field to change."""
     arch = _architecture(spec)
     extra = group_args(spec.engine.extra_args)
     settings = _settings(spec, arch, extra)
     if spec.gpus is None:
         return _plan_cpu(spec, arch, settings, extra)
-    return _plan_gpus(spec, spec.gpus, arch, settings, extra)
+    return _plan_gpus(spec, resolve_gpus(spec.gpus, profiles), arch, settings, extra)
 
 
 def _architecture(spec: LLMDeploymentSpec) -> ModelArchitecture:
@@ -155,7 +159,7 @@ def _precision(spec: LLMDeploymentSpec) -> str:
 
 def _fit(
     spec: LLMDeploymentSpec,
-    gpus: GpuSpec,
+    gpus: Gpus,
     arch: ModelArchitecture,
     settings: _Settings,
     tensor_parallel_size: int,
@@ -175,7 +179,7 @@ def _fit(
 
 def _plan_gpus(
     spec: LLMDeploymentSpec,
-    gpus: GpuSpec,
+    gpus: Gpus,
     arch: ModelArchitecture,
     settings: _Settings,
     extra: tuple[ArgGroup, ...],
@@ -216,13 +220,15 @@ def _plan_gpus(
         max_num_batched_tokens=settings.max_num_batched_tokens,
         shm_size_gib=SHM_BASE_GIB + SHM_GIB_PER_EXTRA_GPU * (layout.tensor_parallel_size - 1),
         startup_budget_seconds=_startup_budget(total_weights),
+        node_selector=_node_selector(gpus),
+        tolerations=gpus.tolerations,
     )
 
 
 def _choose_layout(
     spec: LLMDeploymentSpec,
     *,
-    gpus: GpuSpec,
+    gpus: Gpus,
     arch: ModelArchitecture,
     settings: _Settings,
     sizes: tuple[int, ...],
@@ -308,7 +314,7 @@ def _choose_layout(
     )
 
 
-def _uneven_count(spec: LLMDeploymentSpec, gpus: GpuSpec, size: int) -> PlanError:
+def _uneven_count(spec: LLMDeploymentSpec, gpus: Gpus, size: int) -> PlanError:
     nodes = "" if gpus.count <= gpus.per_node else f" filling nodes of {gpus.per_node} GPUs"
     return PlanError(
         "spec.gpus.count",
@@ -321,7 +327,7 @@ def _uneven_count(spec: LLMDeploymentSpec, gpus: GpuSpec, size: int) -> PlanErro
 def _does_not_fit(
     spec: LLMDeploymentSpec,
     *,
-    gpus: GpuSpec,
+    gpus: Gpus,
     arch: ModelArchitecture,
     settings: _Settings,
     sizes: tuple[int, ...],
@@ -370,7 +376,7 @@ def _does_not_fit(
 
 def _explain_sizing(
     spec: LLMDeploymentSpec,
-    gpus: GpuSpec,
+    gpus: Gpus,
     arch: ModelArchitecture,
     settings: _Settings,
     chosen: GpuFit,
@@ -556,3 +562,10 @@ def _join(numbers: list[int] | tuple[int, ...]) -> str:
 
 def _plural(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _node_selector(gpus: Gpus) -> dict[str, str]:
+    selector = dict(gpus.node_selector)
+    if gpus.product:
+        selector[GPU_PRODUCT_LABEL] = gpus.product
+    return dict(sorted(selector.items()))

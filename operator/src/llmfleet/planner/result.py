@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from llmfleet.models.base import ApiModel
@@ -53,6 +55,14 @@ class Plan(ApiModel):
         default=None,
         alias="cpuMemoryGiB",
         description="CPU-only serving: suggested memory request (weights + KV cache + runtime).",
+    )
+
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="nodeSelector of the engine pods: the GPU product and the profile's.",
+    )
+    tolerations: tuple[dict[str, Any], ...] = Field(
+        default=(), description="Tolerations of the engine pods from the GPU profile."
     )
 
     def summary(self) -> PlanSummary:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from llmfleet import API_GROUP, API_VERSION
 from llmfleet import metrics as m
 from llmfleet.models import LLMDeploymentSpec, describe_validation_error
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.reconcile.apply import Applier, ApplyResult, ref
 from llmfleet.reconcile.events import EventRecorder
@@ -38,8 +39,9 @@ def children_selector(name: str) -> str:
 
 
 class Controller:
-    def __init__(self, api: k8s.ApiClient) -> None:
+    def __init__(self, api: k8s.ApiClient, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) -> None:
         self.api = api
+        self.profiles = profiles
         self.applier = Applier(api)
         self.events = EventRecorder(api)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
@@ -91,7 +93,7 @@ class Controller:
 
         try:
             spec = LLMDeploymentSpec.model_validate(body.get("spec") or {})
-            planned = plan(spec)
+            planned = plan(spec, self.profiles)
         except (ValidationError, PlanError) as e:
             message = describe_validation_error(e) if isinstance(e, ValidationError) else str(e)
             reason = "InvalidSpec" if isinstance(e, ValidationError) else "PlanningFailed"

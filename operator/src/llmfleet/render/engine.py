@@ -19,7 +19,6 @@ from llmfleet.render.names import (
 )
 
 GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # The OpenAI server module rather than the `vllm serve` console script: the same command runs in
 # the upstream image and in a plain virtualenv.
 ENGINE_COMMAND = ("python3", "-m", "vllm.entrypoints.openai.api_server")
@@ -162,10 +161,11 @@ def render_engine(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str
     }
     if plan.gpus_per_replica:
         pod_spec["tolerations"] = [
-            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+            *plan.tolerations,
         ]
-        if spec.gpus is not None and spec.gpus.product:
-            pod_spec["nodeSelector"] = {GPU_PRODUCT_LABEL: spec.gpus.product}
+    if plan.node_selector:
+        pod_spec["nodeSelector"] = dict(plan.node_selector)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": {**selector_labels(owner), "llmfleet.dev/layout": layout}},
         # Never drop below the serving capacity during a rollout; the surge pod needs free GPUs.

@@ -1,0 +1,79 @@
+"""bench/results.json: one flat object of named figures, plus the machine and the date; the
+README's performance table is generated from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results.json"
+README = HERE.parent / "README.md"
+TABLE_BEGIN = "<!-- bench:begin -->"
+TABLE_END = "<!-- bench:end -->"
+
+# name -> (what it measures, unit); the README table lists them in this order.
+FIGURES: dict[str, tuple[str, str]] = {
+    "cluster_cold_build_s": ("Build every cluster component from empty Go caches", "s"),
+    "cluster_warm_start_s": ("`make cluster-up` with components built (fresh state)", "s"),
+    "reconcile_p50_ms": ("Apply → children created, p50 over 50 LLMDeployments", "ms"),
+    "reconcile_p99_ms": ("Apply → children created, p99 over 50 LLMDeployments", "ms"),
+    "reconcile_500_total_s": ("Reconcile 500 LLMDeployments (applied at once) to status", "s"),
+    "operator_rss_mib_500": ("Operator resident memory holding 500 LLMDeployments", "MiB"),
+    "idle_writes_per_min": ("Operator API writes per minute with nothing changing", "writes/min"),
+}
+
+
+def machine() -> dict[str, Any]:
+    mem_kib = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kib = int(line.split()[1])
+    cpu = platform.processor() or "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return {"cpus": os.cpu_count(), "memory_gib": round(mem_kib / 2**20, 1), "cpu": cpu,
+            "python": platform.python_version()}
+
+
+def load() -> dict[str, Any]:
+    if RESULTS.exists():
+        data: dict[str, Any] = json.loads(RESULTS.read_text())
+        return data
+    return {}
+
+
+def save(figures: dict[str, float]) -> dict[str, Any]:
+    data = load()
+    data.update({k: round(v, 3) for k, v in figures.items()})
+    data["machine"] = machine()
+    data["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
+    RESULTS.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return data
+
+
+def table(data: dict[str, Any]) -> str:
+    rows = ["| figure | what | value |", "| --- | --- | --- |"]
+    for name, (what, unit) in FIGURES.items():
+        if name in data:
+            rows.append(f"| `{name}` | {what} | {data[name]:g} {unit} |")
+    m = data.get("machine", {})
+    rows.append("")
+    rows.append(f"Measured {data.get('date', '?')} on {m.get('cpus', '?')} CPUs "
+                f"({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB; "
+                "from `bench/results.json` (`make bench`).")
+    return "\n".join(rows)
+
+
+def update_readme(data: dict[str, Any]) -> None:
+    text = README.read_text()
+    pattern = re.compile(re.escape(TABLE_BEGIN) + ".*?" + re.escape(TABLE_END), re.S)
+    new = f"{TABLE_BEGIN}\n{table(data)}\n{TABLE_END}"
+    README.write_text(pattern.sub(lambda _: new, text))

@@ -1,0 +1,39 @@
+"""`make bench`: run every benchmark (or those named) and record the figures."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+from bench import results
+
+# Each module has `run() -> dict[str, float]`.
+BENCHMARKS = ("cluster", "reconcile")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="bench")
+    p.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} "
+                   "(default: all)")
+    args = p.parse_args()
+    unknown = set(args.names) - set(BENCHMARKS)
+    if unknown:
+        p.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; choose from {BENCHMARKS}")
+    names = args.names or list(BENCHMARKS)
+    for name in names:
+        start = time.monotonic()
+        print(f"== bench {name}", flush=True)
+        figures = importlib.import_module(f"bench.{name}").run()
+        data = results.save(figures)
+        results.update_readme(data)
+        for k, v in sorted(figures.items()):
+            print(f"   {k} = {v:.3f}")
+        print(f"   ({time.monotonic() - start:.0f}s)", flush=True)
+    print(f"wrote {results.RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
