@@ -87,7 +87,7 @@ demo: cluster-up ## Bring up the local cluster and show what LLMFleet does on it
 
 .PHONY: bench
 bench: venv tools ## Run every benchmark; writes bench/results.json and the README table
-	$(PY) -m bench.run
+	PYTHONPATH=tests:. $(PY) -m bench.run $(BENCH)
 
 .PHONY: lock
 lock: ## Re-pin operator/requirements.lock from operator/pyproject.toml

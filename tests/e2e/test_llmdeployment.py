@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, watch
 from localcluster.supervisor import Cluster
 
 from .harness import Operator, utcnow, wait_for
@@ -193,26 +194,34 @@ def test_layout_change_brings_the_new_layout_up_before_the_old_goes(
 ) -> None:
     apply(cluster, namespace, llmd("flip"))
     wait_available(api, namespace, "flip")
+    # The API server's own order of events: a watch sees every change to the Deployments.
+    history: list[tuple[str, str, int]] = []
+    w = watch.Watch()
+    apps = client.AppsV1Api(api)
+
+    def record() -> None:
+        for ev in w.stream(apps.list_namespaced_deployment, namespace, timeout_seconds=120):
+            d = ev["object"]
+            history.append((ev["type"], d.metadata.name, d.status.ready_replicas or 0))
+
+    t = threading.Thread(target=record, daemon=True)
+    t.start()
+    time.sleep(1)
     apply(cluster, namespace, llmd("flip", strategy="SinglePod"))
-    core = client.CoreV1Api(api)
-    seen_both = False
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        names = {d.metadata.name for d in deployments(api, namespace)}
-        ready = [
-            p
-            for p in core.list_namespaced_pod(namespace).items
-            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
-        ]
-        assert ready, "some engine pod serves throughout the layout change"
-        seen_both |= names == {"flip-tp1", "flip-tp2"}
-        if names == {"flip-tp2"}:
-            break
-        time.sleep(0.2)
-    assert seen_both, "old and new layouts ran side by side"
     obj = wait_available(api, namespace, "flip")
+    wait_for(
+        lambda: ("DELETED", "flip-tp1") in [(e, n) for e, n, _ in history],
+        what="old layout deleted",
+    )
+    w.stop()
+
+    deleted_at = next(i for i, (e, n, _) in enumerate(history) if (e, n) == ("DELETED", "flip-tp1"))
+    new_ready = [i for i, (e, n, ready) in enumerate(history) if n == "flip-tp2" and ready >= 1]
+    assert new_ready, history
+    assert new_ready[0] < deleted_at, f"old layout went before the new one was ready: {history}"
     assert obj["status"]["plan"]["strategy"] == "SinglePod"
     assert obj["status"]["plan"]["tensorParallelSize"] == 2
+    assert [d.metadata.name for d in deployments(api, namespace)] == ["flip-tp2"]
 
 
 def test_delete_collects_every_child(

@@ -91,7 +91,7 @@ GO
 
 go_install() {  # go_install NAME VERSION LDFLAGS PKG...
   local name=$1 version=$2 ldflags=$3; shift 3
-  local out="$CACHE/bin/$name-$version"
+  local out="$CACHE/bin/$name-$version${KEY_SUFFIX:-}"
   local bins=(); for p in "$@"; do bins+=("${p##*/}"); done
   have "$out" "${bins[@]}" && return 0
   log "building $name $version"
@@ -117,8 +117,11 @@ build_kwok() {
   mv "$out/stages.yaml.tmp" "$out/stages.yaml"
 }
 build_helm() {
-  go_install helm "$HELM_VERSION" \
-    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+  # Like upstream's release build, stamp the Kubernetes version `helm template` assumes offline
+  # (else v1.20, and charts with a kubeVersion constraint fail to render).
+  local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  KEY_SUFFIX="-k8s1.$minor" go_install helm "$HELM_VERSION" \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor" \
     helm.sh/helm/v3/cmd/helm
 }
 build_prometheus_adapter() {
@@ -135,7 +138,7 @@ bindir() {
     kubernetes) echo "$CACHE/bin/kubernetes-$K8S_VERSION" ;;
     etcd) echo "$CACHE/bin/etcd-$ETCD_VERSION" ;;
     kwok) echo "$CACHE/bin/kwok-$KWOK_VERSION" ;;
-    helm) echo "$CACHE/bin/helm-$HELM_VERSION" ;;
+    helm) local minor=${K8S_VERSION#v1.}; echo "$CACHE/bin/helm-$HELM_VERSION-k8s1.${minor%%.*}" ;;
     prometheus-adapter) echo "$CACHE/bin/prometheus-adapter-$PROM_ADAPTER_VERSION" ;;
     kube-state-metrics) echo "$CACHE/bin/kube-state-metrics-$KSM_VERSION" ;;
     *) echo "unknown component $1" >&2; return 2 ;;

@@ -108,10 +108,13 @@ class Cluster:
 
     def down(self) -> None:
         """Stop every component (newest first) and leave no process behind."""
+        # Processes started on top of the cluster (the operator, the node runner with its vLLM
+        # pods) go first, while the API server can still see them unregister.
+        for pidfile in self.state_dir.glob("*.pid"):
+            if pidfile.stem not in COMPONENTS:
+                self._stop(pidfile.stem, grace=20)
         for name in reversed(COMPONENTS):
             self._stop(name)
-        for pidfile in self.state_dir.glob("*.pid"):  # anything started by tests, too
-            self._stop(pidfile.stem)
 
     def wipe(self) -> None:
         self.down()
@@ -128,6 +131,62 @@ class Cluster:
         except (OSError, urllib.error.URLError):
             return False
         return True
+
+    # --- node runner: optional local node whose pods really run (tests/localcluster/noderunner) -
+    # One block, owned by the data-plane tests. down() stops the runner through its pidfile, and
+    # every pod process goes with it (they share its process group).
+
+    def start_node_runner(
+        self, gpus: int = 4, pod_network: str = "127.17.0.0/16", timeout: float = 120
+    ) -> str:
+        """Start the local node `local-gpu-0` (vLLM installed first if needed: minutes, once);
+        wait until it is Ready and return its name."""
+        import sys
+
+        name, node = "node-runner", "local-gpu-0"
+        install = REPO / "tests" / "dataplane" / "install-vllm.sh"
+        venv = subprocess.run([str(install)], check=True, stdout=subprocess.PIPE, text=True)
+        if not self._alive(name):
+            cmd = [
+                sys.executable,
+                "-m",
+                "localcluster.noderunner",
+                f"--state-dir={self.state_dir}",
+                f"--vllm-venv={venv.stdout.strip().splitlines()[-1]}",
+                f"--gpus={gpus}",
+                f"--pod-network={pod_network}",
+            ]
+            with open(self.state_dir / f"{name}.log", "ab") as logf:
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    cwd=self.state_dir,
+                    env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+                )
+            self._pidfile(name).write_text(str(proc.pid))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = self._pid(name)  # (not _alive: right after fork the cmdline is still ours)
+            if pid is None or not _pid_exists(pid):
+                raise RuntimeError(f"node runner exited; see {self.state_dir / (name + '.log')}")
+            with contextlib.suppress(subprocess.CalledProcessError):
+                got = json.loads(self.kubectl("get", "node", node, "-o", "json"))
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in got["status"].get("conditions", [])
+                ):
+                    return node
+            time.sleep(0.5)
+        raise TimeoutError(f"node {node} not Ready after {timeout}s; see {name}.log")
+
+    def stop_node_runner(self) -> None:
+        """Stop the runner and its pods' processes; it unregisters its node on the way out."""
+        self._stop("node-runner", grace=20)
+
+    # --- end of node runner block -----------------------------------------------------------
 
     # --- nodes ------------------------------------------------------------------------------
 

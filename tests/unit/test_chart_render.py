@@ -449,7 +449,8 @@ def chart_with_dashboards(tmp_path: Path) -> Path:
     chart = tmp_path / "llmfleet"
     shutil.copytree(CHART, chart)
     dashboards = chart / "dashboards"
-    dashboards.mkdir(exist_ok=True)
+    shutil.rmtree(dashboards, ignore_errors=True)
+    dashboards.mkdir()
     for name in ("fleet_overview", "engine-latency"):
         (dashboards / f"{name}.json").write_text(json.dumps({"title": name, "panels": []}))
     return chart
@@ -459,8 +460,16 @@ def dashboard_configmaps(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d for d in of_kind(docs, "ConfigMap") if any(k.endswith(".json") for k in d["data"])]
 
 
-def test_no_dashboard_configmap_without_dashboard_files() -> None:
-    assert not dashboard_configmaps(render())
+def test_no_dashboard_configmap_without_dashboard_files(tmp_path: Path) -> None:
+    chart = tmp_path / "llmfleet"
+    shutil.copytree(CHART, chart)
+    shutil.rmtree(chart / "dashboards")
+    assert not dashboard_configmaps(render(chart=chart))
+
+
+def test_the_chart_ships_the_generated_dashboards() -> None:
+    keys = sorted(k for cm in dashboard_configmaps(render()) for k in cm["data"])
+    assert keys == ["llmdeployment.json", "operator.json"]
 
 
 def test_one_labelled_configmap_per_dashboard(chart_with_dashboards: Path) -> None:

@@ -105,7 +105,15 @@ def test_engine_runs_the_planned_vllm_args_on_the_planned_gpus() -> None:
     p = plan(s)
     c = container(s)
     assert c["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
-    assert c["args"] == [*p.vllm_args, "--host", "0.0.0.0", "--port", "8000"]
+    assert c["args"] == [
+        *p.vllm_args,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--shutdown-timeout",
+        "90",
+    ]
     assert c["resources"]["limits"] == {"nvidia.com/gpu": "8"}
     pod = engine(s)["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
@@ -126,6 +134,10 @@ def test_drain_on_shutdown() -> None:
     pod = engine(s)["spec"]["template"]["spec"]
     assert pod["containers"][0]["lifecycle"]["preStop"] == {"sleep": {"seconds": 10}}
     assert pod["terminationGracePeriodSeconds"] > 10
+    # vLLM gets the rest of the grace period to finish in-flight requests after SIGTERM.
+    args = pod["containers"][0]["args"]
+    timeout = int(args[args.index("--shutdown-timeout") + 1])
+    assert 10 + timeout < pod["terminationGracePeriodSeconds"]
 
 
 @pytest.mark.parametrize(

@@ -135,3 +135,48 @@ def test_invalid_spec_keeps_serving_conditions_and_names_the_problem() -> None:
     assert got["Available"] == ("True", "EnginesReady")
     assert bad["plan"] == good["plan"]
     assert bad["observedGeneration"] == 2
+
+
+def pending(message: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "x-tp1-abc"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ],
+        },
+    }
+
+
+def test_scheduler_retries_do_not_rewrite_status() -> None:
+    first = pending(
+        "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 "
+        "nodes are available: 3 No preemption victims found for incoming pod."
+    )
+    retry = pending(
+        "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 Insufficient "
+        "nvidia.com/gpu. preemption: not eligible due to preemptionPolicy=Never."
+    )
+
+    def status(p: dict[str, Any]) -> dict[str, Any]:
+        return ready_status(
+            old={},
+            generation=1,
+            plan=PLAN,
+            endpoint="e",
+            observed=Observed(dep(2, 3), (), hpa(3), (p,)),
+        )
+
+    a, b = status(first), status(retry)
+    limited = next(c for c in a["conditions"] if c["type"] == "ScalingLimited")
+    assert "Insufficient nvidia.com/gpu" in limited["message"]
+    strip = [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in a["conditions"]]
+    assert strip == [
+        {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in b["conditions"]
+    ]

@@ -34,12 +34,11 @@ def _reconcile(controller: Controller, body: kopf.Body) -> None:
         raise kopf.TemporaryError(f"API {e.status} {e.reason}", delay=delay) from e
 
 
-def install(resync_seconds: float) -> None:
-    """Register the handlers (the resync interval is only known at start-up)."""
+def install() -> None:
+    """Register the handlers."""
 
     @kopf.on.startup()
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.persistence.finalizer = f"{API_GROUP}/finalizer"
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=API_GROUP, key="last-handled-configuration"
@@ -50,18 +49,13 @@ def install(resync_seconds: float) -> None:
         settings.scanning.disabled = True
         settings.watching.server_timeout = 300
         settings.execution.max_workers = 8
+        # React to a burst of events on one object once, but without kopf's 0.1 s default wait.
+        settings.batching.batch_window = 0.02
 
     @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
     @kopf.on.create(API_GROUP, API_VERSION, PLURAL)
     @kopf.on.update(API_GROUP, API_VERSION, PLURAL, field="spec")
     def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        _reconcile(memo.controller, body)
-
-    # Level-based safety net: reverts drift nobody told us about and retries transient failures.
-    @kopf.timer(
-        API_GROUP, API_VERSION, PLURAL, interval=resync_seconds, initial_delay=resync_seconds
-    )
-    def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         _reconcile(memo.controller, body)
 
     # A child changed (hand edit, pods becoming ready, HPA scaling): reconcile its owner.

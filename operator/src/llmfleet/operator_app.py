@@ -20,6 +20,7 @@ class OperatorConfig:
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 9090
     peering_name: str = ""
+    priority: int = 0
     resync_seconds: float = 60.0
     gpu_profiles_path: Path | None = None
     kubeconfig: str | None = None
@@ -38,6 +39,7 @@ def api_client(kubeconfig: str | None) -> k8s.ApiClient:
 def run_operator(cfg: OperatorConfig) -> None:
     from llmfleet import main
     from llmfleet.reconcile.controller import Controller
+    from llmfleet.reconcile.resync import Resyncer
 
     profiles = (
         parse_gpu_profiles(cfg.gpu_profiles_path.read_text())
@@ -46,12 +48,18 @@ def run_operator(cfg: OperatorConfig) -> None:
     )
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host)
-    main.install(cfg.resync_seconds)
+    main.install()
+    controller = Controller(api_client(cfg.kubeconfig), profiles)
+    # Level-based safety net: reverts drift nobody told us about and retries what failed.
+    resyncer = Resyncer(controller, cfg.namespaces, cfg.resync_seconds)
+    resyncer.start()
     kopf.run(
         standalone=not cfg.peering_name,
         peering_name=cfg.peering_name or None,
+        priority=cfg.priority,
         clusterwide=not cfg.namespaces,
         namespaces=cfg.namespaces,
         liveness_endpoint=cfg.liveness_endpoint or None,
-        memo=kopf.Memo(controller=Controller(api_client(cfg.kubeconfig), profiles)),
+        memo=kopf.Memo(controller=controller),
     )
+    resyncer.stop()

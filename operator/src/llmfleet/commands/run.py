@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 from pathlib import Path
 
 
@@ -49,6 +50,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "empty runs standalone",
     )
     p.add_argument(
+        "--priority",
+        type=int,
+        default=int(env("LLMFLEET_PRIORITY", "0")) or None,
+        help="kopf peering priority; the highest runs, the others stand by. Default: random, "
+        "so replicas never tie (tied peers all pause)",
+    )
+    p.add_argument(
         "--resync-seconds",
         type=float,
         default=float(env("LLMFLEET_RESYNC_SECONDS", "60")),
@@ -72,6 +80,9 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.log_level != "DEBUG":
+        # kopf logs every handler success at INFO: one line per pod event of every fleet.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.kubeconfig:
         # The kubernetes client reads KUBECONFIG once, when first imported; kopf's login uses it.
         os.environ["KUBECONFIG"] = args.kubeconfig
@@ -84,6 +95,7 @@ def _run(args: argparse.Namespace) -> int:
             metrics_host=args.metrics_host,
             metrics_port=args.metrics_port,
             peering_name=args.peering,
+            priority=args.priority if args.priority is not None else random.randint(1, 2**31 - 1),
             resync_seconds=args.resync_seconds,
             gpu_profiles_path=args.gpu_profiles,
             kubeconfig=args.kubeconfig,

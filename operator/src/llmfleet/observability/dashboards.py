@@ -444,9 +444,9 @@ OPERATOR_ROWS = (
                 "ScalingLimited right now, with the reason.",
                 (
                     Query(
-                        'max by (namespace, llmdeployment, type, reason) (llmfleet_condition{type=~"'
-                        'Planned|Available", status="False"} or llmfleet_condition{type=~"'
-                        'Degraded|ScalingLimited", status="True"})',
+                        "max by (namespace, llmdeployment, type, reason) ("
+                        'llmfleet_condition{type=~"Planned|Available", status="False"}'
+                        ' or llmfleet_condition{type=~"Degraded|ScalingLimited", status="True"})',
                         instant=True,
                         table=True,
                     ),

@@ -46,6 +46,7 @@ class Controller:
         self.events = EventRecorder(api)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._queued: set[tuple[str, str]] = set()
 
     @contextmanager
     def _locked(self, namespace: str, name: str) -> Iterator[None]:
@@ -60,17 +61,26 @@ class Controller:
         return self.applier.get(f"{API_GROUP}/{API_VERSION}", "LLMDeployment", namespace, name)
 
     def reconcile_by_name(self, namespace: str, name: str) -> None:
-        """Reconcile from a child's event."""
+        """Reconcile from a child's event. Events that arrive while a reconcile of the same
+        resource is queued (not yet started) fold into it: it reads everything afresh anyway."""
+        key = (namespace, name)
+        with self._locks_guard:
+            if key in self._queued:
+                return
+            self._queued.add(key)
         # An invalid spec is already reported in status; the owner's own handler owns retries.
         with contextlib.suppress(InvalidSpecError):
             self.reconcile(namespace, name)
 
     def reconcile(self, namespace: str, name: str) -> ApplyResult:
         with self._locked(namespace, name):
+            with self._locks_guard:
+                self._queued.discard((namespace, name))
             # Level-based: always act on the object as it is now, never on the copy an event
             # carried, so status written by the previous reconcile is what we compare against.
             body = self.fetch(namespace, name)
             if body is None or body["metadata"].get("deletionTimestamp"):
+                m.forget(namespace, name)
                 return ApplyResult()
             start = time.monotonic()
             outcome = "error"
@@ -80,6 +90,9 @@ class Controller:
                 return result
             except InvalidSpecError:
                 outcome = "invalid"
+                raise
+            except Exception as e:
+                m.record_reconcile_error(namespace, name, e)
                 raise
             finally:
                 m.RECONCILE_DURATION.observe(time.monotonic() - start)
@@ -101,6 +114,9 @@ class Controller:
             if self._write_status(body, old_status, new):
                 self.events.emit(body, "Warning", reason, message)
             m.set_planned(ns, name, None)
+            m.set_conditions(ns, name, new["conditions"])
+            if isinstance(e, PlanError):
+                m.record_planner_decision(ns, name, spec, None)
             raise InvalidSpecError(message) from e
 
         result = ApplyResult()
@@ -146,6 +162,9 @@ class Controller:
         self._announce(body, old_status, planned, result)
         self._write_status(body, old_status, new)
         m.set_planned(ns, name, planned)
+        m.record_planner_decision(ns, name, spec, planned)
+        m.set_conditions(ns, name, new["conditions"])
+        m.observe_engine_startups(ns, name, observed.pods)
         return result
 
     def _announce(

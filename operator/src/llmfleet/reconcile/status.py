@@ -3,6 +3,7 @@ conditions can be tested without a cluster."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -65,6 +66,14 @@ def _unschedulable(pods: tuple[dict[str, Any], ...]) -> list[tuple[str, str]]:
             ):
                 found.append((p["metadata"]["name"], c.get("message", "")))
     return found
+
+
+GPU_SHORTAGE = "Insufficient nvidia.com/gpu"
+_SHORTAGE = re.compile(r"Insufficient [\w./-]*\w|Too many pods|didn't match [^,.]+")
+
+
+def _shortages(message: str) -> set[str]:
+    return set(_SHORTAGE.findall(message))
 
 
 def _int(obj: dict[str, Any] | None, *path: str) -> int:
@@ -170,13 +179,17 @@ def ready_status(
 
     stuck = _unschedulable(observed.pods)
     if stuck:
-        name, msg = stuck[0]
+        # The scheduler rewrites its message on every attempt; only its stable part (what is
+        # short) goes into status, so a Pending pod does not rewrite status on every retry.
+        shortages = sorted({s for _, msg in stuck for s in _shortages(msg)})
+        short = ", ".join(shortages) or "no node matches"
         conds.append(
             condition(
                 "ScalingLimited",
                 TRUE,
-                "InsufficientGPUs" if "nvidia.com/gpu" in msg else "Unschedulable",
-                f"{len(stuck)} pod(s) Pending, cannot be scheduled ({name}: {msg})",
+                "InsufficientGPUs" if GPU_SHORTAGE in shortages else "Unschedulable",
+                f"{len(stuck)} pod(s) Pending, cannot be scheduled: {short} "
+                f"(e.g. {min(name for name, _ in stuck)})",
                 g,
             )
         )

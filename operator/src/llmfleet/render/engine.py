@@ -29,6 +29,8 @@ RUN_AS = 1000
 # finishes what it has in flight within the rest of the grace period.
 PRESTOP_SLEEP_SECONDS = 10
 TERMINATION_GRACE_SECONDS = 120
+# What is left of the grace period after the preStop sleep, less time for vLLM's own teardown.
+SHUTDOWN_TIMEOUT_SECONDS = TERMINATION_GRACE_SECONDS - PRESTOP_SLEEP_SECONDS - 20
 DEFAULT_CPU_REQUEST = "2"
 PROBE_PERIOD_SECONDS = 10
 
@@ -132,7 +134,16 @@ def render_engine(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str
         "name": "vllm",
         "image": spec.engine.image,
         "command": list(ENGINE_COMMAND),
-        "args": [*plan.vllm_args, "--host", "0.0.0.0", "--port", str(HTTP_PORT)],
+        "args": [
+            *plan.vllm_args,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(HTTP_PORT),
+            # On SIGTERM vLLM cuts in-flight requests short unless given time to finish them.
+            "--shutdown-timeout",
+            str(SHUTDOWN_TIMEOUT_SECONDS),
+        ],
         "env": _env(spec),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": _resources(spec, plan),

@@ -1,0 +1,147 @@
+"""Every change the node runner makes to a pod's command line and environment, in one place.
+
+A pod that lands on the local node runs its container's own `command` + `args` as a process on
+this machine. vLLM's CPU build cannot run every flag a GPU pod carries, so the runner rewrites the
+command line, and ONLY as listed in ADAPTATIONS below. docs/cpu-adaptations.md explains each one
+and why; keep the two in step. Anything not listed runs exactly as the pod says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# The module the operator runs (`python3 -m vllm.entrypoints.openai.api_server`).
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+PYTHON_NAMES = ("python3", "python")
+# On CPU the KV cache is VLLM_CPU_KVCACHE_SPACE GiB (vLLM's own default is 4 GiB).
+DEFAULT_KVCACHE_GIB = "1"
+# vLLM quantization methods that need GPU kernels; the tiny test model is unquantized anyway.
+GPU_ONLY_QUANTIZATION = frozenset({"fp8", "awq", "gptq", "awq_marlin", "gptq_marlin"})
+TINY_MODEL_MAX_LEN = 2048
+
+# (name, what it does): the list docs/cpu-adaptations.md describes, in the same order.
+ADAPTATIONS: tuple[tuple[str, str], ...] = (
+    ("python", "`python3`/`python` as the command -> the vLLM virtualenv's python"),
+    ("host", "`--host` (any value, or none) -> `--host <pod IP>`"),
+    ("tensor-parallel", "`--tensor-parallel-size N` -> `1`"),
+    ("gpu-memory-utilization", "`--gpu-memory-utilization X` dropped"),
+    ("quantization", "`--quantization fp8|awq|gptq` dropped"),
+    ("enforce-eager", "`--enforce-eager` added"),
+    ("model", "`--model NAME` -> the directory the model table maps NAME to"),
+    ("max-model-len", "`--max-model-len` capped to the served model's max_position_embeddings"),
+    ("kv-cache", "env VLLM_CPU_KVCACHE_SPACE=1 unless the pod sets it"),
+)
+
+_VALUE_FLAGS = {
+    "--host",
+    "--tensor-parallel-size",
+    "--gpu-memory-utilization",
+    "--quantization",
+    "--dtype",
+    "--model",
+    "--max-model-len",
+    "--max-num-batched-tokens",
+}
+_SHORT = {"-tp": "--tensor-parallel-size", "-q": "--quantization"}
+
+
+@dataclass(frozen=True)
+class Context:
+    python: Path  # the vLLM virtualenv's python
+    pod_ip: str
+    models: Mapping[str, str] = field(default_factory=dict)  # model name -> local directory
+
+
+def load_model_table(*files: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Model names -> local directories: JSON objects in `files` (later win), then `extra`."""
+    table: dict[str, str] = {}
+    for f in files:
+        if f.is_file():
+            data = json.loads(f.read_text())
+            table.update({str(k): str(v) for k, v in data.items()})
+    table.update(extra or {})
+    return table
+
+
+def is_vllm(command: Sequence[str]) -> bool:
+    return VLLM_MODULE in command or (len(command) > 1 and Path(command[0]).name == "vllm")
+
+
+def adapt_command(command: Sequence[str], args: Sequence[str], ctx: Context) -> list[str]:
+    """The argv to execute for a container with `command` and `args`."""
+    cmd = list(command)
+    if cmd and cmd[0] in PYTHON_NAMES:
+        cmd[0] = str(ctx.python)
+    if not is_vllm([*command, *args]):
+        return [*cmd, *args]
+    return [*cmd, *_adapt_vllm_args(args, ctx)]
+
+
+def adapt_env(env: Mapping[str, str]) -> dict[str, str]:
+    out = dict(env)
+    out.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_KVCACHE_GIB)
+    return out
+
+
+def _split(args: Sequence[str]) -> list[tuple[str | None, str | None, str]]:
+    """(normalised flag, value, original token) per flag; values of known flags are attached."""
+    out: list[tuple[str | None, str | None, str]] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        name, eq, inline = tok.partition("=")
+        flag = _SHORT.get(name, "--" + name[2:].replace("_", "-") if name.startswith("--") else "")
+        if flag in _VALUE_FLAGS:
+            if eq:
+                out.append((flag, inline, tok))
+            elif i + 1 < len(args):
+                out.append((flag, args[i + 1], tok))
+                i += 1
+            else:
+                out.append((flag, None, tok))
+        else:
+            out.append((None, None, tok))
+        i += 1
+    return out
+
+
+def _model_max_len(model_dir: str) -> int | None:
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings")
+    return int(value) if value else None
+
+
+def _adapt_vllm_args(args: Sequence[str], ctx: Context) -> list[str]:
+    out: list[str] = []
+    model_limit: int | None = None
+    for flag, value, _ in _split(args):
+        if flag == "--model" and value is not None:
+            model_limit = _model_max_len(ctx.models.get(value, value))
+    for flag, value, tok in _split(args):
+        if flag is None:
+            out.append(tok)
+        elif flag in ("--host", "--gpu-memory-utilization") or (
+            flag == "--quantization" and (value or "").lower() in GPU_ONLY_QUANTIZATION
+        ):
+            continue
+        elif flag == "--tensor-parallel-size":
+            out += [flag, "1"]
+        elif flag == "--model" and value is not None:
+            out += [flag, ctx.models.get(value, value)]
+        elif flag == "--max-model-len" and value is not None and value.isdigit():
+            limit = model_limit or TINY_MODEL_MAX_LEN
+            out += [flag, str(min(int(value), limit))]
+        elif value is None:
+            out.append(tok)
+        else:
+            out += [flag, value]
+    out += ["--host", ctx.pod_ip]
+    if "--enforce-eager" not in out:
+        out.append("--enforce-eager")
+    return out

@@ -1,0 +1,69 @@
+"""Processes of pods: found by a marker in their environment, so no child escapes.
+
+Every process a container starts (vLLM's API server, its engine core, its workers) inherits
+MARKER_ENV=<runner id>/<pod uid>/<container>; the runner finds them all through /proc, whatever
+became of their parent, and kills them when the container stops, when the runner stops, and on
+startup (leftovers of a runner that was killed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import time
+from pathlib import Path
+
+MARKER_ENV = "LLMFLEET_NODE_RUNNER_POD"
+
+
+def runner_id(node: str, state_dir: Path) -> str:
+    """Names one runner (node + cluster state directory): two clusters' runners never touch each
+    other's processes, even with the same node name."""
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
+    return f"{node}.{digest}"
+
+
+def marker(runner: str, uid: str = "", container: str = "") -> str:
+    return "/".join(p for p in (runner, uid, container) if p)
+
+
+def find(prefix: str) -> list[int]:
+    """Pids whose environment carries a marker starting with `prefix`."""
+    needle = f"{MARKER_ENV}={prefix}".encode()
+    me = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for var in env.split(b"\0"):
+            if var.startswith(needle) and var[len(needle) : len(needle) + 1] in (b"", b"/"):
+                found.append(int(entry.name))
+                break
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def kill_all(prefix: str, timeout: float = 5.0) -> None:
+    """SIGKILL every process marked with `prefix` and wait until they are gone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = [p for p in find(prefix) if alive(p)]
+        if not pids or time.monotonic() > deadline:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)

@@ -1,0 +1,429 @@
+"""The node runner: registers its Node, keeps it Ready (Lease + status heartbeats), watches the pods
+bound to it and runs each with a PodWorker."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import ipaddress
+import logging
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+from . import procs
+from .adaptations import Context, load_model_table
+from .pods import Hooks, PodWorker, base_env, decode_secret, timestamp
+
+log = logging.getLogger("noderunner")
+
+NODE_NAME = "local-gpu-0"
+GPU_PRODUCT = "LLMFleet-CPU-Emulated"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+POD_NETWORK = "127.17.0.0/16"
+HEARTBEAT_SECONDS = 10
+LEASE_SECONDS = 40
+FIELD_MANAGER = "llmfleet-node-runner"
+REPO = Path(__file__).resolve().parents[3]
+TINY_MODEL_NAMES = ("llmfleet-test/tiny-llama", "/models/tiny-llama")
+
+
+@dataclass
+class Config:
+    state_dir: Path
+    vllm_venv: Path
+    kubeconfig: Path
+    node: str = NODE_NAME
+    gpus: int = 4
+    cpu: str = "16"
+    memory: str = "64Gi"
+    max_pods: int = 16
+    pod_network: str = POD_NETWORK  # loopback only
+    models: dict[str, str] = field(default_factory=dict)  # extra model-table entries
+
+    @property
+    def python(self) -> Path:
+        return self.vllm_venv / "bin" / "python"
+
+    @property
+    def model_table_file(self) -> Path:
+        """Tests may write {"name": "/dir"} here; read at every container start."""
+        return self.state_dir / "node-runner-models.json"
+
+
+class IPAM:
+    """Pod IPs from 127.17.0.0/16, round robin, so an address is reused as late as possible."""
+
+    def __init__(self, network: str = POD_NETWORK) -> None:
+        net = ipaddress.IPv4Network(network)
+        if not net.subnet_of(ipaddress.IPv4Network("127.0.0.0/8")):
+            raise ValueError(f"pod network {network} is not loopback")
+        self._hosts = [str(h) for h in net.hosts()][1:]  # .0.1 left out
+        self._used: dict[str, str] = {}  # uid -> ip
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def allocate(self, uid: str, prefer: str | None = None) -> str:
+        with self._lock:
+            if uid in self._used:
+                return self._used[uid]
+            taken = set(self._used.values())
+            if prefer and prefer in self._hosts and prefer not in taken:
+                self._used[uid] = prefer
+                return prefer
+            for _ in range(len(self._hosts)):
+                ip = self._hosts[self._next % len(self._hosts)]
+                self._next += 1
+                if ip not in taken:
+                    self._used[uid] = ip
+                    return ip
+        raise RuntimeError("pod network exhausted")
+
+    def release(self, uid: str) -> None:
+        with self._lock:
+            self._used.pop(uid, None)
+
+
+def requests_gpu(pod: dict[str, Any]) -> bool:
+    for c in pod["spec"].get("containers") or []:
+        res = c.get("resources") or {}
+        for section in ("limits", "requests"):
+            if str((res.get(section) or {}).get(GPU_RESOURCE, "0")) not in ("0", ""):
+                return True
+    return False
+
+
+def tiny_model(python: Path) -> str:
+    """The tiny test model's directory (made once by tests/dataplane/tiny_model.py)."""
+    script = REPO / "tests" / "dataplane" / "tiny_model.py"
+    out = subprocess.run([str(python), str(script)], check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+class Runner:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.api = config.new_client_from_config(config_file=str(cfg.kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.coord = client.CoordinationV1Api(self.api)
+        self.ipam = IPAM(cfg.pod_network)
+        self.id = procs.runner_id(cfg.node, cfg.state_dir)
+        self.workers: dict[str, PodWorker] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.base_models = dict.fromkeys(TINY_MODEL_NAMES, tiny_model(cfg.python)) | cfg.models
+        self.hooks = Hooks(
+            context=self._context,
+            read_secret_key=self._secret_key,
+            read_configmap_key=self._configmap_key,
+            patch_status=self._patch_status,
+            delete_pod=self._delete_pod,
+            log_dir=cfg.state_dir / "pods",
+            node=cfg.node,
+            runner_id=procs.runner_id(cfg.node, cfg.state_dir),
+            base_env=base_env(cfg.python),
+        )
+
+    # --- hooks for pod workers ----------------------------------------------------------------
+
+    def _context(self, pod_ip: str) -> Context:
+        models = load_model_table(self.cfg.model_table_file, extra=None)
+        return Context(python=self.cfg.python, pod_ip=pod_ip, models=self.base_models | models)
+
+    def _secret_key(self, ns: str, name: str, key: str) -> str | None:
+        try:
+            secret = self.core.read_namespaced_secret(name, ns)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return decode_secret(secret.data, key)
+
+    def _configmap_key(self, ns: str, name: str, key: str) -> str | None:
+        try:
+            cm = self.core.read_namespaced_config_map(name, ns)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        value = (cm.data or {}).get(key)
+        return None if value is None else str(value)
+
+    def _patch_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+        try:
+            self.core.patch_namespaced_pod_status(
+                name, ns, {"status": status}, field_manager=FIELD_MANAGER, _request_timeout=10
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def _delete_pod(self, ns: str, name: str, uid: str) -> None:
+        body = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)
+        )
+        try:
+            self.core.delete_namespaced_pod(name, ns, body=body, _request_timeout=10)
+        except ApiException as e:
+            if e.status not in (404, 409):
+                raise
+
+    # --- node -------------------------------------------------------------------------------
+
+    def node_manifest(self) -> dict[str, Any]:
+        c = self.cfg
+        capacity = {
+            "cpu": c.cpu,
+            "memory": c.memory,
+            "pods": str(c.max_pods),
+            "ephemeral-storage": "100Gi",
+            GPU_RESOURCE: str(c.gpus),
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": c.node,
+                "labels": {
+                    "kubernetes.io/arch": "amd64",
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/hostname": c.node,
+                    "type": "local-runner",
+                    "llmfleet.dev/pool": "local",
+                    "nvidia.com/gpu.present": "true",
+                    "nvidia.com/gpu.count": str(c.gpus),
+                    "nvidia.com/gpu.product": GPU_PRODUCT,
+                    "nvidia.com/gpu.memory": "16384",
+                },
+            },
+            # Like a GPU node pool (GKE taints its GPU nodes this way): only pods that tolerate
+            # nvidia.com/gpu land here, which every GPU pod the operator renders does. Untainted,
+            # any CPU-only pod without a nodeSelector (benchmarks, other tests) would be run here
+            # as a real vLLM process.
+            "spec": {"taints": [GPU_TAINT]},
+            "status": {
+                "capacity": capacity,
+                "allocatable": capacity,
+                "addresses": [
+                    {"type": "InternalIP", "address": "127.0.0.1"},
+                    {"type": "Hostname", "address": c.node},
+                ],
+                "nodeInfo": {
+                    "architecture": "amd64",
+                    "operatingSystem": "linux",
+                    "kubeletVersion": "v1.34.4-llmfleet-noderunner",
+                    "kubeProxyVersion": "",
+                    "containerRuntimeVersion": "localproc://0",
+                    "osImage": "llmfleet node runner",
+                    "kernelVersion": "",
+                    "machineID": "",
+                    "systemUUID": "",
+                    "bootID": "",
+                },
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            },
+        }
+
+    def _conditions(self) -> list[dict[str, Any]]:
+        now = timestamp()
+        base = {"lastHeartbeatTime": now, "lastTransitionTime": self._since}
+        return [
+            {**base, "type": "MemoryPressure", "status": "False", "reason": "Local"},
+            {**base, "type": "DiskPressure", "status": "False", "reason": "Local"},
+            {**base, "type": "PIDPressure", "status": "False", "reason": "Local"},
+            {
+                **base,
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "llmfleet node runner is posting ready status",
+            },
+        ]
+
+    def register(self) -> None:
+        self._since = timestamp()
+        manifest = self.node_manifest()
+        try:
+            node = self.core.create_node(manifest, field_manager=FIELD_MANAGER)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            node = self.core.patch_node(
+                self.cfg.node,
+                {"metadata": manifest["metadata"], "spec": manifest["spec"]},
+                field_manager=FIELD_MANAGER,
+            )
+        self.node_uid = node.metadata.uid
+        self.heartbeat()
+        log.info("node %s registered (%d GPU slots)", self.cfg.node, self.cfg.gpus)
+
+    def heartbeat(self) -> None:
+        status = self.node_manifest()["status"] | {"conditions": self._conditions()}
+        self.core.patch_node_status(
+            self.cfg.node, {"status": status}, field_manager=FIELD_MANAGER, _request_timeout=10
+        )
+        renew = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.cfg.node,
+                "namespace": "kube-node-lease",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": self.cfg.node,
+                        "uid": self.node_uid,
+                    }
+                ],
+            },
+            "spec": {
+                "holderIdentity": self.cfg.node,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "renewTime": renew,
+            },
+        }
+        try:
+            self.coord.patch_namespaced_lease(
+                self.cfg.node, "kube-node-lease", lease, _request_timeout=10
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            self.coord.create_namespaced_lease("kube-node-lease", lease, _request_timeout=10)
+
+    def _heartbeats(self) -> None:
+        while not self.stop.wait(HEARTBEAT_SECONDS):
+            try:
+                self.heartbeat()
+            except Exception as e:
+                log.warning("heartbeat failed: %s", e)
+                if isinstance(e, ApiException) and e.status == 404:
+                    with contextlib.suppress(Exception):
+                        self.register()  # someone deleted the Node: register it again
+
+    # --- pods -------------------------------------------------------------------------------
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        with self.lock:
+            worker = self.workers.get(uid)
+            if kind == "DELETED":
+                if worker is not None:
+                    worker.mark_gone()
+                return
+            if worker is not None:
+                worker.update(pod)
+                return
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                return
+            if not requests_gpu(pod):
+                self._reject(pod)
+                return
+            ip = self.ipam.allocate(uid, prefer=(pod.get("status") or {}).get("podIP"))
+            worker = PodWorker(pod, ip, self.hooks)
+            worker.update(pod)
+            self.workers[uid] = worker
+            worker.start()
+            log.info("pod %s/%s: admitted with IP %s", meta["namespace"], meta["name"], ip)
+
+    def _reject(self, pod: dict[str, Any]) -> None:
+        """Admission, as a kubelet rejects a pod it cannot run: every pod here is a real process
+        on this machine, so only pods that ask for a GPU slot run (the scheduler keeps the rest
+        away through the taint; this catches pods bound by nodeName or before the taint)."""
+        meta = pod["metadata"]
+        log.info(
+            "pod %s/%s: rejected (no %s request)", meta["namespace"], meta["name"], GPU_RESOURCE
+        )
+        status = {
+            "phase": "Failed",
+            "reason": "NodeRunnerRejected",
+            "message": f"{self.cfg.node} runs only pods that request {GPU_RESOURCE}: each one is "
+            "a real process on this machine",
+        }
+        with contextlib.suppress(Exception):
+            self._patch_status(meta["namespace"], meta["name"], status)
+
+    def _reap(self) -> None:
+        with self.lock:
+            for uid, w in list(self.workers.items()):
+                if not w.is_alive() and not w.terminal:
+                    del self.workers[uid]
+                    self.ipam.release(uid)
+
+    def _watch_pods(self) -> None:
+        selector = f"spec.nodeName={self.cfg.node}"
+        while not self.stop.is_set():
+            try:
+                listed = self.core.list_pod_for_all_namespaces(field_selector=selector)
+                present = set()
+                for pod in listed.items:
+                    d = self.api.sanitize_for_serialization(pod)
+                    present.add(d["metadata"]["uid"])
+                    self._on_pod("ADDED", d)
+                with self.lock:
+                    for uid, w in self.workers.items():
+                        if uid not in present:
+                            w.mark_gone()
+                rv = listed.metadata.resource_version
+                while not self.stop.is_set():
+                    stream = watch.Watch().stream(
+                        self.core.list_pod_for_all_namespaces,
+                        field_selector=selector,
+                        resource_version=rv,
+                        timeout_seconds=30,
+                        allow_watch_bookmarks=True,
+                    )
+                    for event in stream:
+                        obj = event["object"]
+                        if event["type"] == "BOOKMARK":
+                            rv = obj.metadata.resource_version if hasattr(obj, "metadata") else rv
+                            continue
+                        if event["type"] == "ERROR":
+                            raise ApiException(status=410, reason="watch expired")
+                        d = self.api.sanitize_for_serialization(obj)
+                        rv = d["metadata"]["resourceVersion"]
+                        self._on_pod(event["type"], d)
+                        if self.stop.is_set():
+                            break
+                    self._reap()
+            except Exception as e:
+                if self.stop.is_set():
+                    return
+                log.warning("pod watch: %s; listing again", e)
+                self.stop.wait(1)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        procs.kill_all(procs.marker(self.id))  # leftovers of a killed runner
+        self.register()
+        threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True).start()
+        threading.Thread(target=self._watch_pods, name="pod-watch", daemon=True).start()
+        self.stop.wait()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop every pod process (SIGTERM, then SIGKILL) and unregister the node when the API
+        server is still there."""
+        log.info("stopping: %d pods", len(self.workers))
+        with self.lock:
+            workers = list(self.workers.values())
+        for w in workers:
+            w.stop_for_shutdown()
+        deadline = time.monotonic() + 6
+        for w in workers:
+            w.join(max(0.0, deadline - time.monotonic()))
+        procs.kill_all(procs.marker(self.id))
+        with contextlib.suppress(Exception):
+            self.core.delete_node(self.cfg.node, _request_timeout=2)
+        log.info("stopped")
