@@ -43,15 +43,23 @@ debian-deps: ## Install the pinned Debian packages (prometheus, promtool) if mis
 tools: ## Build the pinned cluster components (etcd, kubernetes, kwok, helm) into ~/.cache/llmfleet
 	$(TOOLS)
 
+.PHONY: vllm
+vllm: ## Install the pinned vLLM CPU build (its own virtualenv in ~/.cache/llmfleet) and the tiny test model
+	tests/dataplane/install-vllm.sh
+
+.PHONY: dashboards
+dashboards: venv ## Generate the Grafana dashboards (charts/llmfleet/dashboards) from code
+	$(PY) -m llmfleet.observability.dashboards --output-dir charts/llmfleet/dashboards
+
 .PHONY: lint
 lint: venv ## ruff (lint + format check) and mypy --strict
-	cd operator && ../$(VENV)/bin/ruff check src ../tests
-	cd operator && ../$(VENV)/bin/ruff format --check src ../tests
+	cd operator && ../$(VENV)/bin/ruff check src ../tests ../bench
+	cd operator && ../$(VENV)/bin/ruff format --check src ../tests ../bench
 	cd operator && ../$(VENV)/bin/mypy src ../tests/localcluster
 
 .PHONY: fmt
 fmt: venv ## Format the Python code
-	cd operator && ../$(VENV)/bin/ruff format src ../tests && ../$(VENV)/bin/ruff check --fix src ../tests
+	cd operator && ../$(VENV)/bin/ruff format src ../tests ../bench && ../$(VENV)/bin/ruff check --fix src ../tests ../bench
 
 .PHONY: crds
 crds: venv ## Generate crds/ from the pydantic models
@@ -66,7 +74,7 @@ unit: venv ## Unit tests only (no cluster)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: test
-test: lint tools debian-deps ## Everything CI runs: lint, unit and end-to-end tests on the local cluster
+test: lint tools debian-deps vllm ## Everything CI runs: lint, unit and end-to-end tests on the local cluster
 	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
 
 .PHONY: cluster-up

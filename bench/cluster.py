@@ -13,15 +13,25 @@ from localcluster.supervisor import BUILD_TOOLS, Cluster, Ports
 from bench import results
 
 # Ports apart from the developer's cluster, which may be running.
-BENCH_PORTS = Ports(apiserver=26443, etcd_client=22379, etcd_peer=22380,
-                    controller_manager=20257, scheduler=20259, kwok=20247)
+BENCH_PORTS = Ports(
+    apiserver=26443,
+    etcd_client=22379,
+    etcd_peer=22380,
+    controller_manager=20257,
+    scheduler=20259,
+    kwok=20247,
+)
 
 
 def cold_build_seconds() -> float:
     """Every component from empty Go module and build caches, as on a fresh machine."""
     with tempfile.TemporaryDirectory(prefix="llmfleet-cold-") as tmp:
-        env = {**os.environ, "LLMFLEET_CACHE": f"{tmp}/cache", "GOCACHE": f"{tmp}/gocache",
-               "GOMODCACHE": f"{tmp}/gomod"}
+        env = {
+            **os.environ,
+            "LLMFLEET_CACHE": f"{tmp}/cache",
+            "GOCACHE": f"{tmp}/gocache",
+            "GOMODCACHE": f"{tmp}/gomod",
+        }
         start = time.monotonic()
         subprocess.run([str(BUILD_TOOLS)], check=True, env=env, stdout=subprocess.DEVNULL)
         took = time.monotonic() - start

@@ -23,14 +23,26 @@ IDLE_WINDOW_SECONDS = 60.0
 def tiny(name: str) -> dict[str, Any]:
     """A CPU-only model small enough that the benchmark measures the operator, not the nodes."""
     return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "LLMDeployment",
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LLMDeployment",
         "metadata": {"name": name},
         "spec": {
-            "model": {"name": "/models/tiny", "architecture": {
-                "parametersBillions": 0.001, "numLayers": 2, "numAttentionHeads": 2,
-                "numKeyValueHeads": 1, "headDim": 64, "maxPositionEmbeddings": 2048}},
-            "engine": {"maxModelLen": 512, "cpuKVCacheGiB": 1,
-                       "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}}},
+            "model": {
+                "name": "/models/tiny",
+                "architecture": {
+                    "parametersBillions": 0.001,
+                    "numLayers": 2,
+                    "numAttentionHeads": 2,
+                    "numKeyValueHeads": 1,
+                    "headDim": 64,
+                    "maxPositionEmbeddings": 2048,
+                },
+            },
+            "engine": {
+                "maxModelLen": 512,
+                "cpuKVCacheGiB": 1,
+                "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
+            },
             "autoscaling": {"enabled": False},
         },
     }
@@ -60,8 +72,9 @@ class DeploymentWatcher:
         self._t.start()
 
     def _run(self) -> None:
-        for event in self._w.stream(self._apps.list_namespaced_deployment, self._ns,
-                                    timeout_seconds=600):
+        for event in self._w.stream(
+            self._apps.list_namespaced_deployment, self._ns, timeout_seconds=600
+        ):
             name = event["object"].metadata.name
             self.seen.setdefault(name, time.monotonic())
 
@@ -92,8 +105,12 @@ def run() -> dict[str, float]:
             name = f"lat-{i}"
             t0 = time.monotonic()
             custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, tiny(name))
-            wait_for(lambda n=f"{name}-cpu": n in watcher.seen, timeout=60, interval=0.005,
-                     what=f"{name} children")
+            wait_for(
+                lambda n=f"{name}-cpu": n in watcher.seen,
+                timeout=60,
+                interval=0.005,
+                what=f"{name} children",
+            )
             latencies.append((watcher.seen[f"{name}-cpu"] - t0) * 1000)
         watcher.stop()
         figures["reconcile_p50_ms"] = percentile(latencies, 0.50)
@@ -102,13 +119,23 @@ def run() -> dict[str, float]:
         names = [f"many-{i}" for i in range(500)]
         t0 = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda n: custom.create_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, tiny(n)), names))
+            list(
+                pool.map(
+                    lambda n: custom.create_namespaced_custom_object(
+                        GROUP, VERSION, ns, PLURAL, tiny(n)
+                    ),
+                    names,
+                )
+            )
 
         def all_reconciled() -> bool:
             items = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
-            done = [o for o in items if o["metadata"]["name"].startswith("many-")
-                    and (o.get("status") or {}).get("observedGeneration") == 1]
+            done = [
+                o
+                for o in items
+                if o["metadata"]["name"].startswith("many-")
+                and (o.get("status") or {}).get("observedGeneration") == 1
+            ]
             return len(done) == len(names)
 
         wait_for(all_reconciled, timeout=1200, interval=1, what="500 reconciled")

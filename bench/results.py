@@ -39,8 +39,12 @@ def machine() -> dict[str, Any]:
         if line.startswith("model name"):
             cpu = line.split(":", 1)[1].strip()
             break
-    return {"cpus": os.cpu_count(), "memory_gib": round(mem_kib / 2**20, 1), "cpu": cpu,
-            "python": platform.python_version()}
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(mem_kib / 2**20, 1),
+        "cpu": cpu,
+        "python": platform.python_version(),
+    }
 
 
 def load() -> dict[str, Any]:
@@ -66,9 +70,11 @@ def table(data: dict[str, Any]) -> str:
             rows.append(f"| `{name}` | {what} | {data[name]:g} {unit} |")
     m = data.get("machine", {})
     rows.append("")
-    rows.append(f"Measured {data.get('date', '?')} on {m.get('cpus', '?')} CPUs "
-                f"({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB; "
-                "from `bench/results.json` (`make bench`).")
+    rows.append(
+        f"Measured {data.get('date', '?')} on {m.get('cpus', '?')} CPUs "
+        f"({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB; "
+        "from `bench/results.json` (`make bench`)."
+    )
     return "\n".join(rows)
 
 

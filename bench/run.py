@@ -15,8 +15,9 @@ BENCHMARKS = ("cluster", "reconcile")
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="bench")
-    p.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} "
-                   "(default: all)")
+    p.add_argument(
+        "names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)"
+    )
     args = p.parse_args()
     unknown = set(args.names) - set(BENCHMARKS)
     if unknown:
