@@ -90,8 +90,8 @@ cluster-wipe: venv ## Stop the local cluster and delete its state
 	$(LOCALCLUSTER) wipe
 
 .PHONY: demo
-demo: cluster-up ## Bring up the local cluster and show what LLMFleet does on it
-	bash docs/demo.sh
+demo: cluster-up vllm ## Local cluster + chart + examples + plans + a real vLLM answering
+	$(LOCALCLUSTER).demo
 
 .PHONY: bench
 bench: venv tools ## Run every benchmark; writes bench/results.json and the README table

@@ -5,13 +5,35 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
 
-from .harness import Operator
+from .harness import E2E_GPU_PRODUCT, Operator
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: Cluster) -> Iterator[Operator]:
+def e2e_gpu_pool(cluster: Cluster) -> str:
+    """GPU nodes of the tests' own, so whatever else runs on the cluster (`make demo`) cannot
+    take the GPUs the tests count on."""
+    cluster.apply_nodes(
+        [
+            Pool(
+                name="e2e-h100",
+                count=2,
+                gpus=8,
+                product=E2E_GPU_PRODUCT,
+                gpu_memory_mib=81559,
+                cpu="96",
+                memory="1536Gi",
+            )
+        ]
+    )
+    cluster.wait_nodes_ready()
+    return E2E_GPU_PRODUCT
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster, e2e_gpu_pool: str) -> Iterator[Operator]:
     op = Operator(cluster)
     op.install_identity()
     op.start()

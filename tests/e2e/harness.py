@@ -24,7 +24,7 @@ from localcluster.supervisor import REPO, Cluster, bindir
 CHART = REPO / "charts" / "llmfleet"
 OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
-RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+E2E_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3-E2E"
 
 
 def wait_for(
@@ -85,26 +85,31 @@ class Operator:
         return self.cluster.state_dir / "operator.log"
 
     def install_identity(self) -> None:
-        """CRDs, the chart's ServiceAccount and RBAC, and a kubeconfig holding the SA's token."""
+        """The chart, installed with Helm as users do (all but the operator pod: kwok nodes run no
+        containers), and a kubeconfig holding its ServiceAccount's token."""
         k = self.cluster.kubectl
-        k("apply", "--server-side", "-f", str(REPO / "crds"))
+        # Helm never upgrades CRDs it installed; a long-lived dev cluster gets the current ones.
+        k("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
         k("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.dev")
-        k("create", "namespace", OPERATOR_NAMESPACE, "--dry-run=client", "-o", "yaml")
-        k(
-            "apply",
-            "-f",
-            "-",
-            input=yaml.safe_dump(
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
-            ),
-        )
-        rbac = [d for d in helm_template() if d["kind"] in RBAC_KINDS]
-        k(
-            "apply",
-            "--server-side",
-            "-f",
-            "-",
-            input="\n---\n".join(yaml.safe_dump(d) for d in rbac),
+        subprocess.run(
+            [
+                str(bindir("helm") / "helm"),
+                f"--kubeconfig={self.cluster.kubeconfig}",
+                "upgrade",
+                "--install",
+                RELEASE,
+                str(CHART),
+                "--namespace",
+                OPERATOR_NAMESPACE,
+                "--create-namespace",
+                "--take-ownership",
+                "--set",
+                "replicas=0",
+                "--wait",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         token = k("create", "token", RELEASE, "-n", OPERATOR_NAMESPACE, "--duration=24h").strip()
         cfg = yaml.safe_load(self.cluster.kubeconfig.read_text())
@@ -113,6 +118,8 @@ class Operator:
         self.kubeconfig.write_text(yaml.safe_dump(cfg))
 
     def start(self) -> None:
+        # One operator per cluster: two standalone operators would fight over every resource.
+        self.cluster.stop("operator")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         logf = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(

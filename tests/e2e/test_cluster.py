@@ -6,11 +6,13 @@ import ipaddress
 import json
 import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
+from localcluster.nodes import Pool, node_manifests
 from localcluster.supervisor import Cluster, bindir, pinned_versions
 
 pytestmark = pytest.mark.cluster
@@ -30,7 +32,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float 
         time.sleep(interval)
 
 
-def gpu_deployment(name: str, gpus: int) -> client.V1Deployment:
+def gpu_deployment(name: str, gpus: int, product: str) -> client.V1Deployment:
     labels = {"app": name}
     container = client.V1Container(
         name="main",
@@ -46,7 +48,7 @@ def gpu_deployment(name: str, gpus: int) -> client.V1Deployment:
                 metadata=client.V1ObjectMeta(labels=labels),
                 spec=client.V1PodSpec(
                     containers=[container],
-                    node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                    node_selector={"nvidia.com/gpu.product": product},
                     tolerations=[client.V1Toleration(operator="Exists")],
                 ),
             ),
@@ -55,7 +57,7 @@ def gpu_deployment(name: str, gpus: int) -> client.V1Deployment:
 
 
 def test_gpu_nodes_advertise_gpus_and_gpu_feature_discovery_labels(api: client.ApiClient) -> None:
-    nodes = client.CoreV1Api(api).list_node(label_selector="nvidia.com/gpu.present=true").items
+    nodes = client.CoreV1Api(api).list_node(label_selector="llmfleet.dev/pool=h100").items
     assert len(nodes) == 2
     for n in nodes:
         assert n.status.allocatable[GPU] == "8"
@@ -67,12 +69,25 @@ def test_gpu_nodes_advertise_gpus_and_gpu_feature_discovery_labels(api: client.A
     assert GPU not in (cpu_only[0].status.allocatable or {})
 
 
+@pytest.fixture
+def a100_pool(cluster: Cluster) -> Iterator[str]:
+    """A pool of the test's own (two nodes of 8 A100-40GB), added through a node-pool profile, so
+    nothing else on the cluster competes for its GPUs."""
+    product = f"NVIDIA-A100-SXM4-40GB-{uuid.uuid4().hex[:6]}"
+    pool = Pool(name=f"a100-{product[-6:]}", count=2, gpus=8, product=product, gpu_memory_mib=40960)
+    cluster.apply_nodes([pool])
+    cluster.wait_nodes_ready()
+    yield product
+    for node in node_manifests(pool):
+        cluster.kubectl("delete", "node", node["metadata"]["name"], "--wait=false")
+
+
 def test_third_eight_gpu_deployment_stays_pending_for_lack_of_gpus(
-    api: client.ApiClient, namespace: str
+    api: client.ApiClient, namespace: str, a100_pool: str
 ) -> None:
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     for i in range(3):
-        apps.create_namespaced_deployment(namespace, gpu_deployment(f"gpu8-{i}", 8))
+        apps.create_namespaced_deployment(namespace, gpu_deployment(f"gpu8-{i}", 8, a100_pool))
 
     def settled() -> list[client.V1Pod] | None:
         pods = core.list_namespaced_pod(namespace).items
@@ -96,9 +111,9 @@ def test_third_eight_gpu_deployment_stays_pending_for_lack_of_gpus(
     assert f"Insufficient {GPU}" in cond.message
 
 
-def test_every_pod_ip_is_loopback(api: client.ApiClient, namespace: str) -> None:
+def test_every_pod_ip_is_loopback(api: client.ApiClient, namespace: str, a100_pool: str) -> None:
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
-    dep = gpu_deployment("ipcheck", 1)
+    dep = gpu_deployment("ipcheck", 1, a100_pool)
     dep.spec.replicas = 4
     apps.create_namespaced_deployment(namespace, dep)
     wait_for(

@@ -13,12 +13,12 @@ import yaml
 from kubernetes import client, watch
 from localcluster.supervisor import Cluster
 
-from .harness import Operator, utcnow, wait_for
+from .harness import E2E_GPU_PRODUCT, Operator, utcnow, wait_for
 
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"
-H100 = {"count": 2, "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"}
+H100 = {"count": 2, "memoryGiB": 80, "perNode": 8, "product": E2E_GPU_PRODUCT}
 
 
 def llmd(name: str, **spec: Any) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def test_apply_creates_owned_children_on_gpu_nodes_and_reports_the_plan(
     for p in pods:
         assert p.status.phase == "Running"
         node = core.read_node(p.spec.node_name)
-        assert node.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+        assert node.metadata.labels["nvidia.com/gpu.product"] == E2E_GPU_PRODUCT
         assert p.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
 
     table = cluster.kubectl("get", "llmd", "-n", namespace)

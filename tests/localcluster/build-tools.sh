@@ -10,7 +10,9 @@ ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 PROM_ADAPTER_VERSION=v0.12.0
-KSM_VERSION=v2.17.0
+# v2.17.0 is refused by the Go module proxy here ("This module version is not available") and
+# v2.16.0 has no checksum-database entry there: v2.15.0 is the newest that verifies.
+KSM_VERSION=v2.15.0
 
 CACHE="${LLMFLEET_CACHE:-$HOME/.cache/llmfleet}"
 export GOFLAGS="-mod=mod -trimpath"
@@ -124,12 +126,29 @@ build_helm() {
     "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor" \
     helm.sh/helm/v3/cmd/helm
 }
+go_wrap_build() {  # go_wrap_build NAME MODULE VERSION LDFLAGS PKG BIN
+  # Build one command of a published module through a wrapper module that requires it (like
+  # etcd above), not `go install PKG@VERSION`: that also asks the proxy for the module's version
+  # list (to look for a deprecation notice), which the proxy refuses for these modules.
+  local name=$1 module=$2 version=$3 ldflags=$4 pkg=$5 bin=$6
+  local out="$CACHE/bin/$name-$version"
+  have "$out" "$bin" && return 0
+  log "building $name $version"
+  local mod="$CACHE/src/$name-$version"
+  rm -rf "$mod"; mkdir -p "$mod" "$out.tmp"
+  printf 'module llmfleet.dev/localcluster/%s\n\ngo 1.24\n\nrequire %s %s\n' \
+    "$name" "$module" "$version" > "$mod/go.mod"
+  (cd "$mod" && go build -ldflags "-s -w $ldflags" -o "$out.tmp/$bin" "$pkg")
+  rm -rf "$out"; mv "$out.tmp" "$out"
+}
 build_prometheus_adapter() {
-  go_install prometheus-adapter "$PROM_ADAPTER_VERSION" "" sigs.k8s.io/prometheus-adapter/cmd/adapter
+  go_wrap_build prometheus-adapter sigs.k8s.io/prometheus-adapter "$PROM_ADAPTER_VERSION" "" \
+    sigs.k8s.io/prometheus-adapter/cmd/adapter adapter
 }
 build_kube_state_metrics() {
-  go_install kube-state-metrics "$KSM_VERSION" \
-    "-X github.com/prometheus/common/version.Version=${KSM_VERSION#v}" k8s.io/kube-state-metrics/v2
+  go_wrap_build kube-state-metrics k8s.io/kube-state-metrics/v2 "$KSM_VERSION" \
+    "-X github.com/prometheus/common/version.Version=${KSM_VERSION#v}" \
+    k8s.io/kube-state-metrics/v2 kube-state-metrics
 }
 
 # Print the bin directory of a component (for the Makefile and the cluster supervisor).

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from . import pki
-from .nodes import Pool, load_profile, node_manifests
+from .nodes import KWOK_ANNOTATION, Pool, load_profile, node_manifests
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -100,7 +100,7 @@ class Cluster:
         self._start("kube-scheduler", self._scheduler_cmd())
         self._start("kwok", self._kwok_cmd())
         self.apply_nodes(load_profile(profile))
-        self._wait_nodes_ready()
+        self.wait_nodes_ready()
         self._wait_default_serviceaccount()
         took = time.monotonic() - start
         log(f"cluster up in {took:.1f}s; KUBECONFIG={self.kubeconfig}")
@@ -119,6 +119,14 @@ class Cluster:
     def wipe(self) -> None:
         self.down()
         subprocess.run(["rm", "-rf", str(self.state_dir)], check=True)
+
+    def alive(self, name: str) -> bool:
+        """Whether the process started under `name` (a component, "operator", ...) runs."""
+        return self._alive(name)
+
+    def stop(self, name: str, grace: float = 10.0) -> None:
+        """Stop the process started under `name`, if it runs."""
+        self._stop(name, grace)
 
     def running(self) -> dict[str, bool]:
         return {name: self._alive(name) for name in COMPONENTS}
@@ -428,10 +436,15 @@ class Cluster:
                 time.sleep(0.2)
         raise TimeoutError(f"{what} not ready at {url} after {timeout}s: {last}")
 
-    def _wait_nodes_ready(self, timeout: float = 60) -> None:
+    def wait_nodes_ready(self, timeout: float = 60) -> None:
+        """Wait until every kwok node is Ready (the node runner's node reports for itself)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+            nodes = [
+                n
+                for n in json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+                if (n["metadata"].get("annotations") or {}).get(KWOK_ANNOTATION) == "fake"
+            ]
             ready = [
                 n
                 for n in nodes

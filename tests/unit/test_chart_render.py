@@ -196,6 +196,9 @@ EXPECTED_RULES = {
     },
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch"},
+    ("llmfleet.dev", "llmbatchjobs"): {"get", "list", "watch", "patch"},
+    ("llmfleet.dev", "llmbatchjobs/status"): {"get", "patch"},
+    ("batch", "jobs"): {"get", "list", "watch", "create", "patch"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }

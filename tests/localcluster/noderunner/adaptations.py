@@ -15,6 +15,11 @@ from pathlib import Path
 
 # The module the operator runs (`python3 -m vllm.entrypoints.openai.api_server`).
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+# The LLMBatchJob runner (`python3 -m llmfleet.batch.runner`): its flags are vLLM engine flags plus
+# its own, and its --host binds its metrics endpoint, so it gets the same rewrites.
+BATCH_RUNNER_MODULE = "llmfleet.batch.runner"
+# The image installs the llmfleet wheel; here the pod's python imports it from the checkout.
+LLMFLEET_SRC = Path(__file__).resolve().parents[3] / "operator" / "src"
 PYTHON_NAMES = ("python3", "python")
 # On CPU the KV cache is VLLM_CPU_KVCACHE_SPACE GiB (vLLM's own default is 4 GiB).
 DEFAULT_KVCACHE_GIB = "1"
@@ -33,6 +38,9 @@ ADAPTATIONS: tuple[tuple[str, str], ...] = (
     ("model", "`--model NAME` -> the directory the model table maps NAME to"),
     ("max-model-len", "`--max-model-len` capped to the served model's max_position_embeddings"),
     ("kv-cache", "env VLLM_CPU_KVCACHE_SPACE=1 unless the pod sets it"),
+    ("batch-runner", "`-m llmfleet.batch.runner` gets rewrites 2-8 too (vLLM engine flags)"),
+    ("pythonpath", "env PYTHONPATH starts with the checkout's operator/src (llmfleet importable)"),
+    ("volumes", "paths under a volumeMount (and terminationMessagePath) -> emulated directories"),
 )
 
 _VALUE_FLAGS = {
@@ -67,7 +75,11 @@ def load_model_table(*files: Path, extra: Mapping[str, str] | None = None) -> di
 
 
 def is_vllm(command: Sequence[str]) -> bool:
-    return VLLM_MODULE in command or (len(command) > 1 and Path(command[0]).name == "vllm")
+    return (
+        VLLM_MODULE in command
+        or BATCH_RUNNER_MODULE in command
+        or (len(command) > 1 and Path(command[0]).name == "vllm")
+    )
 
 
 def adapt_command(command: Sequence[str], args: Sequence[str], ctx: Context) -> list[str]:
@@ -83,6 +95,8 @@ def adapt_command(command: Sequence[str], args: Sequence[str], ctx: Context) -> 
 def adapt_env(env: Mapping[str, str]) -> dict[str, str]:
     out = dict(env)
     out.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_KVCACHE_GIB)
+    paths = [str(LLMFLEET_SRC), *filter(None, out.get("PYTHONPATH", "").split(":"))]
+    out["PYTHONPATH"] = ":".join(paths)
     return out
 
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from . import procs
+from . import procs, volumes
 from .adaptations import Context, adapt_command, adapt_env
 from .probes import ProbeState, check
+from .volumes import PodVolumes, VolumeNotReadyError
 
 log = logging.getLogger("noderunner.pods")
 
@@ -49,12 +50,14 @@ class Hooks:
     context: Callable[[str], Context]  # pod IP -> adaptation context
     read_secret_key: Callable[[str, str, str], str | None]  # namespace, name, key
     read_configmap_key: Callable[[str, str, str], str | None]
+    read_configmap: volumes.ReadConfigMap  # namespace, name -> data (configMap volumes)
     patch_status: Callable[[str, str, dict[str, Any]], None]  # namespace, name, status
     delete_pod: Callable[[str, str, str], None]  # namespace, name, uid
     log_dir: Path
     node: str
     runner_id: str  # procs.runner_id(): marks this runner's processes
     base_env: Mapping[str, str]
+    state_dir: Path  # volumes are emulated under it (see volumes.py)
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Container:
     last_terminated: dict[str, Any] | None = None
     finished: bool = False  # terminated and not restarting (restartPolicy)
     probes: dict[str, ProbeState] = field(default_factory=dict)
+    volumes: PodVolumes | None = None
 
     @property
     def name(self) -> str:
@@ -135,6 +139,9 @@ class PodWorker(threading.Thread):
         except Exception:
             log.exception("pod %s/%s: worker failed", self.ns, self.pod_name)
             self._kill_everything()
+        finally:
+            if not self.shutdown.is_set():
+                volumes.cleanup(self.hooks.state_dir, self.uid)
 
     def _loop(self) -> None:
         while True:
@@ -286,10 +293,18 @@ class PodWorker(threading.Thread):
         env = self._env(c)
         if env is None:
             return
+        try:
+            c.volumes = volumes.prepare(
+                self.pod, c.spec, self.hooks.state_dir, self.hooks.read_configmap
+            )
+        except VolumeNotReadyError as e:
+            self._waiting(c, "ContainerCreating", f"MountVolume.SetUp failed: {e}")
+            return
+        env = {k: c.volumes.rewrite(v) for k, v in env.items()}
         self._last_env[c.name] = env
         argv = adapt_command(
-            [expand(a, env) for a in command],
-            [expand(a, env) for a in c.spec.get("args") or []],
+            [c.volumes.rewrite(expand(a, env)) for a in command],
+            [c.volumes.rewrite(expand(a, env)) for a in c.spec.get("args") or []],
             self.hooks.context(self.ip),
         )
         workdir = c.spec.get("workingDir")
@@ -317,8 +332,10 @@ class PodWorker(threading.Thread):
 
     def _on_exit(self, c: Container, code: int, reason: str, message: str = "") -> None:
         procs.kill_all(procs.marker(self.hooks.runner_id, self.uid, c.name))
+        exit_code = code if code >= 0 else 128 - code
+        message = message or self._termination_message(c, exit_code)
         c.last_terminated = {
-            "exitCode": code if code >= 0 else 128 - code,
+            "exitCode": exit_code,
             "reason": reason,
             "startedAt": timestamp(c.started_at),
             "finishedAt": timestamp(),
@@ -345,6 +362,11 @@ class PodWorker(threading.Thread):
         )
         with open(self.log_path, "ab") as logf:
             _header(logf, f"{c.name} exited {code} ({reason}) {message}")
+
+    def _termination_message(self, c: Container, exit_code: int) -> str:
+        return volumes.termination_message(
+            c.volumes, exit_code, c.spec.get("terminationMessagePolicy"), self.log_path
+        )
 
     def _restart(self, c: Container, why: str) -> None:
         """A failed liveness or startup probe: stop the container (grace period), restart it."""
@@ -445,11 +467,14 @@ class PodWorker(threading.Thread):
         c.finished = True
         c.proc = None
         c.waiting_reason = ""
+        exit_code = code if code >= 0 else 128 - code
+        message = self._termination_message(c, exit_code)
         c.last_terminated = {
-            "exitCode": code if code >= 0 else 128 - code,
+            "exitCode": exit_code,
             "reason": "Completed" if code == 0 else "Error",
             "startedAt": timestamp(c.started_at),
             "finishedAt": timestamp(),
+            **({"message": message} if message else {}),
         }
 
     def _kill_everything(self) -> None:

@@ -123,12 +123,14 @@ class Runner:
             context=self._context,
             read_secret_key=self._secret_key,
             read_configmap_key=self._configmap_key,
+            read_configmap=self._configmap,
             patch_status=self._patch_status,
             delete_pod=self._delete_pod,
             log_dir=cfg.state_dir / "pods",
             node=cfg.node,
             runner_id=procs.runner_id(cfg.node, cfg.state_dir),
             base_env=base_env(cfg.python),
+            state_dir=cfg.state_dir,
         )
 
     # --- hooks for pod workers ----------------------------------------------------------------
@@ -155,6 +157,15 @@ class Runner:
             raise
         value = (cm.data or {}).get(key)
         return None if value is None else str(value)
+
+    def _configmap(self, ns: str, name: str) -> dict[str, str] | None:
+        try:
+            cm = self.core.read_namespaced_config_map(name, ns)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return {str(k): str(v) for k, v in (cm.data or {}).items()}
 
     def _patch_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
         try:

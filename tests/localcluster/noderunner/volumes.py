@@ -1,0 +1,149 @@
+"""Volumes of a pod on the local node, emulated with directories (no mounts: the process sees the
+host's filesystem, so paths under a volumeMount are rewritten to the emulated directory).
+
+* persistentVolumeClaim -> `<state dir>/pvcs/<namespace>/<claim>/`, shared by every pod of the
+  namespace that mounts the claim and kept after the pods go (as a volume outlives its pods);
+* configMap -> a fresh directory with one file per key (or per `items` entry), from the API;
+* emptyDir -> a fresh directory, removed with the pod;
+* terminationMessagePath -> a file of the pod's, read into `state.terminated.message` when the
+  container ends (FallbackToLogsOnError: the log's tail when it is empty and the exit failed).
+
+Other volume types are not emulated: their mountPath is left as is.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+TERMINATION_MESSAGE_LIMIT = 4096
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
+
+ReadConfigMap = Callable[[str, str], Mapping[str, str] | None]  # namespace, name -> data
+
+
+class VolumeNotReadyError(Exception):
+    """A volume's source is missing (e.g. the ConfigMap): the container waits, as with a kubelet."""
+
+
+@dataclass
+class PodVolumes:
+    """Container paths -> host paths for one container of one pod."""
+
+    paths: dict[str, str] = field(default_factory=dict)  # mountPath -> host directory
+    termination_log: Path | None = None
+
+    def rewrite(self, value: str) -> str:
+        """`value` (or the value of `--flag=value`) with a mounted path mapped to the host."""
+        flag, eq, rest = value.partition("=")
+        if eq and flag.startswith("-"):
+            return f"{flag}={self.rewrite(rest)}"
+        for mount in sorted(self.paths, key=len, reverse=True):
+            if value == mount or value.startswith(mount.rstrip("/") + "/"):
+                return self.paths[mount] + value[len(mount.rstrip("/")) :]
+        return value
+
+
+def pvc_dir(state_dir: Path, namespace: str, claim: str) -> Path:
+    return state_dir / "pvcs" / namespace / claim
+
+
+def pod_dir(state_dir: Path, uid: str) -> Path:
+    return state_dir / "volumes" / uid
+
+
+def prepare(
+    pod: dict[str, Any],
+    container: dict[str, Any],
+    state_dir: Path,
+    read_configmap: ReadConfigMap,
+) -> PodVolumes:
+    """Create the host directories of `container`'s mounts; raise VolumeNotReadyError when a
+    source is missing."""
+    meta = pod["metadata"]
+    ns, uid = meta["namespace"], meta["uid"]
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    out = PodVolumes()
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount["name"])
+        if volume is None:
+            continue
+        host = _materialise(volume, ns, uid, state_dir, read_configmap)
+        if host is None:
+            continue
+        sub = mount.get("subPath")
+        out.paths[mount["mountPath"]] = str(host / sub if sub else host)
+    log_path = container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
+    out.termination_log = pod_dir(state_dir, uid) / f"termination-{container['name']}.log"
+    out.termination_log.parent.mkdir(parents=True, exist_ok=True)
+    out.termination_log.write_bytes(b"")
+    out.paths[log_path] = str(out.termination_log)
+    return out
+
+
+def _materialise(
+    volume: dict[str, Any], ns: str, uid: str, state_dir: Path, read_configmap: ReadConfigMap
+) -> Path | None:
+    name = volume["name"]
+    if "persistentVolumeClaim" in volume:
+        path = pvc_dir(state_dir, ns, volume["persistentVolumeClaim"]["claimName"])
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    if "emptyDir" in volume:
+        path = pod_dir(state_dir, uid) / "emptydir" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    if "configMap" in volume:
+        source = volume["configMap"]
+        data = read_configmap(ns, source["name"])
+        if data is None:
+            if source.get("optional"):
+                data = {}
+            else:
+                raise VolumeNotReadyError(f'configmap "{source["name"]}" not found')
+        path = pod_dir(state_dir, uid) / "configmap" / name
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        items = source.get("items") or [{"key": k, "path": k} for k in data]
+        for item in items:
+            if item["key"] not in data:
+                raise VolumeNotReadyError(
+                    f'configmap "{source["name"]}" has no key "{item["key"]}"'
+                )
+            target = path / item["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(data[item["key"]])
+        return path
+    return None
+
+
+def termination_message(
+    volumes: PodVolumes | None, exit_code: int, policy: str | None, log_path: Path
+) -> str:
+    """What the kubelet puts into `terminated.message`."""
+    message = ""
+    if volumes is not None and volumes.termination_log is not None:
+        try:
+            message = volumes.termination_log.read_bytes()[:TERMINATION_MESSAGE_LIMIT].decode(
+                errors="replace"
+            )
+        except OSError:
+            message = ""
+    if not message and exit_code != 0 and policy == "FallbackToLogsOnError":
+        try:
+            lines = log_path.read_bytes().splitlines()[-FALLBACK_LOG_LINES:]
+        except OSError:
+            return ""
+        message = b"\n".join(lines)[-FALLBACK_LOG_BYTES:].decode(errors="replace")
+    return message
+
+
+def cleanup(state_dir: Path, uid: str) -> None:
+    """Remove the pod's own volumes (claims stay)."""
+    shutil.rmtree(pod_dir(state_dir, uid), ignore_errors=True)
