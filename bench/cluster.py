@@ -8,18 +8,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from localcluster.supervisor import BUILD_TOOLS, Cluster, Ports
+from localcluster.supervisor import BUILD_TOOLS, CLUSTER_INDEX, Cluster, Ports
 
 from bench import results
 
 # Ports apart from the developer's cluster, which may be running.
 BENCH_PORTS = Ports(
-    apiserver=26443,
-    etcd_client=22379,
-    etcd_peer=22380,
-    controller_manager=20257,
-    scheduler=20259,
-    kwok=20247,
+    apiserver=26443 + 1000 * CLUSTER_INDEX,
+    etcd_client=22379 + 1000 * CLUSTER_INDEX,
+    etcd_peer=22380 + 1000 * CLUSTER_INDEX,
+    controller_manager=20257 + 1000 * CLUSTER_INDEX,
+    scheduler=20259 + 1000 * CLUSTER_INDEX,
+    kwok=20247 + 1000 * CLUSTER_INDEX,
 )
 
 

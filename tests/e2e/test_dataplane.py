@@ -25,14 +25,14 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster.noderunner import procs
-from localcluster.supervisor import REPO, Cluster, Ports
+from localcluster.supervisor import CLUSTER_INDEX, REPO, RUNNER_POD_NETWORK, Cluster, Ports
 
 pytestmark = pytest.mark.cluster
 
 NODE = "local-gpu-0"
 PRODUCT = "LLMFleet-CPU-Emulated"
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
-POD_NETWORK = ipaddress.ip_network("127.17.0.0/16")
+POD_NETWORK = ipaddress.ip_network(RUNNER_POD_NETWORK)
 INSTALL = REPO / "tests" / "dataplane" / "install-vllm.sh"
 STARTUP_TIMEOUT = 300  # a vLLM pod on 2 shared cores; ~35-90 s usually
 
@@ -345,20 +345,21 @@ def test_cluster_down_leaves_no_vllm_or_runner_process(vllm_python: Path) -> Non
     c = Cluster(
         state_dir=state,
         ports=Ports(
-            apiserver=26443,
-            etcd_client=22379,
-            etcd_peer=22380,
-            controller_manager=20257,
-            scheduler=20259,
-            kwok=20247,
+            apiserver=26443 + 1000 * CLUSTER_INDEX,
+            etcd_client=22379 + 1000 * CLUSTER_INDEX,
+            etcd_peer=22380 + 1000 * CLUSTER_INDEX,
+            controller_manager=20257 + 1000 * CLUSTER_INDEX,
+            scheduler=20259 + 1000 * CLUSTER_INDEX,
+            kwok=20247 + 1000 * CLUSTER_INDEX,
         ),
     )
     try:
         c.up(log=lambda _: None)
-        c.start_node_runner(gpus=1, pod_network="127.18.0.0/16")
+        own_network = f"127.{18 + 10 * CLUSTER_INDEX}.0.0/16"
+        c.start_node_runner(gpus=1, pod_network=own_network)
         api = config.new_client_from_config(config_file=str(c.kubeconfig))
         pod = start(api, "default", vllm_deployment("down"))
-        assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network("127.18.0.0/16")
+        assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(own_network)
         runner = procs.runner_id(NODE, state)
         assert procs.find(procs.marker(runner, pod.metadata.uid))
         runner_pid = int((state / "node-runner.pid").read_text())

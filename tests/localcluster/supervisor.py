@@ -26,20 +26,25 @@ REPO = HERE.parent.parent
 BUILD_TOOLS = HERE / "build-tools.sh"
 DEFAULT_PROFILE = HERE / "profiles" / "default.yaml"
 
+# Several local clusters can run side by side (a developer's and a clean-clone CI check): the
+# index shifts every port by 1000 and the loopback pod networks by 10 in the second octet.
+CLUSTER_INDEX = int(os.environ.get("LLMFLEET_CLUSTER_INDEX", "0"))
 # Pod IPs come from here: loopback, so every dial of a pod IP stays on this machine.
-POD_CIDR = "127.16.0.1/16"
+POD_CIDR = f"127.{16 + 10 * CLUSTER_INDEX}.0.1/16"
+# The node runner's pods (real processes) bind to addresses from here.
+RUNNER_POD_NETWORK = f"127.{17 + 10 * CLUSTER_INDEX}.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"  # ClusterIPs are data only, never dialled
 HPA_SYNC_PERIOD = "5s"  # upstream default 15s; shortened so scaling tests react quickly
 
 
 @dataclass(frozen=True)
 class Ports:
-    apiserver: int = 16443
-    etcd_client: int = 12379
-    etcd_peer: int = 12380
-    controller_manager: int = 10257
-    scheduler: int = 10259
-    kwok: int = 10247
+    apiserver: int = 16443 + 1000 * CLUSTER_INDEX
+    etcd_client: int = 12379 + 1000 * CLUSTER_INDEX
+    etcd_peer: int = 12380 + 1000 * CLUSTER_INDEX
+    controller_manager: int = 10257 + 1000 * CLUSTER_INDEX
+    scheduler: int = 10259 + 1000 * CLUSTER_INDEX
+    kwok: int = 10247 + 1000 * CLUSTER_INDEX
 
 
 def bindir(component: str) -> Path:
@@ -145,7 +150,7 @@ class Cluster:
     # every pod process goes with it (they share its process group).
 
     def start_node_runner(
-        self, gpus: int = 4, pod_network: str = "127.17.0.0/16", timeout: float = 120
+        self, gpus: int = 4, pod_network: str = RUNNER_POD_NETWORK, timeout: float = 120
     ) -> str:
         """Start the local node `local-gpu-0` (vLLM installed first if needed: minutes, once);
         wait until it is Ready and return its name."""
