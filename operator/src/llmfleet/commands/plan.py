@@ -102,6 +102,11 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_INVALID if problems else 0
 
 
+def _gib(value: float) -> str:
+    # Tiny test models would otherwise print as 0.00 GiB.
+    return f"{value:.2f} GiB" if value >= 0.01 or value == 0 else f"{value * 1024:.1f} MiB"
+
+
 def _fail(message: str) -> int:
     print(f"llmfleet plan: {message}", file=sys.stderr)
     return EXIT_INVALID
@@ -149,7 +154,7 @@ def _table(item: _Planned) -> str:
         ("Replicas", f"{p.replicas} (autoscaling {p.min_replicas}-{p.max_replicas})"),
         ("GPUs per replica", f"{p.gpus_per_replica} (tensor parallel {p.tensor_parallel_size})"),
         ("Total GPUs", str(p.total_gpus)),
-        ("Weights per GPU", f"{p.weights_gib_per_gpu:.2f} GiB of {p.weights_gib:.2f} GiB"),
+        ("Weights per GPU", f"{_gib(p.weights_gib_per_gpu)} of {_gib(p.weights_gib)} in all"),
         (
             "KV cache",
             f"{p.kv_cache_tokens_per_replica:,} tokens per replica "
