@@ -5,31 +5,20 @@ from __future__ import annotations
 import ipaddress
 import json
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 from localcluster.nodes import Pool, node_manifests
 from localcluster.supervisor import Cluster, bindir, pinned_versions
 
+from .harness import wait_for
+
 pytestmark = pytest.mark.cluster
 
 GPU = "nvidia.com/gpu"
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def gpu_deployment(name: str, gpus: int, product: str) -> client.V1Deployment:

@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ from kubernetes.client.rest import ApiException
 from localcluster.noderunner import procs
 from localcluster.supervisor import CLUSTER_INDEX, REPO, RUNNER_POD_NETWORK, Cluster, Ports
 
+from .harness import wait_for
+
 pytestmark = pytest.mark.cluster
 
 NODE = "local-gpu-0"
@@ -35,17 +37,6 @@ LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 POD_NETWORK = ipaddress.ip_network(RUNNER_POD_NETWORK)
 INSTALL = REPO / "tests" / "dataplane" / "install-vllm.sh"
 STARTUP_TIMEOUT = 300  # a vLLM pod on 2 shared cores; ~35-90 s usually
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")
