@@ -26,6 +26,39 @@ FIGURES: dict[str, tuple[str, str]] = {
     "reconcile_500_total_s": ("Reconcile 500 LLMDeployments (applied at once) to status", "s"),
     "operator_rss_mib_500": ("Operator resident memory holding 500 LLMDeployments", "MiB"),
     "idle_writes_per_min": ("Operator API writes per minute with nothing changing", "writes/min"),
+    "scale_reaction_prometheus_s": (
+        "Load start → Prometheus shows the queue above the HPA target (vLLM, 1 → 2 pods)",
+        "s",
+    ),
+    "scale_reaction_adapter_s": ("Load start → custom metrics API serves it above target", "s"),
+    "scale_reaction_desired_s": ("Load start → HPA desired replicas rise", "s"),
+    "scale_reaction_engine_start_s": ("New engine pod created → Ready (vLLM CPU startup)", "s"),
+    "scale_reaction_ready_s": ("Load start → the new engine pod Ready", "s"),
+    "batching_wall_per_request_s_c1": ("64 equal requests at concurrency 1: wall ÷ requests", "s"),
+    "batching_wall_per_request_s_c4": ("… at concurrency 4", "s"),
+    "batching_wall_per_request_s_c16": ("… at concurrency 16", "s"),
+    "batching_wall_per_request_s_c32": ("… at concurrency 32", "s"),
+    "batching_speedup_c32": (
+        "Tokens/s at concurrency 32 ÷ the same engine with --max-num-seqs 1",
+        "x",
+    ),
+    "batch_offline_tok_s": (
+        "1,000 requests through the offline batch runner (tiny model, CPU): generated tokens/s",
+        "tok/s",
+    ),
+    "batch_online_tok_s": (
+        "The same 1,000 requests through vLLM's OpenAI server, 256 in flight: generated tokens/s",
+        "tok/s",
+    ),
+    "batch_offline_vs_online": ("Offline batch runner tokens/s ÷ online server tokens/s", "x"),
+    "router_overhead_p50_ms": ("vLLM Router: added latency per request vs one engine, p50", "ms"),
+    "router_overhead_p99_ms": ("vLLM Router: added latency per request vs one engine, p99", "ms"),
+    "router_rps": ("vLLM Router: requests/s passed to a no-op upstream (2 shared cores)", "req/s"),
+    "router_skew_ttft_p99_ratio": (
+        "Skewed load over 2 engines: TTFT p99, power_of_two ÷ round_robin (lower is better)",
+        "x",
+    ),
+    "router_skew_throughput_ratio": ("… generated tokens/s, power_of_two ÷ round_robin", "x"),
 }
 
 

@@ -10,7 +10,7 @@ import time
 from bench import results
 
 # Each module has `run() -> dict[str, float]`.
-BENCHMARKS = ("cluster", "reconcile")
+BENCHMARKS = ("cluster", "reconcile", "autoscaling", "batch", "router")
 
 
 def main() -> int:

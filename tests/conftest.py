@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client, config
+from localcluster.metricsstack.fixture import metrics_stack  # noqa: F401 - session fixture
 from localcluster.supervisor import Cluster
 
 

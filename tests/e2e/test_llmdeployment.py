@@ -86,7 +86,8 @@ def test_apply_creates_owned_children_on_gpu_nodes_and_reports_the_plan(
     assert status["plan"]["tensorParallelSize"] == 1
     assert status["readyReplicas"] == 2
     assert status["gpus"] == 2
-    assert status["endpoint"] == f"http://chat.{namespace}.svc:8000/v1"
+    # maxReplicas 4: the vLLM Router fronts the engines and is the endpoint (docs/router.md).
+    assert status["endpoint"] == f"http://chat-router.{namespace}.svc:8000/v1"
     assert condition(obj, "Planned")["status"] == "True"
     assert "GPU" in condition(obj, "Planned")["message"]
 
@@ -108,7 +109,8 @@ def test_apply_creates_owned_children_on_gpu_nodes_and_reports_the_plan(
     assert hpa.spec.metrics[0].pods.target.average_value == "5"
     assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (2, 4)
 
-    pods = core.list_namespaced_pod(namespace, label_selector="llmfleet.dev/deployment=chat").items
+    engines = "llmfleet.dev/deployment=chat,app.kubernetes.io/component=engine"
+    pods = core.list_namespaced_pod(namespace, label_selector=engines).items
     assert len(pods) == 2
     for p in pods:
         assert p.status.phase == "Running"

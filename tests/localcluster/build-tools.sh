@@ -10,6 +10,10 @@ ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 PROM_ADAPTER_VERSION=v0.12.0
+# The metrics stack's scraper. Debian's prometheus (same version; promtool comes from it) is built
+# without kubernetes_sd_configs, so the stack builds Prometheus from its Go module (tag v2.42.0 is
+# module version v0.42.0).
+PROMETHEUS_VERSION=v2.42.0
 # v2.17.0 is refused by the Go module proxy here ("This module version is not available") and
 # v2.16.0 has no checksum-database entry there: v2.15.0 is the newest that verifies.
 KSM_VERSION=v2.15.0
@@ -126,11 +130,11 @@ build_helm() {
     "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor" \
     helm.sh/helm/v3/cmd/helm
 }
-go_wrap_build() {  # go_wrap_build NAME MODULE VERSION LDFLAGS PKG BIN
+go_wrap_build() {  # go_wrap_build NAME MODULE VERSION LDFLAGS PKG BIN [GO.MOD LINES]
   # Build one command of a published module through a wrapper module that requires it (like
   # etcd above), not `go install PKG@VERSION`: that also asks the proxy for the module's version
   # list (to look for a deprecation notice), which the proxy refuses for these modules.
-  local name=$1 module=$2 version=$3 ldflags=$4 pkg=$5 bin=$6
+  local name=$1 module=$2 version=$3 ldflags=$4 pkg=$5 bin=$6 extra=${7:-}
   local out="$CACHE/bin/$name-$version"
   have "$out" "$bin" && return 0
   log "building $name $version"
@@ -138,12 +142,21 @@ go_wrap_build() {  # go_wrap_build NAME MODULE VERSION LDFLAGS PKG BIN
   rm -rf "$mod"; mkdir -p "$mod" "$out.tmp"
   printf 'module llmfleet.dev/localcluster/%s\n\ngo 1.24\n\nrequire %s %s\n' \
     "$name" "$module" "$version" > "$mod/go.mod"
+  # A dependency's own replace directives do not apply in another module: repeat those it needs.
+  [ -z "$extra" ] || printf '\n%s\n' "$extra" >> "$mod/go.mod"
   (cd "$mod" && go build -ldflags "-s -w $ldflags" -o "$out.tmp/$bin" "$pkg")
   rm -rf "$out"; mv "$out.tmp" "$out"
 }
 build_prometheus_adapter() {
   go_wrap_build prometheus-adapter sigs.k8s.io/prometheus-adapter "$PROM_ADAPTER_VERSION" "" \
     sigs.k8s.io/prometheus-adapter/cmd/adapter adapter
+}
+build_prometheus() {
+  go_wrap_build prometheus github.com/prometheus/prometheus "v0.${PROMETHEUS_VERSION#v2.}" \
+    "-X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v} -X github.com/prometheus/common/version.Branch=HEAD" \
+    github.com/prometheus/prometheus/cmd/prometheus prometheus \
+    "replace k8s.io/klog => github.com/simonpasquier/klog-gokit v0.3.0
+replace k8s.io/klog/v2 => github.com/simonpasquier/klog-gokit/v3 v3.0.0"
 }
 build_kube_state_metrics() {
   go_wrap_build kube-state-metrics k8s.io/kube-state-metrics/v2 "$KSM_VERSION" \
@@ -160,21 +173,22 @@ bindir() {
     helm) local minor=${K8S_VERSION#v1.}; echo "$CACHE/bin/helm-$HELM_VERSION-k8s1.${minor%%.*}" ;;
     prometheus-adapter) echo "$CACHE/bin/prometheus-adapter-$PROM_ADAPTER_VERSION" ;;
     kube-state-metrics) echo "$CACHE/bin/kube-state-metrics-$KSM_VERSION" ;;
+    prometheus) echo "$CACHE/bin/prometheus-v0.${PROMETHEUS_VERSION#v2.}" ;;
     *) echo "unknown component $1" >&2; return 2 ;;
   esac
 }
 
 if [ "${1:-}" = "--bindir" ]; then bindir "$2"; exit; fi
 if [ "${1:-}" = "--versions" ]; then
-  printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nPROM_ADAPTER_VERSION=%s\nKSM_VERSION=%s\n' \
-    "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROM_ADAPTER_VERSION" "$KSM_VERSION"
+  printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nPROM_ADAPTER_VERSION=%s\nKSM_VERSION=%s\nPROMETHEUS_VERSION=%s\n' \
+    "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROM_ADAPTER_VERSION" "$KSM_VERSION" "$PROMETHEUS_VERSION"
   exit
 fi
 mkdir -p "$CACHE/bin"
 exec 9>"$CACHE/.build.lock"
 flock 9  # one build at a time: make, tests and a second shell may all ask at once
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(etcd kubernetes kwok helm)
+[ ${#components[@]} -gt 0 ] || components=(etcd kubernetes kwok helm prometheus prometheus-adapter kube-state-metrics)
 start=$(date +%s)
 for c in "${components[@]}"; do
   t0=$(date +%s)

@@ -15,11 +15,15 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from . import pki
 from .nodes import KWOK_ANNOTATION, Pool, load_profile, node_manifests
+
+if TYPE_CHECKING:
+    from .metricsstack import MetricsStack  # the metrics stack block below
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -200,6 +204,25 @@ class Cluster:
         self._stop("node-runner", grace=20)
 
     # --- end of node runner block -----------------------------------------------------------
+
+    # --- metrics stack: Prometheus, prometheus-adapter, kube-state-metrics --------------------
+    # One block, owned by the autoscaling tests (tests/localcluster/metricsstack). down() stops
+    # the stack through its pidfile (metrics-stack.pid); on SIGTERM the stack removes its
+    # custom.metrics.k8s.io APIServices before its processes exit.
+
+    def start_metrics_stack(self) -> MetricsStack:
+        """Start (or reuse) the metrics stack; the HPA controller can read
+        custom.metrics.k8s.io once this returns. Its Prometheus is `.prometheus_url`."""
+        from .metricsstack import MetricsStack
+
+        return MetricsStack(self).start()
+
+    def stop_metrics_stack(self) -> None:
+        from .metricsstack import MetricsStack
+
+        MetricsStack(self).stop()
+
+    # --- end of metrics stack block ---------------------------------------------------------
 
     # --- nodes ------------------------------------------------------------------------------
 

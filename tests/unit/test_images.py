@@ -100,7 +100,8 @@ def test_python_base_image_matches_requires_python() -> None:
 
 def test_engine_image_agrees_across_chart_dockerfile_and_operator() -> None:
     values = yaml.safe_load((REPO / "charts" / "llmfleet" / "values.yaml").read_text())
-    (base,) = [arg for op, arg in instructions(VLLM_DOCKERFILE) if op == "FROM"]
+    # The last stage is the image; an earlier one only builds the llmfleet wheel.
+    base = [arg for op, arg in instructions(VLLM_DOCKERFILE) if op == "FROM"][-1]
     assert {
         "chart engine.defaultImage": values["engine"]["defaultImage"],
         "images/vllm/Dockerfile FROM": base,
@@ -109,3 +110,14 @@ def test_engine_image_agrees_across_chart_dockerfile_and_operator() -> None:
         ("chart engine.defaultImage", "images/vllm/Dockerfile FROM", "DEFAULT_ENGINE_IMAGE"),
         "vllm/vllm-openai:v0.32.0",
     )
+
+
+def test_vllm_image_adds_only_the_llmfleet_wheel_for_the_batch_runner() -> None:
+    steps = instructions(VLLM_DOCKERFILE)
+    bases = [arg for op, arg in steps if op == "FROM"]
+    assert len(bases) == 2, "a wheel build stage and the runtime stage"
+    assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)? AS wheel", bases[0])
+    runs = " ".join(arg for op, arg in steps if op == "RUN")
+    assert "pip wheel --no-build-isolation --no-deps" in runs
+    assert "install --no-deps --no-index" in runs
+    assert "import llmfleet.batch.runner" in runs

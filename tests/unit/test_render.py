@@ -11,6 +11,11 @@ from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 
 OWNER = Owner(name="chat", namespace="team-a", uid="1234")
+# Every fleet that can have more than one pod gets the vLLM Router (tests/unit/test_router_*.py).
+ROUTER = {
+    f"{kind}/chat-router"
+    for kind in ("ServiceAccount", "Role", "RoleBinding", "Service", "Deployment")
+}
 H100 = {"count": 8, "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"}
 
 
@@ -25,7 +30,12 @@ def rendered(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
 
 
 def engine(s: LLMDeploymentSpec) -> dict[str, Any]:
-    (dep,) = [o for o in rendered(s).values() if o["kind"] == "Deployment"]
+    (dep,) = [
+        o
+        for o in rendered(s).values()
+        if o["kind"] == "Deployment"
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] == "engine"
+    ]
     return dep
 
 
@@ -44,22 +54,23 @@ def container(s: LLMDeploymentSpec) -> dict[str, Any]:
                 "Deployment/chat-tp1",
                 "HorizontalPodAutoscaler/chat",
                 "PodDisruptionBudget/chat",
+                *ROUTER,
             },
             id="multi-pod-autoscaled-gets-hpa-and-pdb",
         ),
         pytest.param(
             {"autoscaling": {"enabled": False}},
-            {"Service/chat", "Deployment/chat-tp1", "PodDisruptionBudget/chat"},
+            {"Service/chat", "Deployment/chat-tp1", "PodDisruptionBudget/chat", *ROUTER},
             id="autoscaling-off-has-no-hpa",
         ),
         pytest.param(
             {"objective": "Latency"},
-            {"Service/chat", "Deployment/chat-tp8", "HorizontalPodAutoscaler/chat"},
+            {"Service/chat", "Deployment/chat-tp8", "HorizontalPodAutoscaler/chat", *ROUTER},
             id="single-pod-has-no-pdb",
         ),
         pytest.param(
             {"gpus": None},
-            {"Service/chat", "Deployment/chat-cpu", "HorizontalPodAutoscaler/chat"},
+            {"Service/chat", "Deployment/chat-cpu", "HorizontalPodAutoscaler/chat", *ROUTER},
             id="cpu-only-layout",
         ),
     ],

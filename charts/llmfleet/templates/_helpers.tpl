@@ -117,7 +117,27 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Engine pod readiness, summarised into the LLMDeployment's status.
+# The vLLM Router's identity for its pod discovery. The Role it grants (pods get/list/watch) is
+# within what the operator holds below, as Kubernetes requires of anyone creating a Role. Never
+# watched: read when applied, listed when pruned.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+# LLMBatchJobs: read them, patch kopf's annotations, report progress and conditions.
+- apiGroups: ["llmfleet.dev"]
+  resources: ["llmbatchjobs"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["llmfleet.dev"]
+  resources: ["llmbatchjobs/status"]
+  verbs: ["get", "patch"]
+# The Indexed Job of each LLMBatchJob (server-side apply when missing; garbage-collected with it).
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# Engine pod readiness, summarised into the LLMDeployment's status; batch pods' progress.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]

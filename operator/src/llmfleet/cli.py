@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 # Each module exposes `register(subparsers)`; it sets `func` on its parser.
-_COMMANDS = ("run", "plan", "crds")
+_COMMANDS = ("run", "plan", "crds", "batch")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,10 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet import API_GROUP, API_VERSION, FIELD_MANAGER
+from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
+from llmfleet.reconcile.batchjob import BatchJobController, InvalidBatchJobError
 from llmfleet.reconcile.controller import PLURAL, Controller, InvalidSpecError
+from llmfleet.render.batchjob import BATCHJOB_LABEL
 from llmfleet.render.names import DEPLOYMENT_LABEL, MANAGED_BY
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,55 @@ def _reconcile(controller: Controller, body: kopf.Body) -> None:
         # slowly while the status and log say why.
         delay = 5 if e.status in (409, 429) or (e.status or 500) >= 500 else 60
         raise kopf.TemporaryError(f"API {e.status} {e.reason}", delay=delay) from e
+
+
+# --- LLMBatchJob (begin) ---------------------------------------------------------------------
+BATCH_CHILDREN: Mapping[str, Any] = {
+    "app.kubernetes.io/managed-by": MANAGED_BY,
+    BATCHJOB_LABEL: kopf.PRESENT,
+}
+
+
+def _reconcile_batch(controller: BatchJobController, body: kopf.Body) -> None:
+    try:
+        controller.reconcile(body.metadata["namespace"], body.metadata["name"])
+    except InvalidBatchJobError as e:
+        raise kopf.PermanentError(str(e)) from e
+    except ApiException as e:
+        delay = 5 if e.status in (409, 429) or (e.status or 500) >= 500 else 60
+        raise kopf.TemporaryError(f"API {e.status} {e.reason}", delay=delay) from e
+
+
+def install_batch() -> None:
+    """Register the LLMBatchJob handlers: the job itself, its Job and pods, and a poller that
+    reads running jobs' progress (their pods change no object while they work)."""
+
+    @kopf.on.startup()
+    def start_batch(memo: kopf.Memo, **_: Any) -> None:
+        memo.batch = BatchJobController(memo.controller.api, memo.controller.profiles)
+        memo.batch.start_polling()
+
+    @kopf.on.cleanup()
+    def stop_batch(memo: kopf.Memo, **_: Any) -> None:
+        memo.batch.stop_polling()
+
+    @kopf.on.resume(API_GROUP, API_VERSION, BATCH_PLURAL)
+    @kopf.on.create(API_GROUP, API_VERSION, BATCH_PLURAL)
+    @kopf.on.update(API_GROUP, API_VERSION, BATCH_PLURAL, field="spec")
+    def reconcile_batch(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        _reconcile_batch(memo.batch, body)
+
+    @kopf.on.event("batch", "v1", "jobs", labels=BATCH_CHILDREN)
+    @kopf.on.event("", "v1", "pods", labels=BATCH_CHILDREN)
+    def batch_child_changed(
+        labels: Mapping[str, str], namespace: str | None, memo: Any, **_: Any
+    ) -> None:
+        owner = labels.get(BATCHJOB_LABEL)
+        if owner and namespace:
+            memo.batch.reconcile_by_name(namespace, owner)
+
+
+# --- LLMBatchJob (end) -----------------------------------------------------------------------
 
 
 def install() -> None:
@@ -70,3 +122,5 @@ def install() -> None:
         owner = labels.get(DEPLOYMENT_LABEL)
         if owner and namespace:
             memo.controller.reconcile_by_name(namespace, owner)
+
+    install_batch()  # LLMBatchJob

@@ -225,9 +225,9 @@ def prometheus_config(
 # --- command lines ------------------------------------------------------------------------------
 
 
-def prometheus_cmd(config: Path, data: Path, ports: StackPorts) -> list[str]:
+def prometheus_cmd(binary: Path, config: Path, data: Path, ports: StackPorts) -> list[str]:
     return [
-        "prometheus",
+        str(binary),
         f"--config.file={config}",
         f"--storage.tsdb.path={data}",
         "--storage.tsdb.retention.time=2d",

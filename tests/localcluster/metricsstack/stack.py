@@ -16,7 +16,6 @@ import base64
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -126,12 +125,10 @@ class MetricsStack:
         """Start the stack (or reuse the running one) and wait until the HPA controller can read
         custom metrics through it."""
         subprocess.run(
-            [str(BUILD_TOOLS), "prometheus-adapter", "kube-state-metrics"],
+            [str(BUILD_TOOLS), "prometheus", "prometheus-adapter", "kube-state-metrics"],
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        if shutil.which("prometheus") is None:
-            raise RuntimeError("no prometheus binary: run `make debian-deps`")
         deadline = time.monotonic() + timeout
         if self.running() and self.spec_file.exists():
             self._write_prometheus_config(self.ports, reload=True)
@@ -170,7 +167,10 @@ class MetricsStack:
             (self.targets_dir / f"{OPERATOR_JOB}.json").write_text("[]\n")
         processes = {
             "prometheus": config.prometheus_cmd(
-                self.home / "prometheus.yml", self.home / "prometheus-data", ports
+                bindir("prometheus") / "prometheus",
+                self.home / "prometheus.yml",
+                self.home / "prometheus-data",
+                ports,
             ),
             "kube-state-metrics": config.ksm_cmd(
                 bindir("kube-state-metrics") / "kube-state-metrics",
@@ -250,7 +250,9 @@ class MetricsStack:
         for what, (url, ctx) in checks.items():
             last: Exception | None = None
             while True:
-                if not self.running():
+                # (Not running(): right after the fork the child's cmdline is still ours.)
+                pid = int(self.pidfile.read_text())
+                if not _pid_alive(pid):
                     raise RuntimeError(f"metrics stack exited; see {self.log(NAME)}")
                 try:
                     self._http(url, context=ctx)
@@ -285,9 +287,8 @@ class MetricsStack:
             if len(available) == len(names):
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"APIServices not Available: {unavailable}; see {self.log('prometheus-adapter')}"
-                )
+                log = self.log("prometheus-adapter")
+                raise TimeoutError(f"APIServices not Available: {unavailable}; see {log}")
             time.sleep(0.5)
 
     def _apply(self, docs: list[dict[str, Any]]) -> None:
@@ -345,13 +346,13 @@ class MetricsStack:
         self, namespace: str, metric: str = QUEUE_METRIC, pods: str = "*"
     ) -> dict[str, float]:
         """Pod name -> value, as the custom metrics API serves it to the HPA controller."""
-        got = json.loads(
-            self.cluster.kubectl(
-                "get",
-                "--raw",
-                f"/apis/custom.metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{pods}/{metric}",
-            )
-        )
+        path = f"/apis/custom.metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{pods}/{metric}"
+        try:
+            got = json.loads(self.cluster.kubectl("get", "--raw", path))
+        except subprocess.CalledProcessError as e:
+            if "NotFound" in (e.stderr or ""):  # no such series (yet): the adapter relists
+                return {}
+            raise
         return {
             item["describedObject"]["name"]: _quantity(item["value"])
             for item in got.get("items", [])

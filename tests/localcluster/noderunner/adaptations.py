@@ -41,6 +41,9 @@ ADAPTATIONS: tuple[tuple[str, str], ...] = (
     ("batch-runner", "`-m llmfleet.batch.runner` gets rewrites 2-8 too (vLLM engine flags)"),
     ("pythonpath", "env PYTHONPATH starts with the checkout's operator/src (llmfleet importable)"),
     ("volumes", "paths under a volumeMount (and terminationMessagePath) -> emulated directories"),
+    # Router pods (router.py): admitted without a GPU request.
+    ("router", "`vllm-router` -> the router virtualenv's; `--host`/`--prometheus-host` -> pod IP"),
+    ("router-identity", "in-cluster config -> KUBECONFIG with a pod-bound ServiceAccount token"),
 )
 
 _VALUE_FLAGS = {

@@ -262,6 +262,8 @@ class PodWorker(threading.Thread):
                 if value is None and not ref.get("optional"):
                     self._waiting(c, "CreateContainerConfigError", f"configmap {ref['name']}")
                     return None
+            elif "fieldRef" in src and (found := _metadata_map_ref(self.pod, src)) is not None:
+                value = found  # e.g. a Job's metadata.annotations['...job-completion-index']
             elif "fieldRef" in src:
                 value = {
                     "metadata.name": self.pod_name,
@@ -563,6 +565,19 @@ class PodWorker(threading.Thread):
             self.last_status = status
         except Exception as e:  # the API may be briefly away; the next tick retries
             log.warning("%s/%s: status update failed: %s", self.ns, self.pod_name, e)
+
+
+_MAP_REF = re.compile(r"^metadata\.(annotations|labels)\['([^']+)'\]$")
+
+
+def _metadata_map_ref(pod: Mapping[str, Any], source: Mapping[str, Any]) -> str | None:
+    """A fieldRef to metadata.annotations['k'] or metadata.labels['k'] (as Indexed Jobs use for
+    JOB_COMPLETION_INDEX); None for other paths."""
+    match = _MAP_REF.match(str(source["fieldRef"].get("fieldPath", "")))
+    if match is None:
+        return None
+    values = pod["metadata"].get(match.group(1)) or {}
+    return str(values.get(match.group(2), ""))
 
 
 def _header(logf: IO[bytes], text: str) -> None:

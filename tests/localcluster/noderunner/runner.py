@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from . import procs
+from . import procs, router
 from .adaptations import Context, load_model_table
 from .pods import Hooks, PodWorker, base_env, decode_secret, timestamp
 
@@ -33,6 +33,10 @@ LEASE_SECONDS = 40
 FIELD_MANAGER = "llmfleet-node-runner"
 REPO = Path(__file__).resolve().parents[3]
 TINY_MODEL_NAMES = ("llmfleet-test/tiny-llama", "/models/tiny-llama")
+# What this runner emulates beyond the basics, on its Node: a test can tell a runner started from
+# older code (still running from an earlier session) and restart it.
+FEATURES_ANNOTATION = "llmfleet.dev/node-runner-features"
+FEATURES = "volumes,termination-message,llmfleet-pythonpath,fieldref-metadata-maps,router"
 
 
 @dataclass
@@ -202,6 +206,7 @@ class Runner:
             "kind": "Node",
             "metadata": {
                 "name": c.node,
+                "annotations": {FEATURES_ANNOTATION: FEATURES},
                 "labels": {
                     "kubernetes.io/arch": "amd64",
                     "kubernetes.io/os": "linux",
@@ -337,10 +342,13 @@ class Runner:
                 return
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 return
-            if not requests_gpu(pod):
+            is_router = router.is_router_pod(pod)  # the vLLM Router: runs without a GPU
+            if not requests_gpu(pod) and not is_router:
                 self._reject(pod)
                 return
             ip = self.ipam.allocate(uid, prefer=(pod.get("status") or {}).get("podIP"))
+            if is_router:
+                pod = router.prepare(pod, ip, self.core, self.cfg.kubeconfig, self.cfg.state_dir)
             worker = PodWorker(pod, ip, self.hooks)
             worker.update(pod)
             self.workers[uid] = worker
@@ -370,6 +378,7 @@ class Runner:
                 if not w.is_alive() and not w.terminal:
                     del self.workers[uid]
                     self.ipam.release(uid)
+                    router.cleanup(self.cfg.state_dir, uid)
 
     def _watch_pods(self) -> None:
         selector = f"spec.nodeName={self.cfg.node}"

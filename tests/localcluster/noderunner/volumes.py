@@ -89,9 +89,9 @@ def prepare(
 def _materialise(
     volume: dict[str, Any], ns: str, uid: str, state_dir: Path, read_configmap: ReadConfigMap
 ) -> Path | None:
-    name = volume["name"]
+    name = str(volume["name"])
     if "persistentVolumeClaim" in volume:
-        path = pvc_dir(state_dir, ns, volume["persistentVolumeClaim"]["claimName"])
+        path = pvc_dir(state_dir, ns, str(volume["persistentVolumeClaim"]["claimName"]))
         path.mkdir(parents=True, exist_ok=True)
         return path
     if "emptyDir" in volume:

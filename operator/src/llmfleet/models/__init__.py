@@ -4,6 +4,17 @@ Nothing here talks to Kubernetes or does I/O.
 """
 
 from llmfleet.models.autoscaling import AutoscalingSpec
+from llmfleet.models.batchjob import (
+    DEFAULT_BATCH_IMAGE,
+    BatchInput,
+    BatchOutput,
+    ClaimPath,
+    ConfigMapKey,
+    LLMBatchJobSpec,
+    LLMBatchJobStatus,
+    SamplingDefaults,
+    ShardStatus,
+)
 from llmfleet.models.catalog import CATALOG, lookup_architecture, resolve_architecture
 from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE
 from llmfleet.models.deployment import KIND, LLMDeploymentSpec, Objective, Strategy
@@ -16,15 +27,22 @@ from llmfleet.models.status import Condition, LLMDeploymentStatus, PlanSummary
 
 __all__ = [
     "CATALOG",
+    "DEFAULT_BATCH_IMAGE",
     "DEFAULT_ENGINE_IMAGE",
     "KIND",
     "AutoscalingSpec",
+    "BatchInput",
+    "BatchOutput",
+    "ClaimPath",
     "Condition",
+    "ConfigMapKey",
     "ContainerResources",
     "Dtype",
     "EngineSpec",
     "FieldProblem",
     "GpuSpec",
+    "LLMBatchJobSpec",
+    "LLMBatchJobStatus",
     "LLMDeploymentSpec",
     "LLMDeploymentStatus",
     "ModelArchitecture",
@@ -32,7 +50,9 @@ __all__ = [
     "Objective",
     "PlanSummary",
     "Quantization",
+    "SamplingDefaults",
     "SecretKeyRef",
+    "ShardStatus",
     "Strategy",
     "VolumeClaimRef",
     "describe_validation_error",

@@ -11,6 +11,7 @@ from llmfleet.models.base import ApiModel, CelRule
 from llmfleet.models.engine import EngineSpec
 from llmfleet.models.gpus import GpuSpec
 from llmfleet.models.model_spec import ModelSpec
+from llmfleet.models.router import RouterSpec
 
 KIND = "LLMDeployment"
 PLURAL = "llmdeployments"
@@ -106,4 +107,10 @@ class LLMDeploymentSpec(ApiModel):
     autoscaling: AutoscalingSpec = Field(
         default_factory=AutoscalingSpec,
         description="Queue-depth autoscaling of the planned pods.",
+    )
+    router: RouterSpec = Field(
+        default_factory=RouterSpec,
+        description=(
+            "The vLLM Router in front of the engine pods; its Service is the endpoint in status."
+        ),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmfleet import API_GROUP, API_VERSION
+from llmfleet.models import batchjob
 from llmfleet.models.crd import AGE_COLUMN, CrdDefinition, PrinterColumn, ResourceNames
 from llmfleet.models.deployment import (
     CATEGORIES,
@@ -39,4 +40,32 @@ LLMDEPLOYMENT = CrdDefinition(
     ),
 )
 
-ALL_RESOURCES: tuple[CrdDefinition, ...] = (LLMDEPLOYMENT,)
+LLMBATCHJOB = CrdDefinition(
+    group=API_GROUP,
+    version=API_VERSION,
+    names=ResourceNames(
+        kind=batchjob.KIND,
+        plural=batchjob.PLURAL,
+        singular=batchjob.SINGULAR,
+        short_names=batchjob.SHORT_NAMES,
+        categories=batchjob.CATEGORIES,
+    ),
+    description=(
+        "LLMBatchJob runs offline batch inference of a JSONL file of OpenAI Batch API requests "
+        "with vLLM's offline engine, sharded over pods of an Indexed Job, resumable after a "
+        "restart, answering every line exactly once."
+    ),
+    spec_model=batchjob.LLMBatchJobSpec,
+    status_model=batchjob.LLMBatchJobStatus,
+    printer_columns=(
+        PrinterColumn("Status", "string", ".status.phase", "Pending, Running, Complete, Failed."),
+        PrinterColumn("Shards", "integer", ".status.shards", "Pods working in parallel."),
+        PrinterColumn("Progress", "string", ".status.progress", "Lines done of total."),
+        PrinterColumn("Failed", "integer", ".status.failed", "Lines with an error record."),
+        PrinterColumn("Tok/s", "number", ".status.tokensPerSecond", "Generated tokens/s."),
+        PrinterColumn("ETA", "string", ".status.eta", "Estimated time left."),
+        AGE_COLUMN,
+    ),
+)
+
+ALL_RESOURCES: tuple[CrdDefinition, ...] = (LLMDEPLOYMENT, LLMBATCHJOB)

@@ -87,7 +87,11 @@ class LLMDeploymentStatus(ApiModel):
     )
     endpoint: str | None = Field(
         default=None,
-        description="In-cluster base URL of the OpenAI-compatible API, e.g. http://name.ns.svc:8000/v1.",
+        description=(
+            "In-cluster base URL of the OpenAI-compatible API: the router's Service when "
+            "there is a router (http://name-router.ns.svc:8000/v1), else the engine Service "
+            "(http://name.ns.svc:8000/v1)."
+        ),
     )
     gpus: int | None = Field(
         default=None, ge=0, description="GPUs requested by the desired pods, in total."

@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 # Every kind the operator renders, in apply order (what others refer to comes first).
 # Pruning lists each of them, so the operator's RBAC must allow `list` on every one.
 MANAGED_KINDS: tuple[tuple[str, str], ...] = (
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("v1", "Service"),
     ("apps/v1", "Deployment"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"),

@@ -24,6 +24,7 @@ from llmfleet.reconcile.events import EventRecorder
 from llmfleet.reconcile.status import Observed, invalid_status, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
 from llmfleet.render.names import DEPLOYMENT_LABEL, MANAGED_BY
+from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_url
 from llmfleet.render.service import endpoint_url
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class Controller:
         old_engines = tuple(
             d
             for d in self.applier.list("apps/v1", "Deployment", ns, selector)
-            if d["metadata"]["name"] != engine_name
+            if d["metadata"]["name"] != engine_name and not _is_router(d)
         )
         # The previous layout keeps serving until the new one holds its minimum replicas.
         new_ready = int(((engine or {}).get("status") or {}).get("readyReplicas") or 0)
@@ -150,14 +151,16 @@ class Controller:
             engine=engine,
             old_engines=still_old,
             hpa=live.get(f"HorizontalPodAutoscaler/{name}"),
-            pods=tuple(self.applier.list("v1", "Pod", ns, selector)),
+            pods=tuple(
+                p for p in self.applier.list("v1", "Pod", ns, selector) if not _is_router(p)
+            ),
         )
         new = ready_status(
             old=old_status,
             generation=generation,
             plan=planned,
             observed=observed,
-            endpoint=endpoint_url(owner),
+            endpoint=router_url(owner) if router_enabled(spec, planned) else endpoint_url(owner),
         )
         self._announce(body, old_status, planned, result)
         self._write_status(body, old_status, new)
@@ -205,6 +208,12 @@ class Controller:
         )
         m.API_WRITES.labels(verb="patch", kind="LLMDeployment/status").inc()
         return True
+
+
+def _is_router(obj: dict[str, Any]) -> bool:
+    """The router's Deployment and pods share the children's labels but are no engine."""
+    labels = obj["metadata"].get("labels") or {}
+    return labels.get("app.kubernetes.io/component") == COMPONENT_ROUTER
 
 
 def _normalised(status: dict[str, Any]) -> dict[str, Any]:

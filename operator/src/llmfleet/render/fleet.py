@@ -9,10 +9,19 @@ from llmfleet.planner import Plan
 from llmfleet.render.autoscaling import render_hpa, render_pdb
 from llmfleet.render.engine import render_engine
 from llmfleet.render.names import Owner
+from llmfleet.render.router import render_router
 from llmfleet.render.service import render_service
 
 # Apply order: what others refer to first.
-_KIND_ORDER = ("Service", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget")
+_KIND_ORDER = (
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "Service",
+    "Deployment",
+    "HorizontalPodAutoscaler",
+    "PodDisruptionBudget",
+)
 
 
 def render_fleet(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> list[dict[str, Any]]:
@@ -22,4 +31,5 @@ def render_fleet(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> list[dict
     # A budget only makes sense when losing one pod still leaves one serving.
     if plan.min_replicas > 1:
         objects.append(render_pdb(owner))
+    objects.extend(render_router(owner, spec, plan))
     return sorted(objects, key=lambda o: (_KIND_ORDER.index(o["kind"]), o["metadata"]["name"]))

@@ -1,0 +1,305 @@
+"""Autoscaling and batching figures with real vLLM engines on the local cluster (node runner),
+the real operator, and the production metrics path (Prometheus -> prometheus-adapter -> HPA).
+
+Reaction: how long from the start of a load until the HPA wants more pods, and until the new pod
+is Ready; with the steps in between (Prometheus sees the queue, the custom metrics API serves it,
+the new pod is created and its engine starts) to tell which knob dominates. Writes
+bench/plots/autoscaling.png (queue depth, desired and ready replicas, read back from Prometheus).
+
+Batching: 64 equal requests (fixed max_tokens, temperature 0, ignore_eos) at concurrency 1, 4,
+16 and 32 on one engine with --max-num-seqs 32, and at concurrency 32 on the same engine with
+--max-num-seqs 1 (one request at a time) as the baseline.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+from e2e.harness import Operator
+from kubernetes import client
+from kubernetes import config as k8s_config
+from localcluster.metricsstack import MetricsStack
+from localcluster.metricsstack.config import OPERATOR_JOB
+from localcluster.metricsstack.load import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    EngineLoad,
+    free_gpus,
+    hold_gpus,
+    pod_ready,
+    tiny_llmd,
+    wait_until,
+)
+from localcluster.supervisor import REPO, Cluster
+
+HERE = Path(__file__).resolve().parent
+PLOT = HERE / "plots" / "autoscaling.png"
+NODE_GPUS = 2
+TARGET_QUEUE_DEPTH = 2
+REACTION_CONCURRENCY = 10
+BATCH_REQUESTS = 64
+BATCH_MAX_TOKENS = 64
+CONCURRENCIES = (1, 4, 16, 32)
+STARTUP_TIMEOUT = 300
+ENGINE = "app.kubernetes.io/component=engine"  # not the router
+
+
+def _vllm_python() -> Path:
+    install = REPO / "tests" / "dataplane" / "install-vllm.sh"
+    out = subprocess.run([str(install)], check=True, stdout=subprocess.PIPE, text=True).stdout
+    return Path(out.strip().splitlines()[-1]) / "bin" / "python"
+
+
+def _ready(core: client.CoreV1Api, ns: str, selector: str) -> dict[str, Any]:
+    pods = core.list_namespaced_pod(ns, label_selector=selector).items
+    return {p.metadata.name: p for p in pods if pod_ready(p) and not p.metadata.deletion_timestamp}
+
+
+def _apply(cluster: Cluster, ns: str, body: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
+
+
+def _delete(api: client.ApiClient, ns: str, name: str) -> None:
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    core = client.CoreV1Api(api)
+    wait_until(
+        lambda: (
+            not core.list_namespaced_pod(ns, label_selector=f"llmfleet.dev/deployment={name}").items
+        ),
+        180,
+        1,
+        f"{name}'s pods gone",
+    )
+
+
+def reaction(
+    cluster: Cluster, api: client.ApiClient, ns: str, stack: MetricsStack, python: Path
+) -> dict[str, float]:
+    name = "react"
+    selector = f"llmfleet.dev/deployment={name},{ENGINE}"
+    core, hpas = client.CoreV1Api(api), client.AutoscalingV2Api(api)
+    _apply(
+        cluster,
+        ns,
+        tiny_llmd(
+            name,
+            minReplicas=1,
+            maxReplicas=2,
+            targetQueueDepth=TARGET_QUEUE_DEPTH,
+            scaleDownStabilizationSeconds=20,
+        ),
+    )
+    wait_until(lambda: _ready(core, ns, selector), STARTUP_TIMEOUT, 1, "first engine Ready")
+    wait_until(lambda: stack.custom_metric(ns), 60, 1, "the custom metric served")
+    time.sleep(10)  # a flat idle stretch on the plot
+    waiting_q = f'avg(vllm:num_requests_waiting{{namespace="{ns}"}})'
+    marks: dict[str, float] = {}
+    with EngineLoad(api, ns, selector, python, Path(tempfile.mkdtemp(prefix="bench-as-"))) as load:
+        start = time.time()
+        gen = load.start("reaction", REACTION_CONCURRENCY, duration=400, max_tokens=96)
+        new_pod: str | None = None
+        deadline = time.monotonic() + STARTUP_TIMEOUT + 120
+        while time.monotonic() < deadline:
+            now = time.time()
+            if "prometheus" not in marks and (stack.value(waiting_q) or 0) > TARGET_QUEUE_DEPTH:
+                marks["prometheus"] = now
+            if "adapter" not in marks:
+                values = stack.custom_metric(ns)
+                if values and sum(values.values()) / len(values) > TARGET_QUEUE_DEPTH:
+                    marks["adapter"] = now
+            if "desired" not in marks:
+                hpa = hpas.read_namespaced_horizontal_pod_autoscaler(name, ns)
+                if (hpa.status.desired_replicas or 0) > 1:
+                    marks["desired"] = now
+            pods = core.list_namespaced_pod(ns, label_selector=selector).items
+            if len(pods) > 1 and new_pod is None:
+                p = max(pods, key=lambda p: p.metadata.creation_timestamp)
+                new_pod = p.metadata.name
+                marks["created"] = p.metadata.creation_timestamp.timestamp()
+            if new_pod and new_pod in _ready(core, ns, selector):
+                marks["ready"] = now
+                break
+            time.sleep(0.25)
+        else:
+            raise AssertionError(f"no second engine Ready; marks {marks}")
+        time.sleep(20)  # both engines serving
+        gen.stop()
+        stopped = time.time()
+    # Scale back down (stabilization 20 s, then one pod), for the plot.
+    wait_until(
+        lambda: len(core.list_namespaced_pod(ns, label_selector=selector).items) == 1,
+        180,
+        1,
+        "scale-down to one pod",
+    )
+    time.sleep(8)
+    end = time.time()
+    plot(stack, ns=ns, name=name, start=start - 30, end=end, load_start=start, load_stop=stopped)
+    rel = {k: v - start for k, v in marks.items()}
+    print(f"   reaction marks (s after load start): {rel}")
+    return {
+        "scale_reaction_prometheus_s": rel["prometheus"],
+        "scale_reaction_adapter_s": rel["adapter"],
+        "scale_reaction_desired_s": rel["desired"],
+        "scale_reaction_engine_start_s": marks["ready"] - marks["created"],
+        "scale_reaction_ready_s": rel["ready"],
+    }
+
+
+def plot(
+    stack: MetricsStack,
+    *,
+    ns: str,
+    name: str,
+    start: float,
+    end: float,
+    load_start: float,
+    load_stop: float,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(expr: str) -> tuple[list[float], list[float]]:
+        result = stack.query_range(expr, start, end, step=1.0)
+        if not result:
+            return [], []
+        values = result[0]["values"]
+        return [float(t) - load_start for t, _ in values], [float(v) for _, v in values]
+
+    sel = f'namespace="{ns}"'
+    queue = series(f"sum(vllm:num_requests_waiting{{{sel}}})")
+    per_pod = series(f"avg(vllm:num_requests_waiting{{{sel}}})")
+    hpa = f'{sel}, horizontalpodautoscaler="{name}"'
+    desired = series(f"kube_horizontalpodautoscaler_status_desired_replicas{{{hpa}}}")
+    ready = series(f'sum(kube_deployment_status_replicas_ready{{{sel}, deployment=~"{name}-.*"}})')
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
+    ax.plot(*queue, label="waiting requests (sum over pods)", color="tab:red")
+    ax.plot(*per_pod, label="waiting per pod (HPA metric)", color="tab:orange", linestyle="--")
+    ax.axhline(TARGET_QUEUE_DEPTH, color="tab:orange", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("seconds since load start")
+    ax.set_ylabel("requests waiting")
+    ax2 = ax.twinx()
+    ax2.step(*desired, where="post", label="HPA desired replicas", color="tab:blue")
+    ax2.step(*ready, where="post", label="ready replicas", color="tab:green", linestyle="-.")
+    ax2.set_ylabel("replicas")
+    ax2.set_ylim(0, 3)
+    ax2.set_yticks([0, 1, 2, 3])
+    ax.axvspan(0, load_stop - load_start, color="grey", alpha=0.1, label="load")
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper right", fontsize=8)
+    ax.set_title(
+        f"Queue-depth autoscaling, {REACTION_CONCURRENCY} concurrent clients, "
+        f"target {TARGET_QUEUE_DEPTH} waiting/pod (from Prometheus)"
+    )
+    fig.tight_layout()
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOT)
+    plt.close(fig)
+    print(f"   wrote {PLOT}")
+
+
+def _batch(load: EngineLoad, label: str, concurrency: int) -> tuple[float, float]:
+    """(tokens/s, wall seconds per request) for BATCH_REQUESTS equal requests."""
+    gen = load.start(
+        label,
+        concurrency,
+        duration=900,
+        requests=BATCH_REQUESTS,
+        max_tokens=BATCH_MAX_TOKENS,
+        timeout=600,
+    )
+    gen.wait(900)
+    recs = gen.records()
+    bad = [r for r in recs if r["outcome"] != "ok" or r["tokens"] != BATCH_MAX_TOKENS]
+    if bad or len(recs) != BATCH_REQUESTS:
+        raise AssertionError(f"{label}: {len(recs)} records, bad: {bad[:3]}")
+    wall = max(r["end"] for r in recs) - min(r["start"] for r in recs)
+    tokens = sum(r["tokens"] for r in recs)
+    print(f"   {label}: {wall:.1f}s wall, {tokens / wall:.0f} tokens/s")
+    return tokens / wall, wall / BATCH_REQUESTS
+
+
+def batching(cluster: Cluster, api: client.ApiClient, ns: str, python: Path) -> dict[str, float]:
+    core = client.CoreV1Api(api)
+    for name, seqs in (("batch", 32), ("one", 1)):
+        _apply(cluster, ns, tiny_llmd(name, max_num_seqs=seqs, enabled=False))
+    for name in ("batch", "one"):
+        wait_until(
+            lambda n=name: _ready(core, ns, f"llmfleet.dev/deployment={n},{ENGINE}"),
+            STARTUP_TIMEOUT,
+            1,
+            f"{name} engine Ready",
+        )
+    figures: dict[str, float] = {}
+    work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
+    with EngineLoad(api, ns, f"llmfleet.dev/deployment=one,{ENGINE}", python, work / "one") as one:
+        _batch(one, "warmup-one", 4)
+        base_tps, _ = _batch(one, "seqs1-c32", 32)
+    with EngineLoad(
+        api, ns, f"llmfleet.dev/deployment=batch,{ENGINE}", python, work / "batch"
+    ) as load:
+        _batch(load, "warmup", 8)
+        tps = {}
+        for c in CONCURRENCIES:
+            tps[c], figures[f"batching_wall_per_request_s_c{c}"] = _batch(load, f"c{c}", c)
+    figures["batching_speedup_c32"] = tps[32] / base_tps
+    print(f"   tokens/s: {tps} with batching, {base_tps:.0f} one request at a time")
+    return figures
+
+
+def run() -> dict[str, float]:
+    cluster = Cluster()
+    if not cluster.healthy():
+        cluster.down()
+        cluster.up()
+    api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    python = _vllm_python()
+    was_running = cluster._alive("node-runner")
+    node = cluster.start_node_runner(gpus=NODE_GPUS)
+    op = Operator(cluster)
+    op.install_identity()
+    op.start()
+    stack = MetricsStack(cluster).start()
+    stack.scrape(OPERATOR_JOB, f"127.0.0.1:{op.metrics_port}")
+    core = client.CoreV1Api(api)
+    ns = f"bench-autoscaling-{uuid.uuid4().hex[:5]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    try:
+        free = free_gpus(core, node)
+        if free < NODE_GPUS:
+            raise RuntimeError(f"{node} has {free} free GPUs; the benchmark needs {NODE_GPUS}")
+        if free > NODE_GPUS:
+            hold_gpus(core, ns, free - NODE_GPUS)
+        figures = reaction(cluster, api, ns, stack, python)
+        _delete(api, ns, "react")
+        figures.update(batching(cluster, api, ns, python))
+    finally:
+        core.delete_namespace(ns)
+        op.kill()
+        if not was_running:
+            wait_until(
+                lambda: (
+                    not [
+                        p
+                        for p in core.list_pod_for_all_namespaces(
+                            field_selector=f"spec.nodeName={node}"
+                        ).items
+                        if p.metadata.namespace == ns
+                    ]
+                ),
+                180,
+                1,
+                "benchmark pods gone",
+            )
+            cluster.stop_node_runner()
+    return figures

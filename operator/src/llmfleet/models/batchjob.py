@@ -1,0 +1,303 @@
+"""`LLMBatchJob`: offline batch inference of a JSONL file of OpenAI Batch API requests.
+
+`spec.model`, `spec.gpus` and `spec.engine` are the LLMDeployment's own models, planned by the same
+planner (`deployment_spec()` turns a batch job into the LLMDeploymentSpec it plans).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from llmfleet import __version__
+from llmfleet.models.base import ApiModel, CelRule
+from llmfleet.models.deployment import LLMDeploymentSpec
+from llmfleet.models.engine import EngineSpec
+from llmfleet.models.gpus import GpuSpec
+from llmfleet.models.model_spec import ModelSpec
+from llmfleet.models.refs import OBJECT_NAME_PATTERN, SECRET_KEY_PATTERN
+from llmfleet.models.status import Condition, PlanSummary
+
+KIND = "LLMBatchJob"
+PLURAL = "llmbatchjobs"
+SINGULAR = "llmbatchjob"
+SHORT_NAMES = ("llmbj",)
+CATEGORIES = ("llmfleet",)
+
+# The vLLM image of images/vllm/ (upstream vLLM plus the llmfleet wheel, which holds the runner).
+DEFAULT_BATCH_IMAGE = f"docker.io/llmfleet/vllm:v0.32.0-llmfleet{__version__}"
+DEFAULT_MAX_RETRIES_PER_LINE = 3
+DEFAULT_MAX_RESTARTS_PER_SHARD = 3
+MAX_SHARDS = 1_000
+
+# A path relative to the claim's root, never leaving it.
+_PARENT_SEGMENT = r"(^|/)[.][.](/|$)"
+_PATH_RULE_CEL = f"!self.path.startsWith('/') && !self.path.matches('{_PARENT_SEGMENT}')"
+_PATH_MESSAGE = "path must be relative to the claim's root and must not contain '..'"
+
+
+def _relative_path(path: str) -> bool:
+    return not path.startswith("/") and re.search(_PARENT_SEGMENT, path) is None
+
+
+class ClaimPath(ApiModel):
+    """A file or directory on a PersistentVolumeClaim of the job's namespace."""
+
+    cel_rules = (
+        CelRule(
+            rule=_PATH_RULE_CEL,
+            message=_PATH_MESSAGE,
+            holds=lambda c: _relative_path(c.path),
+            field="path",
+        ),
+    )
+
+    claim_name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=OBJECT_NAME_PATTERN,
+        description=(
+            "Name of an existing PersistentVolumeClaim in the LLMBatchJob's namespace. With "
+            "more than one shard every shard mounts it, so it must be ReadWriteMany (or "
+            "ReadOnlyMany for the input)."
+        ),
+    )
+    path: str = Field(
+        min_length=1,
+        max_length=1_024,
+        description="Path relative to the claim's root, e.g. prompts/2025-01.jsonl.",
+    )
+
+
+class ConfigMapKey(ApiModel):
+    """One key of a ConfigMap in the job's namespace, for inputs of up to about 1 MiB."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=OBJECT_NAME_PATTERN,
+        description="Name of the ConfigMap, in the same namespace as the LLMBatchJob.",
+    )
+    key: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=SECRET_KEY_PATTERN,
+        description="Key of the ConfigMap whose value is the JSONL input.",
+    )
+
+
+class BatchInput(ApiModel):
+    """Where the JSONL requests are: exactly one of persistentVolumeClaim or configMap."""
+
+    cel_rules = (
+        CelRule(
+            rule="has(self.persistentVolumeClaim) != has(self.configMap)",
+            message="set exactly one of persistentVolumeClaim or configMap",
+            holds=lambda i: (i.persistent_volume_claim is None) != (i.config_map is None),
+        ),
+    )
+
+    persistent_volume_claim: ClaimPath | None = Field(
+        default=None,
+        description=(
+            "The input file on a PersistentVolumeClaim. Each line is one OpenAI Batch API "
+            'request: {"custom_id", "method": "POST", "url": "/v1/chat/completions" or '
+            '"/v1/completions", "body"}.'
+        ),
+    )
+    config_map: ConfigMapKey | None = Field(
+        default=None,
+        description="The input as a ConfigMap key, for small inputs (ConfigMaps hold 1 MiB).",
+    )
+
+
+class BatchOutput(ApiModel):
+    """Where the results go: one JSONL file per shard in a directory of a claim."""
+
+    persistent_volume_claim: ClaimPath = Field(
+        description=(
+            "Directory on a PersistentVolumeClaim (created if missing) that receives "
+            "shard-NNNNN-of-MMMMM.jsonl, one per shard, in the OpenAI batch output format. "
+            "It belongs to this job: another LLMBatchJob may not write to the same claim and "
+            "path, and the runner refuses a directory another job has written."
+        ),
+    )
+
+
+class SamplingDefaults(ApiModel):
+    """Sampling parameters applied to every request whose body does not set them."""
+
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=1_048_576, description="Most tokens generated per choice."
+    )
+    temperature: float | None = Field(
+        default=None, ge=0, le=2, description="Sampling temperature; 0 is greedy."
+    )
+    top_p: float | None = Field(
+        default=None, gt=0, le=1, description="Nucleus sampling: the probability mass kept."
+    )
+    top_k: int | None = Field(
+        default=None, ge=-1, description="Keep only the k most likely tokens; -1 keeps all."
+    )
+    presence_penalty: float | None = Field(
+        default=None, ge=-2, le=2, description="OpenAI presence penalty."
+    )
+    frequency_penalty: float | None = Field(
+        default=None, ge=-2, le=2, description="OpenAI frequency penalty."
+    )
+    seed: int | None = Field(default=None, description="Random seed, for reproducible sampling.")
+    stop: tuple[str, ...] | None = Field(
+        default=None, max_length=16, description="Strings that end generation when produced."
+    )
+
+    def as_body(self) -> dict[str, object]:
+        """The defaults as OpenAI request body fields (snake_case), unset ones left out."""
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in self.model_dump(by_alias=False).items()
+            if value is not None
+        }
+
+
+class LLMBatchJobSpec(ApiModel):
+    """Offline batch inference of a JSONL file with vLLM's offline engine, sharded over pods."""
+
+    cel_rules = (
+        CelRule(
+            # Jobs are immutable once created; so is a batch job, which is one Job.
+            rule="self == oldSelf",
+            message=(
+                "spec is immutable: delete the LLMBatchJob and create it again (a job with the "
+                "same name and output resumes where the old one stopped)"
+            ),
+            holds=lambda _: True,
+        ),
+    )
+
+    model: ModelSpec = Field(description="The model to run, as in LLMDeployment.")
+    gpus: GpuSpec | None = Field(
+        default=None,
+        description=(
+            "GPUs to lay the model out on, as in LLMDeployment: the planner chooses the "
+            "tensor-parallel size per shard and, by default, the shard count. Omit for CPU."
+        ),
+    )
+    engine: EngineSpec = Field(
+        default_factory=EngineSpec,
+        description=(
+            "vLLM settings, as in LLMDeployment. engine.image defaults to the LLMFleet vLLM "
+            f"image ({DEFAULT_BATCH_IMAGE}), which holds the batch runner; a custom image "
+            "must be built from images/vllm too."
+        ),
+    )
+    input: BatchInput = Field(description="The JSONL file of requests.")
+    output: BatchOutput = Field(description="Where the results are written.")
+    shards: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SHARDS,
+        description=(
+            "Pods working in parallel, each on its own stable share of the lines (line i goes "
+            "to shard i mod shards). Default: the planner's replica count for spec.gpus."
+        ),
+    )
+    defaults: SamplingDefaults = Field(
+        default_factory=SamplingDefaults,
+        description="Sampling parameters applied where a request's body has none.",
+    )
+    max_retries_per_line: int = Field(
+        default=DEFAULT_MAX_RETRIES_PER_LINE,
+        ge=0,
+        le=100,
+        description=(
+            "Times a line is run again after its shard stopped while the line was in flight "
+            "(a crash or a preemption). After that it gets an error record, so a line that "
+            f"crashes the engine cannot stall its shard. Default {DEFAULT_MAX_RETRIES_PER_LINE}."
+        ),
+    )
+    max_restarts_per_shard: int = Field(
+        default=DEFAULT_MAX_RESTARTS_PER_SHARD,
+        ge=0,
+        le=100,
+        description=(
+            "Pod failures tolerated per shard (the Job's backoffLimitPerIndex); each restart "
+            f"resumes from the shard's output. Default {DEFAULT_MAX_RESTARTS_PER_SHARD}."
+        ),
+    )
+
+    def deployment_spec(self) -> LLMDeploymentSpec:
+        """The LLMDeploymentSpec the planner lays this job out from: throughput first, no
+        autoscaling (the shard count is fixed)."""
+        return LLMDeploymentSpec.model_validate(
+            {
+                "model": self.model,
+                "gpus": self.gpus,
+                "engine": self.engine,
+                "objective": "Throughput",
+                "autoscaling": {"enabled": False},
+            }
+        )
+
+
+ShardPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
+JobPhase = Literal["Pending", "Running", "Complete", "Failed"]
+
+
+class ShardStatus(ApiModel):
+    """Progress of one shard."""
+
+    index: int = Field(ge=0, description="Shard index (the Job's completion index).")
+    phase: ShardPhase = Field(description="Pending, Running, Succeeded or Failed.")
+    total: int | None = Field(default=None, ge=0, description="Lines of this shard.")
+    succeeded: int = Field(default=0, ge=0, description="Lines answered.")
+    failed: int = Field(default=0, ge=0, description="Lines with an error record.")
+    tokens_per_second: float | None = Field(
+        default=None, ge=0, description="Generated tokens per second of the running pod."
+    )
+    restarts: int = Field(default=0, ge=0, description="Pods of this shard that failed.")
+
+
+class LLMBatchJobStatus(ApiModel):
+    """Observed state of an LLMBatchJob."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation of the reconciled spec."
+    )
+    conditions: tuple[Condition, ...] = Field(
+        default=(),
+        description="Current conditions (Running, Complete, Failed), one per type.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    phase: JobPhase | None = Field(
+        default=None, description="Pending, Running, Complete or Failed."
+    )
+    plan: PlanSummary | None = Field(default=None, description="The planned layout per shard.")
+    job_name: str | None = Field(default=None, description="The Kubernetes Job running shards.")
+    shards: int | None = Field(default=None, ge=1, description="Shards (Job completions).")
+    total: int | None = Field(
+        default=None, ge=0, description="Lines in the input (known once a shard has started)."
+    )
+    succeeded: int = Field(default=0, ge=0, description="Lines answered, over all shards.")
+    failed: int = Field(default=0, ge=0, description="Lines with an error record.")
+    progress: str | None = Field(
+        default=None, description="Lines done (succeeded + failed) of total, e.g. 150/300 (50%)."
+    )
+    prompt_tokens: int = Field(default=0, ge=0, description="Prompt tokens processed.")
+    completion_tokens: int = Field(default=0, ge=0, description="Tokens generated.")
+    tokens_per_second: float | None = Field(
+        default=None, ge=0, description="Generated tokens per second over the running shards."
+    )
+    eta: str | None = Field(
+        default=None, description="Estimated time left at the current rate, e.g. 12m30s."
+    )
+    start_time: datetime | None = Field(default=None, description="When the Job started.")
+    completion_time: datetime | None = Field(
+        default=None, description="When the Job completed or failed."
+    )
+    shard_status: tuple[ShardStatus, ...] = Field(default=(), description="Per-shard progress.")

@@ -1,0 +1,552 @@
+"""One idempotent reconcile of an LLMBatchJob: validate, plan, refuse an output another job
+writes, create its Indexed Job (server-side apply, owner reference), then read the shards'
+progress (the running pods' /metrics, the finished pods' termination messages) into status,
+written once and only when it changed.
+
+A Job's pod template is immutable, and so is an LLMBatchJob's spec (CEL), so the Job is applied
+when it is missing and otherwise only observed. A Job deleted before the batch finished is
+created again and resumes from the output files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+import threading
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client as k8s
+from pydantic import ValidationError
+
+from llmfleet import API_GROUP, API_VERSION
+from llmfleet.batch.progress import METRICS_PORT, ShardReport, parse_metrics, parse_summary
+from llmfleet.models import describe_validation_error
+from llmfleet.models.batchjob import KIND, LLMBatchJobSpec
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
+from llmfleet.planner import PlanError, plan
+from llmfleet.reconcile.apply import Applier, ApplyResult
+from llmfleet.reconcile.status import FALSE, TRUE, condition, keep_transition_times, now
+from llmfleet.render.batchjob import (
+    CONTAINER,
+    BatchOwner,
+    children_selector,
+    job_name,
+    output_key,
+    render_batch_job,
+    shard_count,
+)
+
+log = logging.getLogger(__name__)
+API = f"{API_GROUP}/{API_VERSION}"
+COMPONENT = "llmfleet-operator"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+SCRAPE_TIMEOUT_SECONDS = 2.0
+# How often running jobs' progress is read (their pods change no object while they work).
+POLL_SECONDS = 10.0
+
+Scraper = Callable[[str], str | None]
+
+
+class InvalidBatchJobError(Exception):
+    """The spec cannot run as it is; retrying will not help until the user changes it."""
+
+
+def scrape(pod_ip: str) -> str | None:
+    """The runner's /metrics page, or None when it does not answer (yet)."""
+    url = f"http://{pod_ip}:{METRICS_PORT}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_SECONDS) as r:
+            text: str = r.read().decode()
+            return text
+    except (OSError, ValueError):
+        return None
+
+
+# --- pure status computation ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardObservation:
+    index: int
+    phase: str  # Pending, Running, Succeeded, Failed
+    report: ShardReport | None
+    restarts: int
+    error: str | None = None  # why its last pod failed, when it did
+
+
+def _index(pod: dict[str, Any]) -> int | None:
+    meta = pod.get("metadata") or {}
+    value = (meta.get("annotations") or {}).get(INDEX_ANNOTATION) or (meta.get("labels") or {}).get(
+        INDEX_ANNOTATION
+    )
+    return int(value) if value is not None and str(value).isdigit() else None
+
+
+def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == CONTAINER:
+            state = cs.get("state") or {}
+            if "terminated" in state:
+                terminated: dict[str, Any] = state["terminated"]
+                return terminated
+    return None
+
+
+def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at the call
+    shards: int,
+    pods: list[dict[str, Any]],
+    completed: set[int],
+    failed_for_good: set[int],
+    scraper: Scraper,
+    previous: dict[int, dict[str, Any]],
+) -> list[ShardObservation]:
+    """Each shard's phase and latest counts: from its newest pod (scraped while it runs, its
+    termination message once it ended), else the counts status last showed."""
+    by_index: dict[int, list[dict[str, Any]]] = {}
+    for pod in pods:
+        index = _index(pod)
+        if index is not None:
+            by_index.setdefault(index, []).append(pod)
+    running_ips = sorted(
+        {
+            str((p.get("status") or {}).get("podIP"))
+            for p in pods
+            if (p.get("status") or {}).get("phase") == "Running"
+            and (p.get("status") or {}).get("podIP")
+            and _terminated(p) is None
+        }
+    )
+    # Shards are scraped at once: a reconcile waits for the slowest, not for their sum.
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(running_ips)))) as pool:
+        pages = dict(zip(running_ips, pool.map(scraper, running_ips), strict=True))
+    out = []
+    for index in range(shards):
+        mine = sorted(
+            by_index.get(index, []),
+            key=lambda p: str(p["metadata"].get("creationTimestamp") or ""),
+        )
+        restarts = sum(1 for p in mine if (p.get("status") or {}).get("phase") == "Failed")
+        report: ShardReport | None = None
+        error: str | None = None
+        phase = "Succeeded" if index in completed else "Pending"
+        for pod in reversed(mine):
+            status = pod.get("status") or {}
+            terminated = _terminated(pod)
+            if terminated is not None:
+                report = parse_summary(terminated.get("message"))
+                if error is None and int(terminated.get("exitCode") or 0) != 0:
+                    error = _failure(terminated, report)
+            elif status.get("phase") == "Running" and status.get("podIP"):
+                text = pages.get(str(status["podIP"]))
+                report = parse_metrics(text) if text else None
+            if report is not None:
+                break
+        if index in failed_for_good:
+            phase = "Failed"
+        elif mine and index not in completed:
+            newest = (mine[-1].get("status") or {}).get("phase") or "Pending"
+            # A failed pod of an index that is not failed for good is being replaced.
+            phase = "Pending" if newest == "Failed" else newest
+        if report is None and index in previous:
+            last = previous[index]
+            report = ShardReport(
+                shard=index,
+                shards=shards,
+                total=int(last.get("total") or 0),
+                succeeded=int(last.get("succeeded") or 0),
+                failed=int(last.get("failed") or 0),
+            )
+            if last.get("total") is None:
+                report = None
+        out.append(ShardObservation(index, phase, report, restarts, error))
+    return out
+
+
+def _failure(terminated: dict[str, Any], report: ShardReport | None) -> str:
+    """Why a runner container failed: its own words, else the last line of its log."""
+    if report is not None and report.error:
+        return report.error
+    lines = [line for line in str(terminated.get("message") or "").splitlines() if line.strip()]
+    code = terminated.get("exitCode")
+    return f"exit code {code}" + (f": {lines[-1].strip()[:512]}" if lines else "")
+
+
+def _format_duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def _job_condition(job: dict[str, Any] | None, ctype: str) -> dict[str, Any] | None:
+    for c in ((job or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype and c.get("status") == TRUE:
+            found: dict[str, Any] = c
+            return found
+    return None
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return None
+
+
+def batch_status(
+    *,
+    old: dict[str, Any],
+    generation: int,
+    planned: dict[str, Any],
+    shards: int,
+    job: dict[str, Any] | None,
+    observed: list[ShardObservation],
+    at: datetime | None = None,
+) -> dict[str, Any]:
+    """The status of a job whose Job exists (or is about to): counts, rate, ETA, conditions."""
+    at = at or datetime.now(UTC)
+    g = generation
+    reports = [o.report for o in observed]
+    known = [r for r in reports if r is not None]
+    total = sum(r.total for r in known) if len(known) == shards else None
+    succeeded = sum(r.succeeded for r in known)
+    failed = sum(r.failed for r in known)
+    done = succeeded + failed
+    running = [o for o in observed if o.phase == "Running"]
+    rate = sum(o.report.tokens_per_second for o in running if o.report is not None)
+    job_status = (job or {}).get("status") or {}
+    start = _parse_time(job_status.get("startTime"))
+    complete = _job_condition(job, "Complete")
+    failed_cond = _job_condition(job, "Failed")
+
+    eta: str | None = None
+    if total is not None and start is not None and not complete and not failed_cond and done:
+        elapsed = (at - start).total_seconds()
+        if elapsed > 0 and total > done:
+            eta = _format_duration((total - done) * elapsed / done)
+    progress = None
+    if total is not None:
+        percent = 100 * done // total if total else 100
+        progress = f"{done}/{total} ({percent}%)"
+
+    counts = f"{succeeded} answered, {failed} failed" + (f" of {total} lines" if total else "")
+    if complete:
+        phase = "Complete"
+        conds = [
+            condition(
+                "Complete", TRUE, "AllLinesAnswered", f"every line has a record: {counts}", g
+            ),
+            condition("Running", FALSE, "Finished", "the job completed", g),
+            condition("Failed", FALSE, "Complete", "no shard failed", g),
+        ]
+    elif failed_cond:
+        phase = "Failed"
+        errors = sorted({f"shard {o.index}: {o.error}" for o in observed if o.error})
+        message = "; ".join(errors) or str(failed_cond.get("message") or "")
+        reason = str(failed_cond.get("reason") or "JobFailed")
+        conds = [
+            condition("Failed", TRUE, reason, f"{message} ({counts})", g),
+            condition("Running", FALSE, "Finished", "the job failed", g),
+            condition("Complete", FALSE, "Failed", "the job failed", g),
+        ]
+    else:
+        phase = "Running" if running else "Pending"
+        restarts = sum(o.restarts for o in observed)
+        extra = f", {restarts} shard restart(s)" if restarts else ""
+        conds = [
+            condition(
+                "Running",
+                TRUE if running else FALSE,
+                "ShardsRunning" if running else "ShardsStarting",
+                f"{len(running)} of {shards} shards running: {counts}{extra}",
+                g,
+            ),
+            condition("Complete", FALSE, "InProgress", f"{counts}", g),
+            condition("Failed", FALSE, "InProgress", "no shard failed for good", g),
+        ]
+    status: dict[str, Any] = {
+        "observedGeneration": g,
+        "conditions": keep_transition_times(conds, old.get("conditions") or []),
+        "phase": phase,
+        "plan": planned,
+        "jobName": (job or {}).get("metadata", {}).get("name"),
+        "shards": shards,
+        "total": total,
+        "succeeded": succeeded,
+        "failed": failed,
+        "progress": progress,
+        "promptTokens": sum(r.prompt_tokens for r in known),
+        "completionTokens": sum(r.completion_tokens for r in known),
+        "tokensPerSecond": round(rate, 1) if running else None,
+        "eta": eta,
+        "startTime": job_status.get("startTime"),
+        "completionTime": job_status.get("completionTime")
+        or (failed_cond or {}).get("lastTransitionTime"),
+        "shardStatus": [
+            {
+                "index": o.index,
+                "phase": o.phase,
+                "total": o.report.total if o.report else None,
+                "succeeded": o.report.succeeded if o.report else 0,
+                "failed": o.report.failed if o.report else 0,
+                "tokensPerSecond": round(o.report.tokens_per_second, 1)
+                if o.report and o.phase == "Running"
+                else None,
+                "restarts": o.restarts,
+            }
+            for o in observed
+        ],
+    }
+    return {k: v for k, v in status.items() if v is not None}
+
+
+def refused_status(
+    old: dict[str, Any], generation: int, reason: str, message: str
+) -> dict[str, Any]:
+    conds = [
+        condition("Failed", TRUE, reason, message, generation),
+        condition("Running", FALSE, reason, "the job cannot run as specified", generation),
+        condition("Complete", FALSE, reason, "the job cannot run as specified", generation),
+    ]
+    keep = {k: v for k, v in old.items() if k not in ("conditions", "observedGeneration", "phase")}
+    return {
+        **keep,
+        "observedGeneration": generation,
+        "phase": "Failed",
+        "conditions": keep_transition_times(conds, old.get("conditions") or []),
+    }
+
+
+def output_conflict(
+    body: dict[str, Any], spec: LLMBatchJobSpec, others: list[dict[str, Any]]
+) -> str | None:
+    """Why `body` may not write its output: an older LLMBatchJob writes the same claim and path."""
+    mine = output_key(spec.output.persistent_volume_claim)
+    me = (str(body["metadata"].get("creationTimestamp") or ""), body["metadata"]["name"])
+    for other in others:
+        meta = other.get("metadata") or {}
+        if meta.get("name") == body["metadata"]["name"] or meta.get("deletionTimestamp"):
+            continue
+        claim = (((other.get("spec") or {}).get("output") or {}).get("persistentVolumeClaim")) or {}
+        if not claim.get("claimName") or not claim.get("path"):
+            continue
+        key = (str(claim["claimName"]), posixpath.normpath(str(claim["path"])))
+        them = (str(meta.get("creationTimestamp") or ""), str(meta.get("name")))
+        if key == mine and them < me:
+            return (
+                f"spec.output.persistentVolumeClaim: claim {mine[0]} path {mine[1]} is the output "
+                f"of LLMBatchJob {meta.get('name')}; choose another path"
+            )
+    return None
+
+
+# --- the controller ------------------------------------------------------------------------------
+
+
+class BatchJobController:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
+        scraper: Scraper = scrape,
+    ) -> None:
+        self.api = api
+        self.profiles = profiles
+        self.applier = Applier(api)
+        self.scraper = scraper
+        self._core = k8s.CoreV1Api(api)
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._active: set[tuple[str, str]] = set()
+        self._stop = threading.Event()
+
+    @contextmanager
+    def _locked(self, namespace: str, name: str) -> Iterator[None]:
+        with self._guard:
+            lock = self._locks.setdefault((namespace, name), threading.Lock())
+        with lock:
+            yield
+
+    def fetch(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.applier.get(API, KIND, namespace, name)
+
+    def reconcile_by_name(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(InvalidBatchJobError):
+            self.reconcile(namespace, name)
+
+    def reconcile(self, namespace: str, name: str) -> ApplyResult:
+        with self._locked(namespace, name):
+            body = self.fetch(namespace, name)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                with self._guard:
+                    self._active.discard((namespace, name))
+                return ApplyResult()
+            return self._reconcile(body)
+
+    def _reconcile(self, body: dict[str, Any]) -> ApplyResult:
+        meta = body["metadata"]
+        ns, name, generation = meta["namespace"], meta["name"], int(meta.get("generation", 1))
+        old: dict[str, Any] = dict(body.get("status") or {})
+        owner = BatchOwner(name=name, namespace=ns, uid=meta["uid"])
+        result = ApplyResult()
+        try:
+            spec = LLMBatchJobSpec.model_validate(body.get("spec") or {})
+            planned = plan(spec.deployment_spec(), self.profiles)
+        except (ValidationError, PlanError) as e:
+            message = describe_validation_error(e) if isinstance(e, ValidationError) else str(e)
+            reason = "InvalidSpec" if isinstance(e, ValidationError) else "PlanningFailed"
+            self._refuse(body, old, generation, reason, message)
+            raise InvalidBatchJobError(message) from e
+        others = self.applier.list(API, KIND, ns, "")
+        conflict = output_conflict(body, spec, others)
+        if conflict:
+            self._refuse(body, old, generation, "OutputConflict", conflict)
+            raise InvalidBatchJobError(conflict)
+
+        shards = shard_count(spec, planned)
+        job = self.applier.get("batch/v1", "Job", ns, job_name(name))
+        finished = old.get("jobName") and old.get("phase") in ("Complete", "Failed")
+        if job is None and not finished:
+            job = self.applier.apply(render_batch_job(owner, spec, planned), result)
+        pods = self.applier.list("v1", "Pod", ns, children_selector(name))
+        job_status = (job or {}).get("status") or {}
+        completed = _indexes(job_status.get("completedIndexes"))
+        failed_for_good = _indexes(job_status.get("failedIndexes"))
+        previous = {int(s["index"]): s for s in old.get("shardStatus") or [] if "index" in s}
+        observed = observe_shards(shards, pods, completed, failed_for_good, self.scraper, previous)
+        new = batch_status(
+            old=old,
+            generation=generation,
+            planned=planned.summary().model_dump(by_alias=True, mode="json"),
+            shards=shards,
+            job=job,
+            observed=observed,
+        )
+        if result.created:
+            self._event(body, "Normal", "Created", f"Job {job_name(name)} with {shards} shard(s)")
+        if self._write_status(body, old, new) and old.get("phase") != new["phase"]:
+            if new["phase"] == "Complete":
+                self._event(body, "Normal", "Complete", _message(new, "Complete"))
+            elif new["phase"] == "Failed":
+                self._event(body, "Warning", "Failed", _message(new, "Failed"))
+        with self._guard:
+            if new["phase"] in ("Complete", "Failed"):
+                self._active.discard((ns, name))
+            else:
+                self._active.add((ns, name))
+        return result
+
+    def _refuse(
+        self, body: dict[str, Any], old: dict[str, Any], generation: int, reason: str, message: str
+    ) -> None:
+        new = refused_status(old, generation, reason, message)
+        if self._write_status(body, old, new):
+            self._event(body, "Warning", reason, message)
+        meta = body["metadata"]
+        with self._guard:
+            self._active.discard((meta["namespace"], meta["name"]))
+
+    def _write_status(self, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> bool:
+        if _normalised(old) == _normalised(new):
+            return False
+        patch = {"status": {**{k: None for k in old if k not in new}, **new}}
+        meta = body["metadata"]
+        self.applier.resource(API, KIND).status.patch(
+            body=patch,
+            name=meta["name"],
+            namespace=meta["namespace"],
+            content_type="application/merge-patch+json",
+        )
+        return True
+
+    def _event(self, body: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        meta = body["metadata"]
+        stamp = now()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": API,
+                "kind": KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": etype,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": COMPONENT,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self._core.create_namespaced_event(meta["namespace"], event)
+        except k8s.ApiException as e:
+            log.warning("could not post event %s on %s: %s", reason, meta["name"], e.reason)
+
+    # --- polling of running jobs ---------------------------------------------------------------
+
+    def start_polling(self, interval: float = POLL_SECONDS) -> None:
+        """Re-read running jobs' progress every `interval` seconds (a thread; `stop_polling`)."""
+        self._stop.clear()
+        threading.Thread(
+            target=self._poll, args=(interval,), name="llmfleet-batch-poll", daemon=True
+        ).start()
+
+    def stop_polling(self) -> None:
+        self._stop.set()
+
+    def _poll(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            with self._guard:
+                active = sorted(self._active)
+            for namespace, name in active:
+                if self._stop.is_set():
+                    return
+                try:
+                    self.reconcile_by_name(namespace, name)
+                except Exception as e:  # one bad job must not stop the others' progress
+                    log.warning("batch progress of %s/%s: %s", namespace, name, e)
+
+
+def _message(status: dict[str, Any], ctype: str) -> str:
+    for c in status.get("conditions") or []:
+        if c.get("type") == ctype:
+            return str(c.get("message") or "")
+    return ""
+
+
+def _indexes(text: Any) -> set[int]:
+    """A Job's completedIndexes, e.g. "0,2-4", as a set."""
+    out: set[int] = set()
+    for part in str(text or "").split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        with contextlib.suppress(ValueError):
+            out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
+def _normalised(status: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if v is not None}

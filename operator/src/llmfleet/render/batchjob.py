@@ -1,0 +1,307 @@
+"""The Indexed Job of an LLMBatchJob: one pod per shard, each running the batch runner
+(`python3 -m llmfleet.batch.runner`) with the planner's vLLM engine arguments.
+
+completions = parallelism = shards, so every shard runs at once; JOB_COMPLETION_INDEX is the
+shard. A failed pod is replaced (backoffLimitPerIndex) only once it is gone
+(podReplacementPolicy Failed), so one shard's output file never has two writers. Exit codes 2
+(usage) and 3 (the output belongs to another job, the input is missing) fail the Job at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+from llmfleet import API_GROUP, API_VERSION
+from llmfleet.batch.progress import METRICS_PORT
+from llmfleet.models.batchjob import DEFAULT_BATCH_IMAGE, KIND, ClaimPath, LLMBatchJobSpec
+from llmfleet.planner import Plan
+from llmfleet.render.names import MANAGED_BY
+
+BATCHJOB_LABEL = "llmfleet.dev/batchjob"
+COMPONENT_BATCH = "batch-runner"
+CONTAINER = "runner"
+RUNNER_COMMAND = ("python3", "-m", "llmfleet.batch.runner")
+# llmfleet.batch.runner's exit codes that no retry can fix: usage (2) and configuration (3).
+NON_RETRYABLE_EXIT_CODES = (2, 3)
+GPU_RESOURCE = "nvidia.com/gpu"
+HF_HOME = "/var/cache/huggingface"
+CLAIMS_DIR = "/llmfleet/claims"
+CONFIGMAP_INPUT_DIR = "/llmfleet/input"
+CONFIGMAP_INPUT_FILE = "input.jsonl"
+TERMINATION_LOG = "/dev/termination-log"
+RUN_AS = 1000
+DEFAULT_CPU_REQUEST = "2"
+# SIGTERM stops the runner taking work; it flushes and exits at once (the rest resumes later).
+TERMINATION_GRACE_SECONDS = 30
+MAX_JOB_NAME = 52  # pod names add -<index>-<5 chars>; the Job name is also a label value
+
+
+@dataclass(frozen=True)
+class BatchOwner:
+    """The LLMBatchJob the Job belongs to."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    @property
+    def identity(self) -> str:
+        """What the runner records as the owner of the output directory."""
+        return f"{self.namespace}/{self.name}"
+
+
+def job_name(name: str) -> str:
+    if len(name) <= MAX_JOB_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: MAX_JOB_NAME - 9].rstrip('-.')}-{digest}"
+
+
+def labels(owner: BatchOwner) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "llmfleet-batch",
+        "app.kubernetes.io/instance": owner.name,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/component": COMPONENT_BATCH,
+        BATCHJOB_LABEL: owner.name,
+    }
+
+
+def children_selector(name: str) -> str:
+    return f"{BATCHJOB_LABEL}={name},app.kubernetes.io/managed-by={MANAGED_BY}"
+
+
+def shard_count(spec: LLMBatchJobSpec, plan: Plan) -> int:
+    return spec.shards if spec.shards is not None else plan.replicas
+
+
+def output_key(output: ClaimPath) -> tuple[str, str]:
+    """Claim and normalised directory: two jobs with the same key would write the same files."""
+    return output.claim_name, posixpath.normpath(output.path)
+
+
+def image(spec: LLMBatchJobSpec) -> str:
+    return spec.engine.image if "image" in spec.engine.model_fields_set else DEFAULT_BATCH_IMAGE
+
+
+def _claim_mount(claim: str) -> str:
+    return f"{CLAIMS_DIR}/{claim}"
+
+
+def _volumes(spec: LLMBatchJobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str, str]:
+    """Volumes, mounts, the input file and the output directory as the container sees them."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    output = spec.output.persistent_volume_claim
+    source = spec.input.persistent_volume_claim
+    claims = [output.claim_name]
+    if source is not None and source.claim_name not in claims:
+        claims.append(source.claim_name)
+    for i, claim in enumerate(claims):
+        read_only = claim != output.claim_name
+        volumes.append(
+            {
+                "name": f"claim-{i}",
+                "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only},
+            }
+        )
+        mounts.append(
+            {"name": f"claim-{i}", "mountPath": _claim_mount(claim), "readOnly": read_only}
+        )
+    if source is not None:
+        input_path = posixpath.join(_claim_mount(source.claim_name), source.path)
+    else:
+        assert spec.input.config_map is not None
+        ref = spec.input.config_map
+        volumes.append(
+            {
+                "name": "input",
+                "configMap": {
+                    "name": ref.name,
+                    "items": [{"key": ref.key, "path": CONFIGMAP_INPUT_FILE}],
+                },
+            }
+        )
+        mounts.append({"name": "input", "mountPath": CONFIGMAP_INPUT_DIR, "readOnly": True})
+        input_path = f"{CONFIGMAP_INPUT_DIR}/{CONFIGMAP_INPUT_FILE}"
+    cache: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": spec.model.cache.claim_name}}
+        if spec.model.cache is not None
+        else {"emptyDir": {}}
+    )
+    volumes += [{"name": "hf-cache", **cache}, {"name": "tmp", "emptyDir": {}}]
+    mounts += [
+        {"name": "hf-cache", "mountPath": HF_HOME},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    return volumes, mounts, input_path, posixpath.join(_claim_mount(output.claim_name), output.path)
+
+
+def _env(spec: LLMBatchJobSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": HF_HOME},
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    if spec.model.token_secret_ref is not None:
+        ref = spec.model.token_secret_ref
+        env.append(
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+        )
+    if spec.gpus is None:
+        gib = max(1, int(-(-spec.engine.cpu_kv_cache_gib // 1)))
+        env.append({"name": "VLLM_CPU_KVCACHE_SPACE", "value": str(gib)})
+    return sorted(env, key=lambda e: str(e["name"]))
+
+
+def _resources(spec: LLMBatchJobSpec, plan: Plan) -> dict[str, Any]:
+    user = spec.engine.resources
+    requests: dict[str, str] = dict(user.requests or {}) if user else {}
+    limits: dict[str, str] = dict(user.limits or {}) if user else {}
+    if plan.gpus_per_replica:
+        limits[GPU_RESOURCE] = str(plan.gpus_per_replica)
+    else:
+        requests.setdefault("cpu", DEFAULT_CPU_REQUEST)
+        if plan.cpu_memory_gib:
+            requests.setdefault("memory", f"{plan.cpu_memory_gib}Gi")
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = dict(sorted(requests.items()))
+    if limits:
+        out["limits"] = dict(sorted(limits.items()))
+    return out
+
+
+def runner_args(
+    owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan, input_path: str, output_dir: str
+) -> list[str]:
+    return [
+        "--input",
+        input_path,
+        "--output-dir",
+        output_dir,
+        "--shards",
+        str(shard_count(spec, plan)),
+        "--job",
+        owner.identity,
+        "--defaults",
+        json.dumps(spec.defaults.as_body(), sort_keys=True, separators=(",", ":")),
+        "--max-retries-per-line",
+        str(spec.max_retries_per_line),
+        "--host",
+        "0.0.0.0",
+        "--metrics-port",
+        str(METRICS_PORT),
+        "--termination-log",
+        TERMINATION_LOG,
+        *plan.vllm_args,
+    ]
+
+
+def render_batch_job(owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan) -> dict[str, Any]:
+    shards = shard_count(spec, plan)
+    volumes, mounts, input_path, output_dir = _volumes(spec)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image(spec),
+        "command": list(RUNNER_COMMAND),
+        "args": runner_args(owner, spec, plan, input_path, output_dir),
+        "env": _env(spec),
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "resources": _resources(spec, plan),
+        "volumeMounts": mounts,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    if plan.gpus_per_replica > 1:
+        # NCCL exchanges through /dev/shm between the tensor-parallel workers.
+        volumes.append(
+            {
+                "name": "dshm",
+                "emptyDir": {"medium": "Memory", "sizeLimit": f"{plan.shm_size_gib}Gi"},
+            }
+        )
+        container["volumeMounts"] = [*mounts, {"name": "dshm", "mountPath": "/dev/shm"}]
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if plan.gpus_per_replica:
+        pod_spec["tolerations"] = [
+            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+            *plan.tolerations,
+        ]
+    if plan.node_selector:
+        pod_spec["nodeSelector"] = dict(plan.node_selector)
+    meta_labels = labels(owner)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(owner.name),
+            "namespace": owner.namespace,
+            "labels": meta_labels,
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": shards,
+            "parallelism": shards,
+            "backoffLimitPerIndex": spec.max_restarts_per_shard,
+            "podReplacementPolicy": "Failed",
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": CONTAINER,
+                            "operator": "In",
+                            "values": list(NON_RETRYABLE_EXIT_CODES),
+                        },
+                    },
+                    # Preemption and node drains are not the shard's fault.
+                    {
+                        "action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    },
+                ]
+            },
+            "template": {
+                "metadata": {
+                    "labels": meta_labels,
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(METRICS_PORT),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }

@@ -1,0 +1,235 @@
+"""The vLLM Router in front of the engine pods: its Deployment and Service, and the
+ServiceAccount, Role and RoleBinding its Kubernetes service discovery runs as.
+
+The router (PyPI vllm-router, vllm-project/router) watches the pods of its namespace, keeps those
+that carry this LLMDeployment's engine labels, and routes each request to one of them: a pod joins
+once it is Running and Ready (and answers /health), and leaves as soon as it has a
+deletionTimestamp, so a draining pod (preStop sleep, vLLM --shutdown-timeout) gets no new request.
+See docs/router.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmfleet.models import LLMDeploymentSpec
+from llmfleet.planner import Plan
+from llmfleet.render.engine import GPU_RESOURCE, PROBE_PERIOD_SECONDS, RUN_AS
+from llmfleet.render.names import (
+    HTTP_PORT,
+    Owner,
+    common_labels,
+    metadata,
+    selector_labels,
+)
+
+COMPONENT_ROUTER = "router"
+ROUTER_COMMAND = "vllm-router"
+METRICS_PORT = 29000
+ROUTER_LOG = "info,vllm_router_rs::policies=warn"
+DEFAULT_REQUESTS = {"cpu": "500m", "memory": "256Mi"}
+# A pod that is Ready answers /health at once; this bounds how long one that does not can hold up
+# the router's (sequential) handling of later pod events.
+WORKER_STARTUP_TIMEOUT_SECONDS = 60
+WORKER_STARTUP_CHECK_SECONDS = 1
+# The router's own health checks of each engine (its default is 60 s): a crashed engine is marked
+# unhealthy within about 3 x this, before Kubernetes' readiness (and discovery) catches up.
+HEALTH_CHECK_INTERVAL_SECONDS = 10
+TERMINATION_GRACE_SECONDS = 30
+PRESTOP_SLEEP_SECONDS = 5
+RBAC_API = "rbac.authorization.k8s.io"
+
+
+def router_enabled(spec: LLMDeploymentSpec, plan: Plan) -> bool:
+    """spec.router.enabled, or by default: on when the fleet can have more than one pod."""
+    if spec.router.enabled is not None:
+        return spec.router.enabled
+    return plan.max_replicas > 1
+
+
+def router_name(owner_name: str) -> str:
+    return f"{owner_name}-router"
+
+
+def router_url(owner: Owner) -> str:
+    return f"http://{router_name(owner.name)}.{owner.namespace}.svc:{HTTP_PORT}/v1"
+
+
+def router_args(owner: Owner, spec: LLMDeploymentSpec) -> list[str]:
+    engines = selector_labels(owner)
+    return [
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(HTTP_PORT),
+        "--policy",
+        spec.router.policy,
+        # Discovery: this LLMDeployment's engine pods (every layout), in its own namespace only.
+        "--service-discovery",
+        "--service-discovery-namespace",
+        owner.namespace,
+        "--service-discovery-port",
+        str(HTTP_PORT),
+        "--selector",
+        *(f"{k}={v}" for k, v in sorted(engines.items())),
+        "--worker-startup-timeout-secs",
+        str(WORKER_STARTUP_TIMEOUT_SECONDS),
+        "--worker-startup-check-interval",
+        str(WORKER_STARTUP_CHECK_SECONDS),
+        "--health-check-interval-secs",
+        str(HEALTH_CHECK_INTERVAL_SECONDS),
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(METRICS_PORT),
+    ]
+
+
+def _resources(spec: LLMDeploymentSpec) -> dict[str, Any]:
+    user = spec.router.resources
+    requests = {**DEFAULT_REQUESTS, **dict((user.requests or {}) if user else {})}
+    limits = dict((user.limits or {}) if user else {})
+    out: dict[str, Any] = {"requests": dict(sorted(requests.items()))}
+    if limits:
+        out["limits"] = dict(sorted(limits.items()))
+    return out
+
+
+def render_router_deployment(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
+    name = router_name(owner.name)
+    health = {"httpGet": {"path": "/health", "port": "http"}}
+    container: dict[str, Any] = {
+        "name": "router",
+        "image": spec.router.image,
+        "command": [ROUTER_COMMAND],
+        "args": router_args(owner, spec),
+        # 0.1.17's --log-level does not reach the Rust core; RUST_LOG does. Discovery (engines
+        # added and removed) stays at INFO; the per-request policy decisions are in the metrics.
+        "env": [{"name": "RUST_LOG", "value": ROUTER_LOG}],
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "resources": _resources(spec),
+        # /health answers while the process serves, with or without engines: a router with no
+        # ready engine stays in its Service and answers 503 (retryable) rather than refusing.
+        "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {
+            **health,
+            "periodSeconds": PROBE_PERIOD_SECONDS,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        # Endpoints drop the pod before it stops taking connections.
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+        },
+    }
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": name,
+        # Discovery reads pods with this account's token (the Role below).
+        "automountServiceAccountToken": True,
+        "containers": [container],
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    # The router runs in the engines' node pool (same nodeSelector, tolerating the GPU taint):
+    # one hop from its engines, and it needs no node of its own. It requests no GPU.
+    if plan.gpus_per_replica:
+        pod_spec["tolerations"] = [
+            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+            *plan.tolerations,
+        ]
+    if plan.node_selector:
+        pod_spec["nodeSelector"] = dict(plan.node_selector)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(owner, name, COMPONENT_ROUTER),
+        "spec": {
+            "replicas": spec.router.replicas,
+            "selector": {"matchLabels": selector_labels(owner, COMPONENT_ROUTER)},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {
+                    "labels": common_labels(owner, COMPONENT_ROUTER),
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(METRICS_PORT),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def render_router_service(owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner, router_name(owner.name), COMPONENT_ROUTER),
+        "spec": {
+            "selector": selector_labels(owner, COMPONENT_ROUTER),
+            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def render_router_rbac(owner: Owner) -> list[dict[str, Any]]:
+    """The router's identity: it may read pods in its namespace, nothing else. Kubernetes
+    cannot narrow a Role to a label selector; the router filters by label itself."""
+    name = router_name(owner.name)
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(owner, name, COMPONENT_ROUTER),
+    }
+    role = {
+        "apiVersion": f"{RBAC_API}/v1",
+        "kind": "Role",
+        "metadata": metadata(owner, name, COMPONENT_ROUTER),
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+    }
+    binding = {
+        "apiVersion": f"{RBAC_API}/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(owner, name, COMPONENT_ROUTER),
+        "roleRef": {"apiGroup": RBAC_API, "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
+    }
+    return [account, role, binding]
+
+
+def render_router(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> list[dict[str, Any]]:
+    """Everything the router needs, or nothing when it is off."""
+    if not router_enabled(spec, plan):
+        return []
+    return [
+        *render_router_rbac(owner),
+        render_router_service(owner),
+        render_router_deployment(owner, spec, plan),
+    ]
+
+
+__all__ = [
+    "COMPONENT_ROUTER",
+    "METRICS_PORT",
+    "render_router",
+    "router_enabled",
+    "router_name",
+    "router_url",
+]

@@ -1,0 +1,387 @@
+"""LLMBatchJob end to end on the local cluster: the operator (as the chart's ServiceAccount) runs
+an Indexed Job whose pods run the batch runner with the real vLLM CPU engine on the node runner's
+`local-gpu-0`; claims are directories under `<state dir>/pvcs/` (docs/cpu-adaptations.md).
+
+One job does the heavy lifting (two engines at once, one shard killed midway and restarted);
+the other tests start no engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from localcluster.noderunner import procs
+from localcluster.noderunner.runner import FEATURES, FEATURES_ANNOTATION
+from localcluster.supervisor import REPO, Cluster
+
+from .harness import Operator, wait_for
+
+pytestmark = pytest.mark.cluster
+
+NODE = "local-gpu-0"
+PRODUCT = "LLMFleet-CPU-Emulated"
+GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmbatchjobs"
+INSTALL = REPO / "tests" / "dataplane" / "install-vllm.sh"
+LINES = 300
+MALFORMED = {7: "{not json", 58: None, 123: None, 200: None, 299: None}
+TINY_ARCHITECTURE = {
+    "parametersBillions": 0.001,
+    "numLayers": 2,
+    "numAttentionHeads": 2,
+    "numKeyValueHeads": 1,
+    "headDim": 64,
+    "maxPositionEmbeddings": 2048,
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def crd(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / "llmbatchjob.yaml"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/llmbatchjobs.llmfleet.dev")
+
+
+@pytest.fixture(scope="module")
+def node_runner(cluster: Cluster) -> Iterator[str]:
+    subprocess.run([str(INSTALL)], check=True, stdout=subprocess.DEVNULL)
+    was_running = cluster._alive("node-runner")
+    if was_running and not _runner_is_current(cluster):
+        # A runner from older code (an earlier session) emulates no volumes: start a current one.
+        cluster.stop_node_runner()
+        was_running = False
+    yield cluster.start_node_runner(gpus=4)
+    if not was_running and cluster._alive("node-runner"):
+        cluster.stop_node_runner()
+
+
+def _runner_is_current(cluster: Cluster) -> bool:
+    try:
+        out = cluster.kubectl("get", "node", NODE, "-o", "json")
+    except subprocess.CalledProcessError:
+        return True  # no node yet: whatever runs will register the current one
+    annotations = json.loads(out)["metadata"].get("annotations") or {}
+    return bool(annotations.get(FEATURES_ANNOTATION) == FEATURES)
+
+
+def claim(api: client.ApiClient, cluster: Cluster, ns: str, name: str) -> Path:
+    """A bound claim; the node runner keeps its files in the returned directory."""
+    core = client.CoreV1Api(api)
+    directory = cluster.state_dir / "pvcs" / ns / name
+    directory.mkdir(parents=True, exist_ok=True)
+    pv = f"{ns}-{name}"
+    core.create_persistent_volume(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv, "labels": {"llmfleet.dev/test-namespace": ns}},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": str(directory)},
+                "claimRef": {"namespace": ns, "name": name},
+            },
+        }
+    )
+    core.create_namespaced_persistent_volume_claim(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    wait_for(
+        lambda: core.read_namespaced_persistent_volume_claim(name, ns).status.phase == "Bound",
+        timeout=60,
+        what=f"claim {name} bound",
+    )
+    return directory
+
+
+@pytest.fixture
+def volumes(api: client.ApiClient, cluster: Cluster, namespace: str) -> Iterator[None]:
+    yield
+    core = client.CoreV1Api(api)
+    for pv in core.list_persistent_volume(
+        label_selector=f"llmfleet.dev/test-namespace={namespace}"
+    ).items:
+        core.delete_persistent_volume(pv.metadata.name)
+    shutil.rmtree(cluster.state_dir / "pvcs" / namespace, ignore_errors=True)
+
+
+def batch_job(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": {
+            "name": "llmfleet-test/tiny-llama",
+            "servedModelName": "tiny",
+            "architecture": TINY_ARCHITECTURE,
+        },
+        "gpus": {"count": 2, "memoryGiB": 16, "perNode": 4, "product": PRODUCT},
+        "engine": {"maxModelLen": 512},
+        "input": {"persistentVolumeClaim": {"claimName": "data", "path": "in/prompts.jsonl"}},
+        "output": {"persistentVolumeClaim": {"claimName": "data", "path": f"out/{name}"}},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LLMBatchJob",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def create(api: client.ApiClient, ns: str, body: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+
+def status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name
+    )
+    return dict(obj.get("status") or {})
+
+
+def cond(st: dict[str, Any], ctype: str) -> dict[str, Any]:
+    return next((c for c in st.get("conditions") or [] if c["type"] == ctype), {})
+
+
+def request_line(i: int) -> str:
+    """Line i (1-based): chat and completions in turn, lengths spread so results trickle in."""
+    body: dict[str, Any] = {"max_tokens": 8 + (i % 12) * 10, "ignore_eos": True}
+    if i % 2:
+        body["messages"] = [{"role": "user", "content": f"Question {i}: what is a pod?"}]
+        url = "/v1/chat/completions"
+    else:
+        body["prompt"] = f"Once upon a time, request {i}"
+        url = "/v1/completions"
+    return json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": url, "body": body})
+
+
+def malformed_line(i: int) -> str:
+    shapes = {
+        58: {"custom_id": "bad-url", "method": "POST", "url": "/v1/embeddings", "body": {}},
+        123: {"custom_id": "no-body", "method": "POST", "url": "/v1/completions"},
+        200: {
+            "custom_id": "req-1",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"prompt": "duplicate"},
+        },
+        299: {"method": "POST", "url": "/v1/completions", "body": {"prompt": "no id"}},
+    }
+    return MALFORMED[i] or json.dumps(shapes[i])
+
+
+def events(api: client.ApiClient, ns: str, name: str) -> list[client.CoreV1Event]:
+    items = client.CoreV1Api(api).list_namespaced_event(ns).items
+    return [
+        e
+        for e in items
+        if e.involved_object.name == name and e.involved_object.kind == "LLMBatchJob"
+    ]
+
+
+def shard_pod(api: client.ApiClient, ns: str, index: int) -> client.V1Pod | None:
+    pods = (
+        client.CoreV1Api(api).list_namespaced_pod(ns, label_selector="llmfleet.dev/batchjob").items
+    )
+    mine = [
+        p
+        for p in pods
+        if (p.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index")
+        == str(index)
+        and p.status.phase == "Running"
+    ]
+    return mine[0] if mine else None
+
+
+def records(directory: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(directory.glob("shard-*.jsonl")):
+        out += [json.loads(line) for line in path.read_text().splitlines()]
+    return out
+
+
+def test_a_300_line_job_over_two_shards_answers_every_line_exactly_once_through_a_shard_kill(
+    api: client.ApiClient,
+    cluster: Cluster,
+    operator: Operator,
+    node_runner: str,
+    namespace: str,
+    volumes: None,
+) -> None:
+    started = time.monotonic()
+    data = claim(api, cluster, namespace, "data")
+    (data / "in").mkdir()
+    lines = [malformed_line(i) if i in MALFORMED else request_line(i) for i in range(1, LINES + 1)]
+    (data / "in" / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    create(api, namespace, batch_job("big", shards=2, defaults={"temperature": 0.8}))
+
+    # Shard 0 is killed (every process, as by the OOM killer) once it has written 20 records.
+    output = data / "out" / "big" / "shard-00000-of-00002.jsonl"
+    wait_for(
+        lambda: output.exists() and len(output.read_bytes().splitlines()) >= 20,
+        timeout=300,
+        interval=0.2,
+        what="shard 0 midway",
+    )
+    pod = shard_pod(api, namespace, 0)
+    assert pod is not None
+    runner = procs.runner_id(NODE, cluster.state_dir)
+    pids = [p for p in procs.find(procs.marker(runner, pod.metadata.uid)) if procs.alive(p)]
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    written_before_kill = len(output.read_bytes().splitlines())
+    assert written_before_kill < LINES // 2, "the kill came too late to interrupt the shard"
+
+    def complete() -> dict[str, Any] | None:
+        st = status(api, namespace, "big")
+        assert cond(st, "Failed").get("status") != "True", st
+        return st if st.get("phase") == "Complete" else None
+
+    st = wait_for(complete, timeout=400, interval=1, what="job Complete")
+
+    found = records(data / "out" / "big")
+    assert len(found) == LINES
+    ids = Counter(r["custom_id"] for r in found if r["error"] is None)
+    assert set(ids.values()) == {1}
+    valid = {f"req-{i}" for i in range(1, LINES + 1) if i not in MALFORMED}
+    assert set(ids) == valid
+    errors = {r["error"]["line"]: r["error"]["message"] for r in found if r["error"]}
+    assert sorted(errors) == sorted(MALFORMED)
+    for line, message in errors.items():
+        assert message.startswith(f"line {line}: ")
+    assert "duplicate custom_id 'req-1'" in errors[200]
+    body = next(r for r in found if r["custom_id"] == "req-1")["response"]["body"]
+    assert body["object"] == "chat.completion"
+    assert body["usage"]["completion_tokens"] == 18  # ignore_eos: exactly max_tokens
+
+    assert (st["total"], st["succeeded"], st["failed"]) == (LINES, LINES - 5, 5)
+    assert st["progress"] == f"{LINES}/{LINES} (100%)"
+    assert cond(st, "Complete")["status"] == "True"
+    shard0 = next(s for s in st["shardStatus"] if s["index"] == 0)
+    assert shard0["restarts"] >= 1
+    table = cluster.kubectl("get", "llmbj", "big", "-n", namespace)
+    assert "Complete" in table
+    assert f"{LINES}/{LINES}" in table
+    assert [e.reason for e in events(api, namespace, "big") if e.reason == "Complete"]
+    print(f"300-line job with a kill: {time.monotonic() - started:.0f}s")
+
+
+REFUSED = {
+    "no-input": (lambda s: s.pop("input"), "spec.input: Required value"),
+    "zero-shards": (lambda s: s.update(shards=0), "spec.shards: Invalid value: 0"),
+    "input-both-claim-and-configmap": (
+        lambda s: s["input"].update(configMap={"name": "c", "key": "k"}),
+        "set exactly one of persistentVolumeClaim or configMap",
+    ),
+    "output-path-leaves-the-claim": (
+        lambda s: s["output"]["persistentVolumeClaim"].update(path="../elsewhere"),
+        "path must be relative to the claim's root and must not contain '..'",
+    ),
+}
+
+
+@pytest.mark.parametrize(("mutate", "message"), REFUSED.values(), ids=REFUSED.keys())
+def test_the_api_server_refuses_a_bad_spec_with_a_clear_message(
+    api: client.ApiClient,
+    cluster: Cluster,
+    namespace: str,
+    mutate: Callable[[dict[str, Any]], Any],
+    message: str,
+) -> None:
+    body = batch_job("bad")
+    mutate(body["spec"])
+    with pytest.raises(ApiException) as refused:
+        create(api, namespace, body)
+    assert refused.value.status == 422
+    assert message in str(refused.value.body)
+
+
+def test_the_spec_cannot_change_after_creation(
+    api: client.ApiClient, cluster: Cluster, namespace: str
+) -> None:
+    body = batch_job("fixed", gpus={"count": 1, "memoryGiB": 16, "product": "NoSuchGPU"})
+    create(api, namespace, body)
+    with pytest.raises(ApiException) as refused:
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "fixed", {"spec": {"shards": 3}}
+        )
+    assert "spec is immutable" in str(refused.value.body)
+
+
+def test_a_second_job_writing_the_same_output_is_refused_by_a_condition_and_an_event(
+    api: client.ApiClient, operator: Operator, namespace: str
+) -> None:
+    # Pods of these jobs find no node (no such GPU): nothing runs, the operator still decides.
+    gpus = {"count": 1, "memoryGiB": 16, "product": "NoSuchGPU"}
+    create(api, namespace, batch_job("first", gpus=gpus))
+    wait_for(lambda: status(api, namespace, "first").get("jobName"), what="first job's Job")
+    second = batch_job("second", gpus=gpus)
+    second["spec"]["output"] = batch_job("first")["spec"]["output"]
+    second["spec"]["output"]["persistentVolumeClaim"]["path"] = "out/./first/"
+    create(api, namespace, second)
+    st = wait_for(
+        lambda: (s := status(api, namespace, "second")).get("phase") == "Failed" and s,
+        what="second refused",
+    )
+    failed = cond(st, "Failed")
+    assert failed["reason"] == "OutputConflict"
+    assert "is the output of LLMBatchJob first" in failed["message"]
+    assert "jobName" not in st
+    assert [e for e in events(api, namespace, "second") if e.reason == "OutputConflict"]
+    assert status(api, namespace, "first").get("phase") != "Failed"
+
+
+def test_an_output_directory_of_another_job_fails_the_job_with_the_runners_message(
+    api: client.ApiClient,
+    cluster: Cluster,
+    operator: Operator,
+    node_runner: str,
+    namespace: str,
+    volumes: None,
+) -> None:
+    data = claim(api, cluster, namespace, "data")
+    taken = data / "out" / "taken"
+    taken.mkdir(parents=True)
+    (taken / ".llmfleet-job.json").write_text('{"job": "elsewhere/other", "shards": 1}\n')
+    client.CoreV1Api(api).create_namespaced_config_map(
+        namespace,
+        {"metadata": {"name": "prompts"}, "data": {"in.jsonl": request_line(1) + "\n"}},
+    )
+    body = batch_job(
+        "taken",
+        shards=1,
+        gpus={"count": 1, "memoryGiB": 16, "product": PRODUCT},
+        input={"configMap": {"name": "prompts", "key": "in.jsonl"}},
+    )
+    create(api, namespace, body)
+    st = wait_for(
+        lambda: (s := status(api, namespace, "taken")).get("phase") == "Failed" and s,
+        timeout=120,
+        what="job Failed",
+    )
+    message = cond(st, "Failed")["message"]
+    assert "belongs to job 'elsewhere/other'" in message
+    assert [e for e in events(api, namespace, "taken") if e.reason == "Failed"]
+    assert not list(taken.glob("shard-*"))

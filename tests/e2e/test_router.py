@@ -1,0 +1,338 @@
+"""The vLLM Router in front of a multi-replica LLMDeployment, end to end on the local cluster: the
+operator (as the chart's ServiceAccount) renders the router, the node runner runs it for real
+(`vllm-router` with Kubernetes discovery, as the Role the operator rendered) in front of real vLLM
+engines on `local-gpu-0`, and OpenAI-client traffic through it reaches every ready engine,
+follows a scale-up and a scale-down without a router restart, and survives an engine killed
+mid-load. See docs/router.md.
+
+The engine Service has no endpoints here (pod IPs are loopback, there is no kube-proxy), so the
+clients dial the router pod's IP, as they would dial the router Service in a real cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from localcluster.noderunner import procs
+from localcluster.noderunner.runner import FEATURES_ANNOTATION
+from localcluster.supervisor import REPO, Cluster
+
+from .harness import Operator, wait_for
+
+pytestmark = pytest.mark.cluster
+
+NODE = "local-gpu-0"
+GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"
+NAME = "routed"
+ENGINES = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"
+ROUTERS = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=router"
+INSTALL_VLLM = REPO / "tests" / "dataplane" / "install-vllm.sh"
+INSTALL_ROUTER = REPO / "tests" / "dataplane" / "install-vllm-router.sh"
+NODE_GPUS = 3  # the most engines this test runs at once
+STARTUP_TIMEOUT = 300  # vLLM engines on 2 shared cores: ~40-90 s each
+MAX_TOKENS = 24
+
+# Runs with the vLLM virtualenv's python (it has the `openai` package). The client's own retries
+# are off, so every failure the router lets through is counted.
+LOAD = """
+import concurrent.futures as cf, json, sys, time, openai
+base, n, conc, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+c = openai.OpenAI(base_url=base, api_key="unused", timeout=180, max_retries=0)
+def one(i):
+    t = time.time()
+    try:
+        r = c.completions.create(model="tiny", prompt=f"Request {i}", max_tokens=max_tokens,
+                                 extra_body={"ignore_eos": True})
+        return {"ok": r.usage.completion_tokens == max_tokens, "start": t, "end": time.time()}
+    except Exception as e:
+        return {"ok": False, "error": repr(e)[:300], "start": t, "end": time.time()}
+with cf.ThreadPoolExecutor(conc) as ex:
+    print(json.dumps(list(ex.map(one, range(n)))))
+"""
+
+
+def llmd(gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LLMDeployment",
+        "metadata": {"name": NAME},
+        "spec": {
+            "model": {
+                "name": "llmfleet-test/tiny-llama",
+                "servedModelName": "tiny",
+                "architecture": {
+                    "parametersBillions": 0.001,
+                    "numLayers": 2,
+                    "numAttentionHeads": 2,
+                    "numKeyValueHeads": 1,
+                    "headDim": 64,
+                    "maxPositionEmbeddings": 2048,
+                },
+            },
+            # MultiPod, tensor parallel 1: one engine per GPU slot of local-gpu-0.
+            "gpus": {
+                "count": gpus,
+                "memoryGiB": 16,
+                "perNode": 4,
+                "product": "LLMFleet-CPU-Emulated",
+            },
+            "engine": {"maxModelLen": 512, "maxNumSeqs": 4},
+            # A fixed size: the test scales through spec.gpus.count (the router is on by default
+            # because more than one pod is planned).
+            "autoscaling": {"enabled": False},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> Path:
+    out = subprocess.run([str(INSTALL_VLLM)], check=True, stdout=subprocess.PIPE, text=True)
+    return Path(out.stdout.strip().splitlines()[-1]) / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
+    subprocess.run([str(INSTALL_ROUTER)], check=True, stdout=subprocess.DEVNULL)
+    was_running = cluster._alive("node-runner")
+    if was_running and not _runner_runs_routers(cluster):
+        # A runner from older code admits no router pod: start a current one.
+        cluster.stop_node_runner()
+        was_running = False
+    yield cluster.start_node_runner(gpus=4)
+    if not was_running and cluster._alive("node-runner"):
+        cluster.stop_node_runner()
+
+
+def _runner_runs_routers(cluster: Cluster) -> bool:
+    try:
+        out = cluster.kubectl("get", "node", NODE, "-o", "json")
+    except subprocess.CalledProcessError:
+        return True  # no node yet: whatever runs will register the current one
+    annotations = json.loads(out)["metadata"].get("annotations") or {}
+    return "router" in str(annotations.get(FEATURES_ANNOTATION, "")).split(",")
+
+
+def ready(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def live_pods(core: client.CoreV1Api, ns: str, selector: str) -> list[client.V1Pod]:
+    pods = core.list_namespaced_pod(ns, label_selector=selector).items
+    return [p for p in pods if not p.metadata.deletion_timestamp]
+
+
+def ready_ips(core: client.CoreV1Api, ns: str, selector: str) -> set[str]:
+    return {p.status.pod_ip for p in live_pods(core, ns, selector) if ready(p)}
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Prometheus text -> {'name{labels}': value}."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def per_worker(metrics: dict[str, float], name: str) -> dict[str, float]:
+    """{engine IP: value} of a router metric labelled worker="http://IP:8000"."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if key.startswith(name + "{") and 'worker="http://' in key:
+            ip = key.split('worker="http://', 1)[1].split(":", 1)[0]
+            out[ip] = out.get(ip, 0.0) + value
+    return out
+
+
+def engine_successes(ip: str) -> float:
+    m = scrape(f"http://{ip}:8000/metrics")
+    return sum(v for k, v in m.items() if k.startswith("vllm:request_success_total"))
+
+
+def load(python: Path, base: str, n: int, conc: int) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [str(python), "-c", LOAD, base, str(n), str(conc), str(MAX_TOKENS)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    result: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def failures(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in results if not r["ok"]]
+
+
+def scale(api: client.ApiClient, ns: str, gpus: int) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, NAME, {"spec": {"gpus": {"count": gpus}}}
+    )
+
+
+def can_i(cluster: Cluster, ns: str, *args: str) -> bool:
+    account = f"system:serviceaccount:{ns}:{NAME}-router"
+    out = subprocess.run(
+        [
+            str(cluster.kubectl_path()),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "auth",
+            "can-i",
+            *args,
+            f"--as={account}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.stdout.strip() == "yes"
+
+
+def test_router_balances_follows_scaling_and_hides_a_lost_engine(
+    cluster: Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    operator: Operator,
+    node_runner: str,
+    vllm_python: Path,
+) -> None:
+    t0 = time.monotonic()
+    core = client.CoreV1Api(api)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, llmd(gpus=2)
+    )
+
+    # --- RBAC: the operator (chart RBAC) made the router's identity; it reads pods, nothing more.
+    wait_for(
+        lambda: live_pods(core, namespace, ROUTERS), 60, what="the operator's router Deployment"
+    )
+    ns = namespace
+    assert can_i(cluster, ns, "list", "pods", "-n", ns)
+    assert can_i(cluster, ns, "watch", "pods", "-n", ns)
+    assert can_i(cluster, ns, "get", "pods", "-n", ns)
+    for verb, what, where in (
+        ("list", "pods", "default"),  # another namespace
+        ("create", "pods", ns),
+        ("delete", "pods", ns),
+        ("get", "secrets", ns),
+        ("list", "services", ns),
+        ("list", "endpointslices.discovery.k8s.io", ns),
+        ("list", "llmdeployments.llmfleet.dev", ns),
+    ):
+        assert not can_i(cluster, ns, verb, what, "-n", where), f"router may {verb} {what}"
+
+    # --- Two engines and the router come up; status names the router's Service.
+    def two_ready() -> set[str] | None:
+        ips = ready_ips(core, namespace, ENGINES)
+        return ips if len(ips) == 2 else None
+
+    engines = wait_for(two_ready, STARTUP_TIMEOUT, 2, "2 engine pods Ready")
+    (router_pod,) = wait_for(
+        lambda: [p for p in live_pods(core, namespace, ROUTERS) if ready(p)],
+        120,
+        what="the router pod Ready",
+    )
+    assert router_pod.spec.node_name == NODE
+    status = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, NAME
+    )["status"]
+    assert status["endpoint"] == f"http://{NAME}-router.{namespace}.svc:8000/v1"
+    rip = router_pod.status.pod_ip
+    base, metrics_url = f"http://{rip}:8000/v1", f"http://{rip}:29000/metrics"
+
+    def workers() -> set[str]:
+        """Engines the router routes to now (its /workers: registered and healthy)."""
+        try:
+            with urllib.request.urlopen(f"http://{rip}:8000/workers", timeout=5) as r:
+                listed = json.load(r)["workers"]
+        except OSError:
+            return set()
+        return {w["url"].split("//", 1)[1].split(":", 1)[0] for w in listed if w["is_healthy"]}
+
+    wait_for(lambda: workers() >= engines, 60, 1, "the router discovering both engines")
+    print(f"2 engines + router ready after {time.monotonic() - t0:.0f}s")
+
+    # --- Traffic through the router reaches every ready engine.
+    before = {ip: engine_successes(ip) for ip in engines}
+    results = load(vllm_python, base, n=24, conc=6)
+    assert failures(results) == []
+    routed = per_worker(scrape(metrics_url), "vllm_router_processed_requests_total")
+    served = {ip: engine_successes(ip) - before[ip] for ip in engines}
+    print(f"24 requests: router sent {routed}, engines served {served}")
+    assert all(routed.get(ip, 0) > 0 for ip in engines), routed
+    assert all(served[ip] > 0 for ip in engines), served
+
+    # --- Scale up: the new engine joins without a router restart and gets requests.
+    scale(api, namespace, 3)
+
+    def three_ready() -> set[str] | None:
+        ips = ready_ips(core, namespace, ENGINES)
+        return ips if len(ips) == 3 else None
+
+    all_three = wait_for(three_ready, STARTUP_TIMEOUT, 2, "a third engine Ready")
+    (new_ip,) = all_three - engines
+    wait_for(lambda: new_ip in workers(), 60, 1, "the router discovering the new engine")
+    results = load(vllm_python, base, n=24, conc=6)
+    assert failures(results) == []
+    routed = per_worker(scrape(metrics_url), "vllm_router_processed_requests_total")
+    print(f"after scale-up: router sent {routed}")
+    assert routed.get(new_ip, 0) > 0
+
+    # --- Scale down, then kill an engine, both under load: no request fails.
+    results_box: dict[str, list[dict[str, Any]]] = {}
+    loader = threading.Thread(
+        target=lambda: results_box.update(r=load(vllm_python, base, n=90, conc=4)), daemon=True
+    )
+    loader.start()
+    time.sleep(5)
+    scale(api, namespace, 2)
+
+    def draining() -> client.V1Pod | None:
+        pods = core.list_namespaced_pod(namespace, label_selector=ENGINES).items
+        return next((p for p in pods if p.metadata.deletion_timestamp), None)
+
+    victim = wait_for(draining, 30, 0.2, "an engine being deleted")
+    marked = time.monotonic()
+    wait_for(lambda: victim.status.pod_ip not in workers(), 15, 0.2, "the router dropping it")
+    print(f"router dropped the draining engine {time.monotonic() - marked:.1f}s after delete")
+    sent_at_drop = per_worker(scrape(metrics_url), "vllm_router_processed_requests_total")
+    sent_to_victim = sent_at_drop.get(victim.status.pod_ip, 0)
+
+    survivors = sorted(ready_ips(core, namespace, ENGINES) - {victim.status.pod_ip})
+    killed = next(p for p in live_pods(core, namespace, ENGINES) if p.status.pod_ip == survivors[0])
+    time.sleep(3)
+    runner = procs.runner_id(NODE, cluster.state_dir)
+    procs.kill_all(procs.marker(runner, killed.metadata.uid))  # SIGKILL, as an OOM kill
+    print(f"killed engine {killed.metadata.name} ({survivors[0]})")
+    loader.join(600)
+    results = results_box["r"]
+    metrics = scrape(metrics_url)
+    retries = sum(v for k, v in metrics.items() if k.startswith("vllm_router_retries_total"))
+    print(
+        f"90 requests through a scale-down and a kill: {len(failures(results))} failed, "
+        f"router retries {retries:.0f}; errors {failures(results)[:3]}"
+    )
+    assert failures(results) == []
+    # The draining engine got nothing new once the router had dropped it.
+    after = per_worker(metrics, "vllm_router_processed_requests_total")
+    assert after.get(victim.status.pod_ip, 0) == sent_to_victim
+    # The router never restarted: it followed every change through its watch.
+    rp = core.read_namespaced_pod(router_pod.metadata.name, namespace)
+    assert rp.status.container_statuses[0].restart_count == 0
+    print(f"test took {time.monotonic() - t0:.0f}s")

@@ -1,0 +1,232 @@
+"""Load on an LLMDeployment's engine pods from the test side: a thread keeps a file listing the
+Ready pods (not being deleted) current, and load generators (loadgen.py, run with the vLLM
+virtualenv's python for its `openai` package) send requests round robin over them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
+ENGINE_PORT = 8000
+GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"
+PRODUCT = "LLMFleet-CPU-Emulated"  # the node runner's GPU product label
+GPU = "nvidia.com/gpu"
+
+
+def pod_ready(pod: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+@dataclass
+class Generator:
+    proc: subprocess.Popen[str]
+    out: Path
+    stop_file: Path
+
+    def stop(self, timeout: float = 180) -> None:
+        """Ask it to stop (in-flight requests finish or time out) and wait."""
+        self.stop_file.touch()
+        self.wait(timeout)
+
+    def wait(self, timeout: float = 180) -> None:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.out.exists():
+            return []
+        return [json.loads(line) for line in self.out.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class EngineLoad:
+    """Ready engine pods of `selector` in `namespace`, refreshed every `interval` seconds."""
+
+    api: client.ApiClient
+    namespace: str
+    selector: str
+    python: Path  # the vLLM virtualenv's python
+    workdir: Path
+    interval: float = 0.5
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _generators: list[Generator] = field(default_factory=list)
+    ready_pods: dict[str, str] = field(default_factory=dict)  # name -> IP
+
+    @property
+    def targets(self) -> Path:
+        return self.workdir / "targets.json"
+
+    def __enter__(self) -> EngineLoad:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for g in self._generators:
+            if g.running():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    g.stop(timeout=60)
+        self._stop.set()
+        if self._thread:
+            self._thread.join(5)
+
+    def refresh(self) -> dict[str, str]:
+        pods = (
+            client.CoreV1Api(self.api)
+            .list_namespaced_pod(self.namespace, label_selector=self.selector)
+            .items
+        )
+        ready = {
+            p.metadata.name: p.status.pod_ip
+            for p in pods
+            if pod_ready(p) and not p.metadata.deletion_timestamp and p.status.pod_ip
+        }
+        if ready != self.ready_pods or not self.targets.exists():
+            doc = {"pods": [{"name": n, "ip": ip, "port": ENGINE_PORT} for n, ip in ready.items()]}
+            tmp = self.targets.with_suffix(".tmp")
+            tmp.write_text(json.dumps(doc))
+            tmp.rename(self.targets)
+            self.ready_pods = ready
+        return ready
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            with contextlib.suppress(Exception):  # an API hiccup: keep the last list
+                self.refresh()
+
+    def start(
+        self,
+        name: str,
+        concurrency: int,
+        duration: float,
+        max_tokens: int = 64,
+        timeout: float = 120,
+        requests: int = 0,
+    ) -> Generator:
+        out = self.workdir / f"{name}.jsonl"
+        stop_file = self.workdir / f"{name}.stop"
+        out.unlink(missing_ok=True)
+        stop_file.unlink(missing_ok=True)
+        with open(self.workdir / f"{name}.stderr", "w") as stderr:
+            proc = subprocess.Popen(
+                [
+                    str(self.python),
+                    str(LOADGEN),
+                    f"--targets={self.targets}",
+                    f"--out={out}",
+                    f"--concurrency={concurrency}",
+                    f"--duration={duration}",
+                    f"--requests={requests}",
+                    f"--stop-file={stop_file}",
+                    f"--max-tokens={max_tokens}",
+                    f"--timeout={timeout}",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        gen = Generator(proc, out, stop_file)
+        self._generators.append(gen)
+        return gen
+
+
+def tiny_llmd(name: str, max_num_seqs: int = 2, **autoscaling: Any) -> dict[str, Any]:
+    """An LLMDeployment of the tiny test model whose pods land on the node runner's node."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LLMDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {
+                "name": "llmfleet-test/tiny-llama",
+                "architecture": {
+                    "parametersBillions": 0.001,
+                    "numLayers": 2,
+                    "numAttentionHeads": 2,
+                    "numKeyValueHeads": 1,
+                    "headDim": 64,
+                    "maxPositionEmbeddings": 2048,
+                },
+            },
+            "gpus": {"count": 1, "memoryGiB": 16, "perNode": 4, "product": PRODUCT},
+            "engine": {"maxModelLen": 512, "maxNumSeqs": max_num_seqs},
+            "autoscaling": autoscaling,
+        },
+    }
+
+
+def free_gpus(core: client.CoreV1Api, node: str) -> int:
+    alloc = int(core.read_node(node).status.allocatable.get(GPU, "0"))
+    used = 0
+    for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
+        if p.status.phase in ("Succeeded", "Failed"):
+            continue
+        for c in p.spec.containers:
+            used += int(((c.resources and c.resources.limits) or {}).get(GPU, "0"))
+    return alloc - used
+
+
+def hold_gpus(core: client.CoreV1Api, namespace: str, count: int) -> None:
+    """A node runner started by someone else may have more GPUs than NODE_GPUS: hold the rest
+    with a pod whose container is a plain `sleep` (the runner runs it as a process)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gpu-ballast"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "sleep",
+                    "image": "busybox",
+                    "command": ["sleep", "3600"],
+                    "resources": {"limits": {GPU: str(count)}},
+                }
+            ],
+            "nodeSelector": {"nvidia.com/gpu.product": PRODUCT},
+            "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 1,
+        },
+    }
+    core.create_namespaced_pod(namespace, pod)
+    wait_until(
+        lambda: core.read_namespaced_pod("gpu-ballast", namespace).status.phase == "Running",
+        60,
+        what="the GPU ballast pod Running",
+    )
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {"ok": 0, "retryable": 0, "error": 0}
+    for r in records:
+        out[r["outcome"]] = out.get(r["outcome"], 0) + 1
+    return out
+
+
+def wait_until(predicate: Any, timeout: float, interval: float = 0.5, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what or 'condition'} not met within {timeout:.0f}s")
+        time.sleep(interval)

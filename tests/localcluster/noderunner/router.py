@@ -1,0 +1,155 @@
+"""Router pods on the local node: the vLLM Router the operator renders in front of the engines
+(operator/src/llmfleet/render/router.py) runs here for real, as `vllm-router` from a virtualenv
+of its own (tests/dataplane/install-vllm-router.sh).
+
+A router pod is admitted although it requests no GPU: it is identified by the operator's labels
+(managed-by llmfleet, component router), no GPU request, and a single container whose command is
+`vllm-router`. The adaptations (listed in adaptations.ADAPTATIONS, explained in
+docs/cpu-adaptations.md):
+
+* `vllm-router` -> the router virtualenv's `vllm-router`;
+* `--host` and `--prometheus-host` (any value, or none) -> the pod IP;
+* identity: a pod gets its ServiceAccount token through a projected volume and the in-cluster
+  config (KUBERNETES_SERVICE_HOST and the token file). Neither exists here, so the runner asks the
+  TokenRequest API for a token of the pod's ServiceAccount, bound to the pod (it stops working
+  when the pod is deleted), writes a kubeconfig with it and the cluster's CA, and sets KUBECONFIG,
+  which the router's Kubernetes client reads before the in-cluster config. Discovery therefore
+  runs with exactly the rights of the Role the operator rendered.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+ROUTER_COMMAND = "vllm-router"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+GPU_RESOURCE = "nvidia.com/gpu"
+INSTALL = Path(__file__).resolve().parents[2] / "dataplane" / "install-vllm-router.sh"
+TOKEN_SECONDS = 24 * 3600
+_HOST_FLAGS = ("--host", "--prometheus-host")
+
+_venv_lock = threading.Lock()
+_venv: list[Path] = []
+
+
+def _requests_gpu(container: dict[str, Any]) -> bool:
+    res = container.get("resources") or {}
+    return any(
+        str((res.get(s) or {}).get(GPU_RESOURCE, "0")) not in ("0", "")
+        for s in ("limits", "requests")
+    )
+
+
+def is_router_pod(pod: dict[str, Any]) -> bool:
+    labels = pod["metadata"].get("labels") or {}
+    containers = pod["spec"].get("containers") or []
+    return (
+        labels.get(MANAGED_BY_LABEL) == "llmfleet"
+        and labels.get(COMPONENT_LABEL) == "router"
+        and len(containers) == 1
+        and Path((containers[0].get("command") or [""])[0]).name == ROUTER_COMMAND
+        and not _requests_gpu(containers[0])
+    )
+
+
+def router_venv() -> Path:
+    """The router's virtualenv (installed on first use: ~25 s, once)."""
+    with _venv_lock:
+        if not _venv:
+            out = subprocess.run([str(INSTALL)], check=True, capture_output=True, text=True)
+            _venv.append(Path(out.stdout.strip().splitlines()[-1]))
+        return _venv[0]
+
+
+def adapt_args(args: list[str], pod_ip: str) -> list[str]:
+    """`--host`/`--prometheus-host` -> the pod IP (added when absent: the router's defaults are
+    127.0.0.1, which every router on this machine would share)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        name, eq, _ = args[i].partition("=")
+        if name in _HOST_FLAGS:
+            i += 1 if eq else 2
+            continue
+        out.append(args[i])
+        i += 1
+    for f in _HOST_FLAGS:
+        out += [f, pod_ip]
+    return out
+
+
+def token_kubeconfig(
+    core: client.CoreV1Api, runner_kubeconfig: Path, pod: dict[str, Any], state_dir: Path
+) -> Path:
+    """A kubeconfig for the pod's ServiceAccount, with a token bound to the pod."""
+    meta = pod["metadata"]
+    account = pod["spec"].get("serviceAccountName") or "default"
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(
+            audiences=[],
+            expiration_seconds=TOKEN_SECONDS,
+            bound_object_ref=client.V1BoundObjectReference(
+                api_version="v1", kind="Pod", name=meta["name"], uid=meta["uid"]
+            ),
+        )
+    )
+    got = core.create_namespaced_service_account_token(account, meta["namespace"], request)
+    base = yaml.safe_load(runner_kubeconfig.read_text())
+    context = base["contexts"][0]["context"]
+    cluster = next(c for c in base["clusters"] if c["name"] == context["cluster"])
+    user = f"system:serviceaccount:{meta['namespace']}:{account}"
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": user, "user": {"token": got.status.token}}],
+        "contexts": [
+            {
+                "name": "pod",
+                "context": {
+                    "cluster": cluster["name"],
+                    "user": user,
+                    "namespace": meta["namespace"],
+                },
+            }
+        ],
+        "current-context": "pod",
+    }
+    path = state_dir / "router-tokens" / f"{meta['uid']}.kubeconfig"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(yaml.safe_dump(cfg, sort_keys=True))
+    return path
+
+
+def prepare(
+    pod: dict[str, Any],
+    pod_ip: str,
+    core: client.CoreV1Api,
+    runner_kubeconfig: Path,
+    state_dir: Path,
+) -> dict[str, Any]:
+    """The pod as the runner runs it: a copy with the adaptations above applied."""
+    out = copy.deepcopy(pod)
+    (container,) = out["spec"]["containers"]
+    container["command"] = [
+        str(router_venv() / "bin" / ROUTER_COMMAND),
+        *container["command"][1:],
+    ]
+    container["args"] = adapt_args(list(container.get("args") or []), pod_ip)
+    kubeconfig = token_kubeconfig(core, runner_kubeconfig, pod, state_dir)
+    env = [e for e in container.get("env") or [] if e.get("name") != "KUBECONFIG"]
+    container["env"] = [*env, {"name": "KUBECONFIG", "value": str(kubeconfig)}]
+    return out
+
+
+def cleanup(state_dir: Path, uid: str) -> None:
+    (state_dir / "router-tokens" / f"{uid}.kubeconfig").unlink(missing_ok=True)

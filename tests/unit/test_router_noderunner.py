@@ -1,0 +1,121 @@
+"""The node runner's router adaptations (tests/localcluster/noderunner/router.py): which pods it
+admits without a GPU, and how their command line is bound to the pod IP."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from localcluster.noderunner import router
+
+from llmfleet.models import LLMDeploymentSpec
+from llmfleet.planner import plan
+from llmfleet.render import Owner, render_fleet
+
+SPEC = LLMDeploymentSpec.model_validate(
+    {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+        "gpus": {"count": 2, "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"},
+    }
+)
+
+
+def pod_of(component: str) -> dict[str, Any]:
+    (dep,) = [
+        o
+        for o in render_fleet(Owner("chat", "team-a", "1"), SPEC, plan(SPEC))
+        if o["kind"] == "Deployment"
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+    template = copy.deepcopy(dep["spec"]["template"])
+    return {
+        "metadata": {"name": "p", "namespace": "team-a", "uid": "u1", **template["metadata"]},
+        "spec": template["spec"],
+    }
+
+
+def test_the_rendered_router_pod_is_admitted_and_nothing_else_without_a_gpu() -> None:
+    assert router.is_router_pod(pod_of("router"))
+    assert not router.is_router_pod(pod_of("engine"))
+    forged = pod_of("router")
+    forged["spec"]["containers"][0]["command"] = ["sh", "-c", "vllm-router"]
+    assert not router.is_router_pod(forged)
+    not_ours = pod_of("router")
+    not_ours["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "someone"
+    assert not router.is_router_pod(not_ours)
+    with_gpu = pod_of("router")
+    with_gpu["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    assert not router.is_router_pod(with_gpu)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--host", "0.0.0.0", "--port", "8000", "--prometheus-host", "0.0.0.0"],
+            ["--port", "8000", "--host", "127.17.0.9", "--prometheus-host", "127.17.0.9"],
+        ),
+        (
+            ["--host=::", "--policy", "x"],
+            ["--policy", "x", "--host", "127.17.0.9", "--prometheus-host", "127.17.0.9"],
+        ),
+        ([], ["--host", "127.17.0.9", "--prometheus-host", "127.17.0.9"]),
+    ],
+)
+def test_router_binds_the_pod_ip(args: list[str], expected: list[str]) -> None:
+    assert router.adapt_args(args, "127.17.0.9") == expected
+
+
+class FakeCore:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, Any]] = []
+
+    def create_namespaced_service_account_token(self, name: str, ns: str, body: Any) -> Any:
+        self.requests.append((name, ns, body))
+
+        class Status:
+            token = "tok-123"
+
+        class Got:
+            status = Status()
+
+        return Got()
+
+
+def test_prepare_runs_the_router_venv_with_a_pod_bound_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router, "router_venv", lambda: Path("/venvs/router"))
+    kubeconfig = tmp_path / "runner.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "admin"}}],
+                "users": [{"name": "admin", "user": {"client-key": "/secret"}}],
+            }
+        )
+    )
+    pod = pod_of("router")
+    core = FakeCore()
+    out = router.prepare(pod, "127.17.0.9", core, kubeconfig, tmp_path)  # type: ignore[arg-type]
+    (c,) = out["spec"]["containers"]
+    assert c["command"] == ["/venvs/router/bin/vllm-router"]
+    assert c["args"][-4:] == ["--host", "127.17.0.9", "--prometheus-host", "127.17.0.9"]
+    (name, ns, body) = core.requests[0]
+    assert (name, ns) == ("chat-router", "team-a")
+    assert body.spec.bound_object_ref.kind == "Pod"
+    assert body.spec.bound_object_ref.uid == "u1"
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    written = yaml.safe_load(Path(env["KUBECONFIG"]).read_text())
+    assert written["users"] == [
+        {"name": "system:serviceaccount:team-a:chat-router", "user": {"token": "tok-123"}}
+    ]
+    assert written["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:1"
+    assert "client-key" not in str(written)  # never the runner's own credentials
+    assert pod["spec"]["containers"][0]["command"] == ["vllm-router"]  # the input is untouched
+    router.cleanup(tmp_path, "u1")
+    assert not Path(env["KUBECONFIG"]).exists()
