@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import subprocess
 import threading
 import time
@@ -41,6 +42,8 @@ from localcluster.metricsstack.load import (
 )
 from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster
 
+from llmfleet.render.engine import PRESTOP_SLEEP_SECONDS
+
 from .harness import Operator
 
 pytestmark = pytest.mark.cluster
@@ -52,6 +55,7 @@ SELECTOR = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"
 TARGET_QUEUE_DEPTH = 2
 MAX_NUM_SEQS = 2
 LOAD_CONCURRENCY = 10  # 1 pod: 2 running, 8 waiting -> 4x the target
+LATE_TOKENS = 480  # ~4-5 s of decoding here; prompt + tokens within maxModelLen 512
 STARTUP_TIMEOUT = 300  # a vLLM engine on 2 busy cores: ~40-90 s
 
 
@@ -113,6 +117,7 @@ class PodTrack:
     deleting: float | None = None  # first sample with a deletionTimestamp
     gone: float | None = None
     node: str | None = None
+    ip: str | None = None
     ready_while_unhealthy: int = 0
 
 
@@ -164,6 +169,7 @@ class Monitor:
             seen.add(name)
             t = self.pods.setdefault(name, PodTrack(created=now))
             t.node = p.spec.node_name
+            t.ip = p.status.pod_ip or t.ip
             if p.metadata.deletion_timestamp and t.deleting is None:
                 t.deleting = now
             code = health(p.status.pod_ip) if p.status.pod_ip else 0
@@ -367,7 +373,25 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
             "a Ready engine pod removed by the scale-down",
         )
         victim = next(n for n, t in mon.pods.items() if n in two and t.deleting)
+        gone_by = mon.pods[victim].deleting or 0.0
+        # A client that has not seen the pod go yet (endpoints lag: what the preStop sleep is
+        # for) sends it two more requests late in the sleep; they run across the SIGTERM, which
+        # vLLM answers by draining (--shutdown-timeout), not by aborting them.
+        victim_only = load.workdir / "victim.json"
+        victim_only.write_text(
+            json.dumps({"pods": [{"name": victim, "ip": mon.pods[victim].ip, "port": 8000}]})
+        )
+        late = load.start(
+            "late",
+            2,
+            duration=60,
+            requests=2,
+            max_tokens=LATE_TOKENS,
+            targets=victim_only,
+            start_at=gone_by + PRESTOP_SLEEP_SECONDS - 2.5,
+        )
         wait_until(lambda: mon.pods[victim].gone, 150, 1, f"{victim} gone")
+        late.wait(60)
         tail.stop()
         wait_until(
             lambda: (mon.last().get("hpa_desired"), mon.last().get("ready")) == (1, 1),
@@ -379,7 +403,7 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
         print(f"scaled back to 1 at +{time.monotonic() - t0:.0f}s: {final['replicas']=}")
 
     # --- what the clients saw -------------------------------------------------------------------
-    records = main.records() + tail.records()
+    records = main.records() + tail.records() + late.records()
     outcomes = summarize(records)
     print(f"requests: {outcomes}")
     errors = [r for r in records if r["outcome"] == "error"]
@@ -397,11 +421,21 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     for r in in_flight:
         assert r["outcome"] == "ok", r
         assert (r["tokens"], r["finish"]) == (400, "length"), r
-    assert t.gone >= max(r["end"] for r in straddling) - 1.0  # exited after finishing them
+    # The late ones were running when vLLM got its SIGTERM, and still ran to their full length.
+    sigterm = t.deleting + PRESTOP_SLEEP_SECONDS
+    late_recs = late.records()
+    assert len(late_recs) == 2, late_recs
+    for r in late_recs:
+        assert r["outcome"] == "ok", r
+        assert (r["tokens"], r["finish"]) == (LATE_TOKENS, "length"), r
+        assert r["start"] < sigterm < r["end"], (r, sigterm)
+    last = max(r["end"] for r in straddling + late_recs)
+    assert t.gone >= last - 1.0  # the pod went only after finishing them
     print(
-        f"{victim}: {len(straddling)} in-flight request(s) drained, last one done "
-        f"{max(r['end'] for r in straddling) - t.deleting:.1f}s after removal; "
-        f"pod gone {t.gone - t.deleting:.1f}s after removal"
+        f"{victim}: {len(straddling)} request(s) in flight at removal and 2 sent late in the "
+        f"preStop sleep all completed, the last {last - t.deleting:.1f}s after removal "
+        f"(SIGTERM ~{PRESTOP_SLEEP_SECONDS}s after it); pod gone {t.gone - t.deleting:.1f}s "
+        "after removal"
     )
     # Pods were Ready only while vLLM answered /health.
     assert all(p.ready_while_unhealthy == 0 for p in mon.pods.values()), mon.pods

@@ -68,8 +68,11 @@ def wait_available(
 
 
 def deployments(api: client.ApiClient, namespace: str) -> list[client.V1Deployment]:
+    """The engine Deployments (not the vLLM Router's, which multi-pod fleets also get)."""
     items: list[client.V1Deployment] = (
-        client.AppsV1Api(api).list_namespaced_deployment(namespace).items
+        client.AppsV1Api(api)
+        .list_namespaced_deployment(namespace, label_selector="app.kubernetes.io/component=engine")
+        .items
     )
     return items
 

@@ -121,7 +121,10 @@ class EngineLoad:
         max_tokens: int = 64,
         timeout: float = 120,
         requests: int = 0,
+        targets: Path | None = None,
+        start_at: float = 0.0,
     ) -> Generator:
+        """A load generator on the Ready pods (or on the pods `targets` lists)."""
         out = self.workdir / f"{name}.jsonl"
         stop_file = self.workdir / f"{name}.stop"
         out.unlink(missing_ok=True)
@@ -131,7 +134,8 @@ class EngineLoad:
                 [
                     str(self.python),
                     str(LOADGEN),
-                    f"--targets={self.targets}",
+                    f"--targets={targets or self.targets}",
+                    f"--start-at={start_at}",
                     f"--out={out}",
                     f"--concurrency={concurrency}",
                     f"--duration={duration}",

@@ -67,11 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-file", type=Path)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--timeout", type=float, default=120.0, help="per request, seconds")
+    p.add_argument("--start-at", type=float, default=0.0, help="epoch seconds to start at")
     p.add_argument("--model", default="", help="default: the first of the pod's /v1/models")
     p.add_argument("--prompt", default="The quick brown fox jumps over the lazy dog.")
     args = p.parse_args(argv)
 
     targets = Targets(args.targets)
+    time.sleep(max(0.0, args.start_at - time.time()))
     deadline = time.monotonic() + args.duration
     issued = itertools.count()
     out_lock = threading.Lock()
