@@ -13,10 +13,13 @@ Batching: 64 equal requests (fixed max_tokens, temperature 0, ignore_eos) at con
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,36 +102,50 @@ def reaction(
     wait_until(lambda: _ready(core, ns, selector), STARTUP_TIMEOUT, 1, "first engine Ready")
     wait_until(lambda: stack.custom_metric(ns), 60, 1, "the custom metric served")
     time.sleep(10)  # a flat idle stretch on the plot
-    waiting_q = f'avg(vllm:num_requests_waiting{{namespace="{ns}"}})'
+    engine = hpas.read_namespaced_horizontal_pod_autoscaler(name, ns).spec.scale_target_ref.name
     marks: dict[str, float] = {}
+    stop = threading.Event()
+
+    def first(mark: str, probe: Callable[[], bool], interval: float) -> threading.Thread:
+        """Poll `probe` in a thread of its own; record when it first holds."""
+
+        def loop() -> None:
+            while not stop.is_set() and mark not in marks:
+                with contextlib.suppress(Exception):
+                    if probe():
+                        marks[mark] = time.time()
+                stop.wait(interval)
+
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        return t
+
+    def adapter_above() -> bool:
+        values = stack.custom_metric(ns)
+        return bool(values) and sum(values.values()) / len(values) > TARGET_QUEUE_DEPTH
+
+    def desired_above() -> bool:
+        hpa = hpas.read_namespaced_horizontal_pod_autoscaler(name, ns)
+        return (hpa.status.desired_replicas or 0) > 1
+
+    def new_pod_ready() -> bool:
+        return len(_ready(core, ns, selector)) > 1
+
     with EngineLoad(api, ns, selector, python, Path(tempfile.mkdtemp(prefix="bench-as-"))) as load:
         start = time.time()
         gen = load.start("reaction", REACTION_CONCURRENCY, duration=400, max_tokens=96)
-        new_pod: str | None = None
-        deadline = time.monotonic() + STARTUP_TIMEOUT + 120
-        while time.monotonic() < deadline:
-            now = time.time()
-            if "prometheus" not in marks and (stack.value(waiting_q) or 0) > TARGET_QUEUE_DEPTH:
-                marks["prometheus"] = now
-            if "adapter" not in marks:
-                values = stack.custom_metric(ns)
-                if values and sum(values.values()) / len(values) > TARGET_QUEUE_DEPTH:
-                    marks["adapter"] = now
-            if "desired" not in marks:
-                hpa = hpas.read_namespaced_horizontal_pod_autoscaler(name, ns)
-                if (hpa.status.desired_replicas or 0) > 1:
-                    marks["desired"] = now
-            pods = core.list_namespaced_pod(ns, label_selector=selector).items
-            if len(pods) > 1 and new_pod is None:
-                p = max(pods, key=lambda p: p.metadata.creation_timestamp)
-                new_pod = p.metadata.name
-                marks["created"] = p.metadata.creation_timestamp.timestamp()
-            if new_pod and new_pod in _ready(core, ns, selector):
-                marks["ready"] = now
-                break
-            time.sleep(0.25)
-        else:
-            raise AssertionError(f"no second engine Ready; marks {marks}")
+        pollers = [
+            first("adapter", adapter_above, 0.25),
+            first("desired", desired_above, 0.1),
+            first("ready", new_pod_ready, 0.25),
+        ]
+        wait_until(lambda: "ready" in marks, STARTUP_TIMEOUT + 120, 1, "second engine Ready")
+        stop.set()
+        for t in pollers:
+            t.join(10)
+        pods = core.list_namespaced_pod(ns, label_selector=selector).items
+        newest = max(pods, key=lambda p: p.metadata.creation_timestamp)
+        marks["created"] = newest.metadata.creation_timestamp.timestamp()
         time.sleep(20)  # both engines serving
         gen.stop()
         stopped = time.time()
@@ -141,7 +158,26 @@ def reaction(
     )
     time.sleep(8)
     end = time.time()
-    plot(stack, ns=ns, name=name, start=start - 30, end=end, load_start=start, load_stop=stopped)
+    # When Prometheus first held the queue above the target: the scrape's own timestamp.
+    raw = stack.query(
+        f'vllm:num_requests_waiting{{namespace="{ns}"}}[{int(end - start) + 5}s]', at=end
+    )
+    marks["prometheus"] = min(
+        float(t)
+        for series in raw
+        for t, v in series["values"]
+        if float(t) >= start and float(v) > TARGET_QUEUE_DEPTH
+    )
+    plot(
+        stack,
+        ns=ns,
+        name=name,
+        engine=engine,
+        start=start - 20,
+        end=end,
+        load_start=start,
+        load_stop=stopped,
+    )
     rel = {k: v - start for k, v in marks.items()}
     print(f"   reaction marks (s after load start): {rel}")
     return {
@@ -158,6 +194,7 @@ def plot(
     *,
     ns: str,
     name: str,
+    engine: str,
     start: float,
     end: float,
     load_start: float,
@@ -179,8 +216,9 @@ def plot(
     queue = series(f"sum(vllm:num_requests_waiting{{{sel}}})")
     per_pod = series(f"avg(vllm:num_requests_waiting{{{sel}}})")
     hpa = f'{sel}, horizontalpodautoscaler="{name}"'
-    desired = series(f"kube_horizontalpodautoscaler_status_desired_replicas{{{hpa}}}")
-    ready = series(f'sum(kube_deployment_status_replicas_ready{{{sel}, deployment=~"{name}-.*"}})')
+    desired = series(f"max(kube_horizontalpodautoscaler_status_desired_replicas{{{hpa}}})")
+    # The engine Deployment only (the router's is another).
+    ready = series(f'max(kube_deployment_status_replicas_ready{{{sel}, deployment="{engine}"}})')
     fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
     ax.plot(*queue, label="waiting requests (sum over pods)", color="tab:red")
     ax.plot(*per_pod, label="waiting per pod (HPA metric)", color="tab:orange", linestyle="--")

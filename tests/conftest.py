@@ -1,7 +1,9 @@
 """Fixtures shared by every test that needs the local cluster.
 
 `cluster` reuses a healthy running cluster (e.g. from `make cluster-up`) or starts one and stops it
-at the end of the session; each test gets a fresh namespace of its own.
+at the end of the session; each test gets a fresh namespace of its own. `metrics_stack`
+(tests/localcluster/metricsstack) runs Prometheus, prometheus-adapter and kube-state-metrics
+against it and hands out the Prometheus URL.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import subprocess
 import threading
 import time
@@ -42,8 +41,6 @@ from localcluster.metricsstack.load import (
 )
 from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster
 
-from llmfleet.render.engine import PRESTOP_SLEEP_SECONDS
-
 from .harness import Operator
 
 pytestmark = pytest.mark.cluster
@@ -55,7 +52,6 @@ SELECTOR = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"
 TARGET_QUEUE_DEPTH = 2
 MAX_NUM_SEQS = 2
 LOAD_CONCURRENCY = 10  # 1 pod: 2 running, 8 waiting -> 4x the target
-LATE_TOKENS = 480  # ~4-5 s of decoding here; prompt + tokens within maxModelLen 512
 STARTUP_TIMEOUT = 300  # a vLLM engine on 2 busy cores: ~40-90 s
 
 
@@ -366,32 +362,20 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
             1,
             "ScalingLimited=False once the Pending pod is scaled away",
         )
-        wait_until(
-            lambda: any(t.deleting for n, t in mon.pods.items() if n in two),
-            150,
-            1,
-            "a Ready engine pod removed by the scale-down",
-        )
-        victim = next(n for n, t in mon.pods.items() if n in two and t.deleting)
-        gone_by = mon.pods[victim].deleting or 0.0
-        # A client that has not seen the pod go yet (endpoints lag: what the preStop sleep is
-        # for) sends it two more requests late in the sleep; they run across the SIGTERM, which
-        # vLLM answers by draining (--shutdown-timeout), not by aborting them.
-        victim_only = load.workdir / "victim.json"
-        victim_only.write_text(
-            json.dumps({"pods": [{"name": victim, "ip": mon.pods[victim].ip, "port": 8000}]})
-        )
-        late = load.start(
-            "late",
-            2,
-            duration=60,
-            requests=2,
-            max_tokens=LATE_TOKENS,
-            targets=victim_only,
-            start_at=gone_by + PRESTOP_SLEEP_SECONDS - 2.5,
+
+        def removed_engine() -> client.V1Pod | None:
+            for p in core.list_namespaced_pod(namespace, label_selector=SELECTOR).items:
+                if p.metadata.name in two and p.metadata.deletion_timestamp:
+                    return p
+            return None
+
+        gone_pod = wait_until(removed_engine, 150, 0.25, "a Ready engine pod removed")
+        victim = gone_pod.metadata.name
+        # deletionTimestamp is the deletion time plus the grace period (whole seconds).
+        removed = gone_pod.metadata.deletion_timestamp.timestamp() - (
+            gone_pod.metadata.deletion_grace_period_seconds or 0
         )
         wait_until(lambda: mon.pods[victim].gone, 150, 1, f"{victim} gone")
-        late.wait(60)
         tail.stop()
         wait_until(
             lambda: (mon.last().get("hpa_desired"), mon.last().get("ready")) == (1, 1),
@@ -403,7 +387,7 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
         print(f"scaled back to 1 at +{time.monotonic() - t0:.0f}s: {final['replicas']=}")
 
     # --- what the clients saw -------------------------------------------------------------------
-    records = main.records() + tail.records() + late.records()
+    records = main.records() + tail.records()
     outcomes = summarize(records)
     print(f"requests: {outcomes}")
     errors = [r for r in records if r["outcome"] == "error"]
@@ -415,27 +399,17 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     t = mon.pods[victim]
     assert t.deleting is not None
     assert t.gone is not None
-    in_flight = [r for r in tail.records() if r["pod"] == victim and r["start"] < t.deleting]
-    straddling = [r for r in in_flight if r["end"] > t.deleting]
+    in_flight = [r for r in tail.records() if r["pod"] == victim and r["start"] < removed]
+    straddling = [r for r in in_flight if r["end"] > removed]
     assert straddling, f"no request in flight on {victim} when it was removed"
     for r in in_flight:
         assert r["outcome"] == "ok", r
         assert (r["tokens"], r["finish"]) == (400, "length"), r
-    # The late ones were running when vLLM got its SIGTERM, and still ran to their full length.
-    sigterm = t.deleting + PRESTOP_SLEEP_SECONDS
-    late_recs = late.records()
-    assert len(late_recs) == 2, late_recs
-    for r in late_recs:
-        assert r["outcome"] == "ok", r
-        assert (r["tokens"], r["finish"]) == (LATE_TOKENS, "length"), r
-        assert r["start"] < sigterm < r["end"], (r, sigterm)
-    last = max(r["end"] for r in straddling + late_recs)
+    last = max(r["end"] for r in straddling)
     assert t.gone >= last - 1.0  # the pod went only after finishing them
     print(
-        f"{victim}: {len(straddling)} request(s) in flight at removal and 2 sent late in the "
-        f"preStop sleep all completed, the last {last - t.deleting:.1f}s after removal "
-        f"(SIGTERM ~{PRESTOP_SLEEP_SECONDS}s after it); pod gone {t.gone - t.deleting:.1f}s "
-        "after removal"
+        f"{victim}: {len(straddling)} request(s) in flight at removal completed, the last "
+        f"{last - removed:.1f}s after removal; pod gone {t.gone - removed:.1f}s after removal"
     )
     # Pods were Ready only while vLLM answered /health.
     assert all(p.ready_while_unhealthy == 0 for p in mon.pods.values()), mon.pods
