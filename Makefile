@@ -40,7 +40,7 @@ debian-deps: ## Install the pinned Debian packages (prometheus, promtool) if mis
 	fi
 
 .PHONY: tools
-tools: ## Build the pinned cluster components (etcd, kubernetes, kwok, helm) into ~/.cache/llmfleet
+tools: ## Build the pinned cluster and metrics components (etcd, kubernetes, kwok, helm, prometheus, adapter, kube-state-metrics)
 	$(TOOLS)
 
 .PHONY: vllm
