@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
+from e2e.harness import Operator
 from kubernetes import client, config
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.config import ENGINE_JOB, OPERATOR_JOB
@@ -40,8 +41,6 @@ from localcluster.metricsstack.load import (
     wait_until,
 )
 from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster
-
-from .harness import Operator
 
 pytestmark = pytest.mark.cluster
 

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e.harness import Operator, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from localcluster.noderunner import procs
 from localcluster.noderunner.runner import FEATURES, FEATURES_ANNOTATION
 from localcluster.supervisor import REPO, Cluster
-
-from .harness import Operator, wait_for
 
 pytestmark = pytest.mark.cluster
 
