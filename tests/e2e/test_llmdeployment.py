@@ -321,12 +321,17 @@ def test_malformed_manifest_is_refused_naming_the_field(
 
     cond = wait_for(planned_false, timeout=30, what="Planned=False")
     assert field in cond["message"], cond["message"]
-    events = (
-        client.CoreV1Api(api)
-        .list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
-        .items
-    )
-    assert any(e.type == "Warning" and field in e.message for e in events)
+
+    # The Warning Event follows the status write; wait for it rather than race it.
+    def warned() -> bool:
+        events = (
+            client.CoreV1Api(api)
+            .list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+            .items
+        )
+        return any(e.type == "Warning" and field in e.message for e in events)
+
+    wait_for(warned, timeout=30, what="Warning Event naming the field")
     # The operator keeps serving: a good resource next to the bad one still converges.
     apply(cluster, namespace, llmd("good"))
     wait_available(api, namespace, "good")
