@@ -15,7 +15,6 @@ import logging
 import posixpath
 import threading
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -33,7 +32,8 @@ from llmfleet.models.batchjob import KIND, LLMBatchJobSpec
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.planner import PlanError, plan
 from llmfleet.reconcile.apply import Applier, ApplyResult
-from llmfleet.reconcile.status import FALSE, TRUE, condition, keep_transition_times, now
+from llmfleet.reconcile.events import EventRecorder
+from llmfleet.reconcile.status import FALSE, TRUE, condition, keep_transition_times
 from llmfleet.render.batchjob import (
     CONTAINER,
     BatchOwner,
@@ -368,6 +368,7 @@ class BatchJobController:
         self.applier = Applier(api)
         self.scraper = scraper
         self._core = k8s.CoreV1Api(api)
+        self._events = EventRecorder(api)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()
         self._active: set[tuple[str, str]] = set()
@@ -473,36 +474,7 @@ class BatchJobController:
         return True
 
     def _event(self, body: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        meta = body["metadata"]
-        stamp = now()
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",
-                "namespace": meta["namespace"],
-            },
-            "involvedObject": {
-                "apiVersion": API,
-                "kind": KIND,
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta["uid"],
-            },
-            "type": etype,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": COMPONENT,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            self._core.create_namespaced_event(meta["namespace"], event)
-        except k8s.ApiException as e:
-            log.warning("could not post event %s on %s: %s", reason, meta["name"], e.reason)
+        self._events.emit({"apiVersion": API, "kind": KIND, **body}, etype, reason, message)
 
     # --- polling of running jobs ---------------------------------------------------------------
 

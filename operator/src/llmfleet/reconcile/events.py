@@ -30,8 +30,8 @@ class EventRecorder:
                 "namespace": meta["namespace"],
             },
             "involvedObject": {
-                "apiVersion": f"{API_GROUP}/{API_VERSION}",
-                "kind": "LLMDeployment",
+                "apiVersion": body.get("apiVersion", f"{API_GROUP}/{API_VERSION}"),
+                "kind": body.get("kind", "LLMDeployment"),
                 "name": meta["name"],
                 "namespace": meta["namespace"],
                 "uid": meta["uid"],
