@@ -6,6 +6,9 @@ is Ready; with the steps in between (Prometheus sees the queue, the custom metri
 the new pod is created and its engine starts) to tell which knob dominates. Writes
 bench/plots/autoscaling.png (queue depth, desired and ready replicas, read back from Prometheus).
 
+Every request goes through the vLLM Router the operator renders, the path clients use (the local
+cluster's Services get no endpoints for loopback pod IPs, so the load dials the router pod).
+
 Batching: 64 equal requests (fixed max_tokens, temperature 0, ignore_eos) at concurrency 1, 4,
 16 and 32 on one engine with --max-num-seqs 32, and at concurrency 32 on the same engine with
 --max-num-seqs 1 (one request at a time) as the baseline.
@@ -14,10 +17,12 @@ Batching: 64 equal requests (fixed max_tokens, temperature 0, ignore_eos) at con
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -42,8 +47,11 @@ from localcluster.metricsstack.load import (
 )
 from localcluster.supervisor import REPO, Cluster
 
+from . import panels
+
 HERE = Path(__file__).resolve().parent
 PLOT = HERE / "plots" / "autoscaling.png"
+PANELS_PLOT = HERE / "plots" / "dashboard.png"
 NODE_GPUS = 2
 TARGET_QUEUE_DEPTH = 2
 REACTION_CONCURRENCY = 10
@@ -52,6 +60,7 @@ BATCH_MAX_TOKENS = 64
 CONCURRENCIES = (1, 4, 16, 32)
 STARTUP_TIMEOUT = 300
 ENGINE = "app.kubernetes.io/component=engine"  # not the router
+ROUTER = "app.kubernetes.io/component=router"
 
 
 def _vllm_python() -> Path:
@@ -63,6 +72,27 @@ def _vllm_python() -> Path:
 def _ready(core: client.CoreV1Api, ns: str, selector: str) -> dict[str, Any]:
     pods = core.list_namespaced_pod(ns, label_selector=selector).items
     return {p.metadata.name: p for p in pods if pod_ready(p) and not p.metadata.deletion_timestamp}
+
+
+def _wait_routing(core: client.CoreV1Api, ns: str, routers: str, engines: str) -> None:
+    """Until an engine is Ready and the (one) Ready router routes to every Ready engine."""
+    wait_until(lambda: _ready(core, ns, engines), STARTUP_TIMEOUT, 1, f"{engines}: Ready")
+    (router,) = wait_until(
+        lambda: list(_ready(core, ns, routers).values()), 120, 1, f"{routers}: Ready"
+    )
+
+    def routes_all() -> bool:
+        ips = {p.status.pod_ip for p in _ready(core, ns, engines).values()}
+        try:
+            url = f"http://{router.status.pod_ip}:8000/workers"
+            with urllib.request.urlopen(url, timeout=5) as r:
+                workers = json.load(r)["workers"]
+        except OSError:
+            return False
+        healthy = {w["url"].split("//", 1)[1].split(":", 1)[0] for w in workers if w["is_healthy"]}
+        return ips <= healthy
+
+    wait_until(routes_all, 60, 1, f"{routers} routing to every Ready engine")
 
 
 def _apply(cluster: Cluster, ns: str, body: dict[str, Any]) -> None:
@@ -100,6 +130,8 @@ def reaction(
         ),
     )
     wait_until(lambda: _ready(core, ns, selector), STARTUP_TIMEOUT, 1, "first engine Ready")
+    routers = f"llmfleet.dev/deployment={name},{ROUTER}"
+    _wait_routing(core, ns, routers, selector)
     wait_until(lambda: stack.custom_metric(ns), 60, 1, "the custom metric served")
     time.sleep(10)  # a flat idle stretch on the plot
     engine = hpas.read_namespaced_horizontal_pod_autoscaler(name, ns).spec.scale_target_ref.name
@@ -131,7 +163,9 @@ def reaction(
     def new_pod_ready() -> bool:
         return len(_ready(core, ns, selector)) > 1
 
-    with EngineLoad(api, ns, selector, python, Path(tempfile.mkdtemp(prefix="bench-as-"))) as load:
+    # Clients call the router, as users do (EngineLoad's targets: the Ready router pods).
+    work = Path(tempfile.mkdtemp(prefix="bench-as-"))
+    with EngineLoad(api, ns, routers, python, work) as load:
         start = time.time()
         gen = load.start("reaction", REACTION_CONCURRENCY, duration=400, max_tokens=96)
         pollers = [
@@ -178,6 +212,19 @@ def reaction(
         load_start=start,
         load_stop=stopped,
     )
+    panels.render(
+        stack,
+        namespace=ns,
+        llmdeployment=name,
+        start=start - 20,
+        end=end,
+        path=PANELS_PLOT,
+        title=(
+            f"LLMFleet / LLMDeployment dashboard, main panels, over the reaction run "
+            f"({REACTION_CONCURRENCY} clients from t=20 s to t={stopped - start + 20:.0f} s)"
+        ),
+    )
+    print(f"   wrote {PANELS_PLOT}")
     rel = {k: v - start for k, v in marks.items()}
     print(f"   reaction marks (s after load start): {rel}")
     return {
@@ -270,21 +317,24 @@ def _batch(load: EngineLoad, label: str, concurrency: int) -> tuple[float, float
 def batching(cluster: Cluster, api: client.ApiClient, ns: str, python: Path) -> dict[str, float]:
     core = client.CoreV1Api(api)
     for name, seqs in (("batch", 32), ("one", 1)):
-        _apply(cluster, ns, tiny_llmd(name, max_num_seqs=seqs, enabled=False))
+        body = tiny_llmd(name, max_num_seqs=seqs, enabled=False)
+        # One engine each, behind the router all the same: the path clients use.
+        body["spec"]["router"] = {"enabled": True}
+        _apply(cluster, ns, body)
     for name in ("batch", "one"):
-        wait_until(
-            lambda n=name: _ready(core, ns, f"llmfleet.dev/deployment={n},{ENGINE}"),
-            STARTUP_TIMEOUT,
-            1,
-            f"{name} engine Ready",
+        _wait_routing(
+            core,
+            ns,
+            f"llmfleet.dev/deployment={name},{ROUTER}",
+            f"llmfleet.dev/deployment={name},{ENGINE}",
         )
     figures: dict[str, float] = {}
     work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
-    with EngineLoad(api, ns, f"llmfleet.dev/deployment=one,{ENGINE}", python, work / "one") as one:
+    with EngineLoad(api, ns, f"llmfleet.dev/deployment=one,{ROUTER}", python, work / "one") as one:
         _batch(one, "warmup-one", 4)
         base_tps, _ = _batch(one, "seqs1-c32", 32)
     with EngineLoad(
-        api, ns, f"llmfleet.dev/deployment=batch,{ENGINE}", python, work / "batch"
+        api, ns, f"llmfleet.dev/deployment=batch,{ROUTER}", python, work / "batch"
     ) as load:
         _batch(load, "warmup", 8)
         tps = {}

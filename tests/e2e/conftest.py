@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
 
+from . import localnode
 from .harness import E2E_GPU_PRODUCT, Operator
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The vLLM CPU virtualenv's python (installed on first use: minutes, once per machine)."""
+    return localnode.vllm_python()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import ipaddress
 import json
 import os
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -21,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster.noderunner import procs
-from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster
+from localcluster.supervisor import CLUSTER_INDEX, REPO, RUNNER_POD_NETWORK, Cluster, Ports
 
 from .harness import wait_for
 
@@ -34,14 +35,7 @@ NODE = "local-gpu-0"
 PRODUCT = "LLMFleet-CPU-Emulated"
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 POD_NETWORK = ipaddress.ip_network(RUNNER_POD_NETWORK)
-INSTALL = REPO / "tests" / "dataplane" / "install-vllm.sh"
 STARTUP_TIMEOUT = 300  # a vLLM pod on 2 shared cores; ~35-90 s usually
-
-
-@pytest.fixture(scope="module")
-def vllm_python() -> Path:
-    out = subprocess.run([str(INSTALL)], check=True, stdout=subprocess.PIPE, text=True).stdout
-    return Path(out.strip().splitlines()[-1]) / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
@@ -326,3 +320,40 @@ def test_deleting_a_pod_drains_its_in_flight_request_then_the_pod_and_process_go
     # The Deployment's replacement comes up elsewhere on the same node, with another IP.
     replacement = wait_for(lambda: (p := the_pod(core, namespace, "drain")) and p.status.pod_ip, 60)
     assert replacement != ip
+
+
+def test_cluster_down_leaves_no_vllm_or_runner_process(vllm_python: Path) -> None:
+    """On a cluster of its own (other ports, another pod network), so that stopping it disturbs
+    nobody else's tests on the shared one."""
+    state = Path(tempfile.mkdtemp(prefix="llmfleet-down-"))
+    c = Cluster(
+        state_dir=state,
+        ports=Ports(
+            apiserver=26443 + 1000 * CLUSTER_INDEX,
+            etcd_client=22379 + 1000 * CLUSTER_INDEX,
+            etcd_peer=22380 + 1000 * CLUSTER_INDEX,
+            controller_manager=20257 + 1000 * CLUSTER_INDEX,
+            scheduler=20259 + 1000 * CLUSTER_INDEX,
+            kwok=20247 + 1000 * CLUSTER_INDEX,
+        ),
+    )
+    try:
+        c.up(log=lambda _: None)
+        own_network = f"127.{18 + 10 * CLUSTER_INDEX}.0.0/16"
+        c.start_node_runner(gpus=1, pod_network=own_network)
+        api = config.new_client_from_config(config_file=str(c.kubeconfig))
+        pod = start(api, "default", vllm_deployment("down"))
+        assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(own_network)
+        runner = procs.runner_id(NODE, state)
+        assert procs.find(procs.marker(runner, pod.metadata.uid))
+        runner_pid = int((state / "node-runner.pid").read_text())
+        c.down()
+        assert not procs.alive(runner_pid)
+        assert not [p for p in procs.find(procs.marker(runner)) if procs.alive(p)]
+        assert not (state / "node-runner.pid").exists()
+        leftovers = subprocess.run(
+            ["pgrep", "-f", str(state)], capture_output=True, text=True, check=False
+        ).stdout.split()
+        assert [p for p in leftovers if procs.alive(int(p))] == []
+    finally:
+        c.wipe()

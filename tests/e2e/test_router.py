@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 from localcluster.noderunner import procs
-from localcluster.noderunner.runner import FEATURES_ANNOTATION
-from localcluster.supervisor import REPO, Cluster
+from localcluster.promtext import per_worker, scrape
+from localcluster.supervisor import Cluster
 
+from . import localnode
 from .harness import Operator, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -35,9 +36,7 @@ GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"
 NAME = "routed"
 ENGINES = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"
 ROUTERS = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=router"
-INSTALL_VLLM = REPO / "tests" / "dataplane" / "install-vllm.sh"
-INSTALL_ROUTER = REPO / "tests" / "dataplane" / "install-vllm-router.sh"
-NODE_GPUS = 3  # the most engines this test runs at once
+NODE_GPUS = 4  # 3 engines at most, and one slot to spare for an engine being replaced
 STARTUP_TIMEOUT = 300  # vLLM engines on 2 shared cores: ~40-90 s each
 MAX_TOKENS = 24
 
@@ -94,31 +93,9 @@ def llmd(gpus: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def vllm_python() -> Path:
-    out = subprocess.run([str(INSTALL_VLLM)], check=True, stdout=subprocess.PIPE, text=True)
-    return Path(out.stdout.strip().splitlines()[-1]) / "bin" / "python"
-
-
-@pytest.fixture(scope="module")
 def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
-    subprocess.run([str(INSTALL_ROUTER)], check=True, stdout=subprocess.DEVNULL)
-    was_running = cluster._alive("node-runner")
-    if was_running and not _runner_runs_routers(cluster):
-        # A runner from older code admits no router pod: start a current one.
-        cluster.stop_node_runner()
-        was_running = False
-    yield cluster.start_node_runner(gpus=4)
-    if not was_running and cluster._alive("node-runner"):
-        cluster.stop_node_runner()
-
-
-def _runner_runs_routers(cluster: Cluster) -> bool:
-    try:
-        out = cluster.kubectl("get", "node", NODE, "-o", "json")
-    except subprocess.CalledProcessError:
-        return True  # no node yet: whatever runs will register the current one
-    annotations = json.loads(out)["metadata"].get("annotations") or {}
-    return "router" in str(annotations.get(FEATURES_ANNOTATION, "")).split(",")
+    with localnode.local_node(cluster, gpus=NODE_GPUS) as node:
+        yield node
 
 
 def ready(pod: client.V1Pod) -> bool:
@@ -132,31 +109,6 @@ def live_pods(core: client.CoreV1Api, ns: str, selector: str) -> list[client.V1P
 
 def ready_ips(core: client.CoreV1Api, ns: str, selector: str) -> set[str]:
     return {p.status.pod_ip for p in live_pods(core, ns, selector) if ready(p)}
-
-
-def scrape(url: str) -> dict[str, float]:
-    """Prometheus text -> {'name{labels}': value}."""
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return {}
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
-
-
-def per_worker(metrics: dict[str, float], name: str) -> dict[str, float]:
-    """{engine IP: value} of a router metric labelled worker="http://IP:8000"."""
-    out: dict[str, float] = {}
-    for key, value in metrics.items():
-        if key.startswith(name + "{") and 'worker="http://' in key:
-            ip = key.split('worker="http://', 1)[1].split(":", 1)[0]
-            out[ip] = out.get(ip, 0.0) + value
-    return out
 
 
 def engine_successes(ip: str) -> float:
@@ -220,7 +172,9 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
 
     # --- RBAC: the operator (chart RBAC) made the router's identity; it reads pods, nothing more.
     wait_for(
-        lambda: live_pods(core, namespace, ROUTERS), 60, what="the operator's router Deployment"
+        lambda: live_pods(core, namespace, ROUTERS),
+        60,
+        what="the operator's router Deployment",
     )
     ns = namespace
     assert can_i(cluster, ns, "list", "pods", "-n", ns)
@@ -297,7 +251,8 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
     # --- Scale down, then kill an engine, both under load: no request fails.
     results_box: dict[str, list[dict[str, Any]]] = {}
     loader = threading.Thread(
-        target=lambda: results_box.update(r=load(vllm_python, base, n=90, conc=4)), daemon=True
+        target=lambda: results_box.update(r=load(vllm_python, base, n=90, conc=4)),
+        daemon=True,
     )
     loader.start()
     time.sleep(5)

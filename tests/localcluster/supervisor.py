@@ -392,16 +392,20 @@ class Cluster:
         self._pidfile(name).write_text(str(proc.pid))
 
     def _stop(self, name: str, grace: float = 10.0) -> None:
+        """SIGTERM the process group started under `name`, SIGKILL what is left after `grace`,
+        and return only when no process of the group lives: the leader may exit before the
+        children it was stopping (the node runner before its vLLM engines)."""
         pid = self._pid(name)
         if pid is not None and self._alive(name):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and _pid_exists(pid):
+            while time.monotonic() < deadline and _group_alive(pid):
                 time.sleep(0.1)
-            if _pid_exists(pid):
-                os.killpg(pid, signal.SIGKILL)
-                while _pid_exists(pid):
+            if _group_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                while _group_alive(pid):
                     time.sleep(0.05)
         self._pidfile(name).unlink(missing_ok=True)
 
@@ -499,6 +503,18 @@ class Cluster:
 
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of process group `pgid` lives (zombies do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def _pid_exists(pid: int) -> bool:

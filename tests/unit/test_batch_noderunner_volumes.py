@@ -102,3 +102,18 @@ def test_the_termination_message_comes_from_its_file_else_the_log_of_a_failure(
     assert v.termination_log is not None
     v.termination_log.write_text('{"shard": 0}')
     assert termination_message(v, 1, "FallbackToLogsOnError", log) == '{"shard": 0}'
+
+
+def test_a_checkout_under_tmp_stays_importable_beside_a_pods_tmp_emptydir(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A clean clone in /tmp and a batch pod with an emptyDir at /tmp (read-only root filesystem):
+    # the runner's PYTHONPATH entry is a host path and must not be mapped into the emptyDir.
+    from localcluster.noderunner import adaptations, pods
+
+    checkout_src = Path("/tmp/ci-clone/operator/src")
+    monkeypatch.setattr(adaptations, "LLMFLEET_SRC", checkout_src)
+    mounts = PodVolumes(paths={"/tmp": "/host/volumes/u1/tmp"})
+    env = pods.process_env({"PYTHONPATH": "/tmp/pod-libs", "TMPDIR": "/tmp"}, mounts)
+    assert env["PYTHONPATH"].split(":") == [str(checkout_src), "/host/volumes/u1/tmp/pod-libs"]
+    assert env["TMPDIR"] == "/host/volumes/u1/tmp"

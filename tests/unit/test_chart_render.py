@@ -428,12 +428,29 @@ def test_servicemonitor_scrapes_the_metrics_service() -> None:
         monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     )
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+    # The operator's `namespace` label is the LLMDeployment's, which dashboards select on.
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
 
 
 def test_prometheusrule_carries_the_groups_of_the_rule_file() -> None:
     (rule,) = of_kind(render(api_versions=(MONITORING_API,)), "PrometheusRule")
     plain = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
     assert rule["spec"]["groups"] == plain["groups"]
+
+
+def test_the_ttft_objective_comes_from_values() -> None:
+    def objective(*set_args: str) -> str:
+        (rule,) = of_kind(render(*set_args, api_versions=(MONITORING_API,)), "PrometheusRule")
+        (expr,) = [
+            r["expr"]
+            for g in rule["spec"]["groups"]
+            for r in g["rules"]
+            if r.get("record") == "llmfleet:slo_ttft_p99_seconds"
+        ]
+        return str(expr)
+
+    assert objective() == "vector(2)"
+    assert objective("monitoring.prometheusRule.ttftP99SLOSeconds=5") == "vector(5)"
 
 
 # --- prometheus-adapter rules -----------------------------------------------------------------

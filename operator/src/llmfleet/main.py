@@ -14,6 +14,7 @@ from llmfleet import API_GROUP, API_VERSION, FIELD_MANAGER
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
 from llmfleet.reconcile.batchjob import BatchJobController, InvalidBatchJobError
 from llmfleet.reconcile.controller import PLURAL, Controller, InvalidSpecError
+from llmfleet.reconcile.errors import api_error
 from llmfleet.render.batchjob import BATCHJOB_LABEL
 from llmfleet.render.names import DEPLOYMENT_LABEL, MANAGED_BY
 
@@ -34,7 +35,7 @@ def _reconcile(controller: Controller, body: kopf.Body) -> None:
         # Conflicts and server hiccups pass; RBAC or admission refusals need a person, so retry
         # slowly while the status and log say why.
         delay = 5 if e.status in (409, 429) or (e.status or 500) >= 500 else 60
-        raise kopf.TemporaryError(f"API {e.status} {e.reason}", delay=delay) from e
+        raise kopf.TemporaryError(api_error(e), delay=delay) from e
 
 
 # --- LLMBatchJob (begin) ---------------------------------------------------------------------
@@ -51,7 +52,7 @@ def _reconcile_batch(controller: BatchJobController, body: kopf.Body) -> None:
         raise kopf.PermanentError(str(e)) from e
     except ApiException as e:
         delay = 5 if e.status in (409, 429) or (e.status or 500) >= 500 else 60
-        raise kopf.TemporaryError(f"API {e.status} {e.reason}", delay=delay) from e
+        raise kopf.TemporaryError(api_error(e), delay=delay) from e
 
 
 def install_batch() -> None:

@@ -147,7 +147,7 @@ def _keep_loopback() -> dict[str, Any]:
 
 
 def prometheus_config(
-    server: str, ca: Path, pki: Path, ports: StackPorts, targets_dir: Path
+    server: str, ca: Path, pki: Path, ports: StackPorts, targets_dir: Path, rules_dir: Path
 ) -> dict[str, Any]:
     engines = {
         "job_name": ENGINE_JOB,
@@ -218,6 +218,8 @@ def prometheus_config(
             "scrape_timeout": SCRAPE_INTERVAL,
             "evaluation_interval": SCRAPE_INTERVAL,
         },
+        # Tests load rule files here (MetricsStack.load_rules), e.g. the chart's alerts.
+        "rule_files": [str(rules_dir / "*.yaml")],
         "scrape_configs": [engines, operator, ksm],
     }
 

@@ -91,6 +91,10 @@ class MetricsStack:
         return self.home / "targets"
 
     @property
+    def rules_dir(self) -> Path:
+        return self.home / "rules"
+
+    @property
     def ports(self) -> StackPorts:
         return StackPorts(**json.loads(self.spec_file.read_text())["ports"])
 
@@ -229,8 +233,14 @@ class MetricsStack:
         self.pidfile.unlink(missing_ok=True)
 
     def _write_prometheus_config(self, ports: StackPorts, reload: bool) -> None:
+        self.rules_dir.mkdir(parents=True, exist_ok=True)
         cfg = config.prometheus_config(
-            self.cluster.server, self.cluster.pki_dir / "ca.crt", self.pki, ports, self.targets_dir
+            self.cluster.server,
+            self.cluster.pki_dir / "ca.crt",
+            self.pki,
+            ports,
+            self.targets_dir,
+            self.rules_dir,
         )
         path = self.home / "prometheus.yml"
         text = yaml.safe_dump(cfg, sort_keys=False)
@@ -312,6 +322,30 @@ class MetricsStack:
         tmp = self.targets_dir / f".{job}.json.tmp"
         tmp.write_text(json.dumps([{"targets": list(addresses), "labels": {}}]) + "\n")
         tmp.rename(self.targets_dir / f"{job}.json")
+
+    def load_rules(self, name: str, text: str) -> None:
+        """Install a Prometheus rule file as `<name>.yaml` and reload; raises when Prometheus
+        refuses it (the reload fails and the old rules stay)."""
+        path = self.rules_dir / f"{name}.yaml"
+        self.rules_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        try:
+            self._http(f"{self.prometheus_url}/-/reload", method="POST")
+        except OSError:
+            path.unlink()
+            raise
+        groups = self._api("rules", {})["groups"]
+        if not any(g["file"] == str(path) for g in groups):
+            raise RuntimeError(f"Prometheus did not load {path}")
+
+    def remove_rules(self, name: str) -> None:
+        (self.rules_dir / f"{name}.yaml").unlink(missing_ok=True)
+        self._http(f"{self.prometheus_url}/-/reload", method="POST")
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Prometheus' active alerts (pending and firing)."""
+        alerts: list[dict[str, Any]] = self._api("alerts", {})["alerts"]
+        return alerts
 
     def active_targets(self, job: str | None = None) -> list[dict[str, Any]]:
         data = self._api("targets", {"state": "active"})

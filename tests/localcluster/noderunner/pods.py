@@ -278,7 +278,6 @@ class PodWorker(threading.Thread):
                 value = ""  # resourceFieldRef: no resources to report
             if value is not None:
                 env[name] = value
-        env = adapt_env(env)
         env[procs.MARKER_ENV] = procs.marker(self.hooks.runner_id, self.uid, c.name)
         return env
 
@@ -302,7 +301,7 @@ class PodWorker(threading.Thread):
         except VolumeNotReadyError as e:
             self._waiting(c, "ContainerCreating", f"MountVolume.SetUp failed: {e}")
             return
-        env = {k: c.volumes.rewrite(v) for k, v in env.items()}
+        env = process_env(env, c.volumes)
         self._last_env[c.name] = env
         argv = adapt_command(
             [c.volumes.rewrite(expand(a, env)) for a in command],
@@ -589,6 +588,13 @@ def decode_secret(data: Mapping[str, str] | None, key: str) -> str | None:
     if not data or key not in data:
         return None
     return base64.b64decode(data[key]).decode()
+
+
+def process_env(env: dict[str, str], mounts: PodVolumes) -> dict[str, str]:
+    """A container's environment as its process gets it. The pod's own paths map to the emulated
+    volumes first; what the runner adds after that is a host path (a checkout under /tmp must
+    not be mistaken for the pod's `/tmp` emptyDir)."""
+    return adapt_env({k: mounts.rewrite(v) for k, v in env.items()})
 
 
 def base_env(python: Path) -> dict[str, str]:

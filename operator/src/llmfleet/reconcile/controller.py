@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from llmfleet import API_GROUP, API_VERSION
@@ -20,6 +21,7 @@ from llmfleet.models import LLMDeploymentSpec, describe_validation_error
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.reconcile.apply import Applier, ApplyResult, ref
+from llmfleet.reconcile.errors import api_error
 from llmfleet.reconcile.events import EventRecorder
 from llmfleet.reconcile.status import Observed, invalid_status, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
@@ -48,6 +50,7 @@ class Controller:
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._queued: set[tuple[str, str]] = set()
+        self._refusals: dict[tuple[str, str], str] = {}  # the last refusal reported, per resource
 
     @contextmanager
     def _locked(self, namespace: str, name: str) -> Iterator[None]:
@@ -57,6 +60,14 @@ class Controller:
             lock = self._locks.setdefault((namespace, name), threading.Lock())
         with lock:
             yield
+
+    def _report_refusal(self, body: dict[str, Any], message: str) -> None:
+        """A Warning Event when the API server refuses a write (a quota, an admission webhook,
+        RBAC), once per distinct refusal until a reconcile succeeds: retries repeat it."""
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        if self._refusals.get(key) != message:
+            self._refusals[key] = message
+            self.events.emit(body, "Warning", "ApplyRefused", message)
 
     def fetch(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.applier.get(f"{API_GROUP}/{API_VERSION}", "LLMDeployment", namespace, name)
@@ -88,9 +99,14 @@ class Controller:
             try:
                 result = self._reconcile(body)
                 outcome = "changed" if result.writes else "unchanged"
+                self._refusals.pop((namespace, name), None)
                 return result
             except InvalidSpecError:
                 outcome = "invalid"
+                raise
+            except ApiException as e:
+                m.record_reconcile_error(namespace, name, e)
+                self._report_refusal(body, api_error(e))
                 raise
             except Exception as e:
                 m.record_reconcile_error(namespace, name, e)

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,19 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.harness import Operator, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from localcluster.noderunner import procs
-from localcluster.noderunner.runner import FEATURES, FEATURES_ANNOTATION
 from localcluster.supervisor import REPO, Cluster
+
+from . import localnode
+from .harness import Operator, wait_for
 
 pytestmark = pytest.mark.cluster
 
 NODE = "local-gpu-0"
 PRODUCT = "LLMFleet-CPU-Emulated"
 GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmbatchjobs"
-INSTALL = REPO / "tests" / "dataplane" / "install-vllm.sh"
 LINES = 300
 MALFORMED = {7: "{not json", 58: None, 123: None, 200: None, 299: None}
 TINY_ARCHITECTURE = {
@@ -53,24 +52,8 @@ def crd(cluster: Cluster) -> None:
 
 @pytest.fixture(scope="module")
 def node_runner(cluster: Cluster) -> Iterator[str]:
-    subprocess.run([str(INSTALL)], check=True, stdout=subprocess.DEVNULL)
-    was_running = cluster._alive("node-runner")
-    if was_running and not _runner_is_current(cluster):
-        # A runner from older code (an earlier session) emulates no volumes: start a current one.
-        cluster.stop_node_runner()
-        was_running = False
-    yield cluster.start_node_runner(gpus=4)
-    if not was_running and cluster._alive("node-runner"):
-        cluster.stop_node_runner()
-
-
-def _runner_is_current(cluster: Cluster) -> bool:
-    try:
-        out = cluster.kubectl("get", "node", NODE, "-o", "json")
-    except subprocess.CalledProcessError:
-        return True  # no node yet: whatever runs will register the current one
-    annotations = json.loads(out)["metadata"].get("annotations") or {}
-    return bool(annotations.get(FEATURES_ANNOTATION) == FEATURES)
+    with localnode.local_node(cluster, gpus=4) as node:
+        yield node
 
 
 def claim(api: client.ApiClient, cluster: Cluster, ns: str, name: str) -> Path:

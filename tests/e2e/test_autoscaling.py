@@ -1,7 +1,10 @@
 """Queue-depth autoscaling end to end, on the production metrics path: real vLLM engines (the node
 runner's `local-gpu-0`), Prometheus discovering and scraping them, prometheus-adapter serving
 `custom.metrics.k8s.io` through the aggregation layer, and the HPA controller of
-kube-controller-manager scaling the Deployment the operator made. See docs/autoscaling.md.
+kube-controller-manager scaling the Deployment the operator made. Clients call the vLLM Router
+the operator puts in front of the engines (the local cluster's Services get no endpoints for
+loopback pod IPs, so they dial the router pod's IP, as they would dial its Service). See
+docs/autoscaling.md.
 
 One LLMDeployment, one test (engines start slowly on 2 cores): the queue builds under load, the
 HPA adds pods, the one that finds no GPU makes the LLMDeployment report ScalingLimited, the new
@@ -13,7 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
+import os
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -24,8 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.harness import Operator
-from kubernetes import client, config
+from kubernetes import client
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.config import ENGINE_JOB, OPERATOR_JOB
 from localcluster.metricsstack.load import (
@@ -40,14 +45,32 @@ from localcluster.metricsstack.load import (
     tiny_llmd,
     wait_until,
 )
+from localcluster.promtext import per_worker, scrape, total
+from localcluster.sampler import read as sampler_read
 from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster
+
+from . import localnode, observe
+from .harness import Operator
 
 pytestmark = pytest.mark.cluster
 
 NODE_GPUS = 2  # the node runner's GPU slots: maxReplicas 3 leaves one pod Pending
-INSTALL = REPO / "tests" / "dataplane" / "install-vllm.sh"
 NAME = "auto"
 SELECTOR = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"
+ROUTERS = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=router"
+ROUTER_METRICS_PORT = 29000
+# Alerts this run provokes for real: the queue stays above target at maxReplicas while the third
+# pod is Pending for lack of GPUs, each new engine is not Ready while vLLM starts, and queued
+# requests wait far longer than the 2 s TTFT objective. The others fire on faults
+# test_observability.py provokes.
+PROVOKED = (
+    "LLMFleetQueueDepthAtMaxReplicas",
+    "LLMFleetEnginePodsPendingForGPUs",
+    "LLMFleetEnginePodsNotReady",
+    "LLMFleetTTFTAboveSLO",
+)
+PROCESSED = "vllm_router_processed_requests_total"  # per worker, counted when sent
+CB_OUTCOMES = "vllm_router_cb_outcomes_total"  # per worker and outcome, counted when done
 TARGET_QUEUE_DEPTH = 2
 MAX_NUM_SEQS = 2
 LOAD_CONCURRENCY = 10  # 1 pod: 2 running, 8 waiting -> 4x the target
@@ -55,31 +78,9 @@ STARTUP_TIMEOUT = 300  # a vLLM engine on 2 busy cores: ~40-90 s
 
 
 @pytest.fixture(scope="module")
-def vllm_python() -> Path:
-    out = subprocess.run([str(INSTALL)], check=True, stdout=subprocess.PIPE, text=True).stdout
-    return Path(out.strip().splitlines()[-1]) / "bin" / "python"
-
-
-@pytest.fixture(scope="module")
 def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
-    was_running = cluster._alive("node-runner")
-    node = cluster.start_node_runner(gpus=NODE_GPUS)
-    yield node
-    if not was_running and cluster._alive("node-runner"):
-        # Let deleted pods finish draining first: a pod left Terminating without its kubelet
-        # would hold its GPU when the runner next starts.
-        core = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
-        with contextlib.suppress(AssertionError):
-            wait_until(
-                lambda: (
-                    not core.list_pod_for_all_namespaces(
-                        field_selector=f"spec.nodeName={node}"
-                    ).items
-                ),
-                150,
-                1,
-            )
-        cluster.stop_node_runner()
+    with localnode.local_node(cluster, gpus=NODE_GPUS) as node:
+        yield node
 
 
 def get_llmd(api: client.ApiClient, namespace: str) -> dict[str, Any]:
@@ -123,8 +124,10 @@ class Monitor:
     api: client.ApiClient
     namespace: str
     stack: MetricsStack
+    router_ip: str
     samples: list[dict[str, Any]] = field(default_factory=list)
     pods: dict[str, PodTrack] = field(default_factory=dict)
+    firing: dict[str, float] = field(default_factory=dict)  # alert -> first seen firing
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -138,15 +141,30 @@ class Monitor:
         if self._thread:
             self._thread.join(10)
 
+    def timeline(self, since: float) -> str:
+        """One line per sample: what the HPA, the status and Prometheus said."""
+        rows = []
+        for s in self.samples:
+            limited = (s["scaling_limited"] or {}).get("status", "-")
+            rows.append(
+                f"{s['t'] - since:7.1f}s desired={s['hpa_desired']} current={s['hpa_current']} "
+                f"status={s['replicas']}/{s['current']}/{s['ready']} pending={s['pending']} "
+                f"limited={limited} waiting_avg={s['waiting_avg']:.2f}"
+            )
+        return "\n".join(rows)
+
     def last(self) -> dict[str, Any]:
         return self.samples[-1] if self.samples else {}
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
                 self._sample()
             except Exception as e:  # an API hiccup must not end the monitor
                 print(f"monitor: {e!r}")
+            if (took := time.monotonic() - began) > 5:
+                print(f"monitor: a sample took {took:.1f}s")
             self._stop.wait(1.0)
 
     def _sample(self) -> None:
@@ -178,11 +196,16 @@ class Monitor:
             if name not in seen and t.gone is None:
                 t.gone = now
         waiting = self.stack.value(
-            f'avg(vllm:num_requests_waiting{{namespace="{self.namespace}"}})', default=0.0
+            f'avg(vllm:num_requests_waiting{{namespace="{self.namespace}"}})',
+            default=0.0,
         )
+        router = scrape(f"http://{self.router_ip}:{ROUTER_METRICS_PORT}/metrics", timeout=2)
+        for alert in observe.firing(self.stack, self.namespace, NAME):
+            self.firing.setdefault(alert, now)
         self.samples.append(
             {
                 "t": now,
+                "router": router,
                 "hpa_desired": hpa.status.desired_replicas,
                 "hpa_current": hpa.status.current_replicas,
                 "replicas": st.get("replicas"),
@@ -195,6 +218,51 @@ class Monitor:
         )
 
 
+@dataclass
+class RouterSampler:
+    """The router's per-engine counters five times a second (localcluster.sampler, a process of
+    its own), to tell what an engine had in flight at a given instant and when it finished."""
+
+    url: str
+    out: Path
+    _proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> RouterSampler:
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "localcluster.sampler",
+                self.url,
+                str(self.out),
+                "0.2",
+                "vllm_router_processed_requests_total",
+                "vllm_router_cb_outcomes_total",
+                "vllm_router_running_requests",
+            ],
+            env={**os.environ, "PYTHONPATH": str(REPO / "tests")},
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc:
+            self._proc.terminate()
+            self._proc.wait(10)
+
+    @property
+    def samples(self) -> list[tuple[float, dict[str, float]]]:
+        return sampler_read(self.out) if self.out.exists() else []
+
+    def at(self, when: float) -> tuple[float, dict[str, float]]:
+        """The last sample taken at or before `when`, and its time."""
+        before = [(t, m) for t, m in self.samples if t <= when]
+        assert before, f"no router sample before {when}"
+        return before[-1]
+
+    def first_time(self, predicate: Any) -> float | None:
+        return next((t for t, m in self.samples if predicate(m)), None)
+
+
 def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     cluster: Cluster,
     api: client.ApiClient,
@@ -204,6 +272,7 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     node_runner: str,
     vllm_python: Path,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     t0 = time.monotonic()
     core = client.CoreV1Api(api)
@@ -236,6 +305,30 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
 
     first = wait_until(ready_names, STARTUP_TIMEOUT, 1, "the first engine pod Ready")[0]
     print(f"first engine Ready at +{time.monotonic() - t0:.0f}s")
+    (router_pod,) = wait_until(
+        lambda: [
+            p
+            for p in core.list_namespaced_pod(namespace, label_selector=ROUTERS).items
+            if pod_ready(p) and not p.metadata.deletion_timestamp
+        ],
+        120,
+        1,
+        "the router pod Ready",
+    )
+    router_ip = router_pod.status.pod_ip
+    router_metrics = f"http://{router_ip}:{ROUTER_METRICS_PORT}/metrics"
+    first_ip = core.read_namespaced_pod(first, namespace).status.pod_ip
+
+    def routed_to() -> set[str]:
+        """Engines the router sends requests to now (its /workers: registered and healthy)."""
+        try:
+            with urllib.request.urlopen(f"http://{router_ip}:8000/workers", timeout=5) as r:
+                listed = json.load(r)["workers"]
+        except OSError:
+            return set()
+        return {w["url"].split("//", 1)[1].split(":", 1)[0] for w in listed if w["is_healthy"]}
+
+    wait_until(lambda: first_ip in routed_to(), 60, 1, "the router discovering the engine")
 
     # --- the metrics path, idle ---------------------------------------------------------------
     def discovered() -> list[dict[str, Any]]:
@@ -254,7 +347,10 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     assert target["scrapeUrl"] == f"http://{pod_ip}:8000/metrics"
     # What the HPA controller reads: through the aggregator, the adapter and Prometheus.
     served = wait_until(
-        lambda: metrics_stack.custom_metric(namespace), 30, 1, "custom metric for the pod"
+        lambda: metrics_stack.custom_metric(namespace),
+        30,
+        1,
+        "custom metric for the pod",
     )
     assert served == {first: 0.0}
     hpas = client.AutoscalingV2Api(api)
@@ -288,14 +384,25 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
         "the operator's llmfleet_condition (honor_labels)",
     )
 
+    # The chart's alert rules, waiting seconds instead of minutes before they fire.
+    observe.load_alert_rules(metrics_stack)
+
     with (
-        Monitor(api, namespace, metrics_stack) as mon,
-        EngineLoad(api, namespace, SELECTOR, vllm_python, tmp_path / "load") as load,
+        Monitor(api, namespace, metrics_stack, router_ip) as mon,
+        # The clients' path: the router (EngineLoad's targets are the Ready router pods).
+        EngineLoad(api, namespace, ROUTERS, vllm_python, tmp_path / "load") as load,
+        contextlib.ExitStack() as later,
     ):
         # --- scale up under load ----------------------------------------------------------
         load_start = time.time()
         main = load.start("main", LOAD_CONCURRENCY, duration=400, max_tokens=96, timeout=120)
-        wait_until(lambda: (mon.last().get("hpa_desired") or 0) > 1, 90, 1, "the HPA scaling up")
+        request.addfinalizer(lambda: print(mon.timeline(load_start)))
+        wait_until(
+            lambda: (mon.last().get("hpa_desired") or 0) > 1,
+            90,
+            1,
+            "the HPA scaling up",
+        )
         desired_at = time.time()
         peak_one_pod = max(s["waiting_avg"] for s in mon.samples)
         wait_until(
@@ -325,6 +432,13 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
             "status replicas 3, currentReplicas 3, readyReplicas 1",
         )
 
+        # --- what the people who run it see, now (a queue, a pod Pending, an engine starting):
+        # every dashboard panel has data and every alert expression parses and evaluates.
+        empty = observe.empty_panels(metrics_stack, namespace, NAME)
+        assert not empty, f"dashboard queries with no data under load: {empty}"
+        for expr in observe.alert_exprs().values():
+            metrics_stack.query(expr)  # raises on a parse or evaluation error
+
         two = wait_until(
             lambda: len(ready_names()) >= 2 and ready_names(),
             STARTUP_TIMEOUT,
@@ -337,21 +451,40 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
             f"-> second engine Ready {ready_at - load_start:.1f}s "
             f"(peak avg waiting on one pod {peak_one_pod:.1f})"
         )
-        # The new engine takes its share: both serve, and the queue per pod falls.
+        # The router picks the new engine up and it takes its share: both serve, and the queue
+        # per pod falls.
+        two_ips = {core.read_namespaced_pod(n, namespace).status.pod_ip for n in two}
+        wait_until(lambda: two_ips <= routed_to(), 60, 1, "the router routing to both engines")
+        routed_before = per_worker(scrape(router_metrics), PROCESSED)
         time.sleep(15)
-        served_by = {r["pod"] for r in main.records() if r["start"] > ready_at}
-        assert set(two) <= served_by, (two, served_by)
-        after = [s["waiting_avg"] for s in mon.samples if s["t"] > ready_at + 8]
-        assert after
+        routed_after = per_worker(scrape(router_metrics), PROCESSED)
+        gained = {ip: routed_after.get(ip, 0) - routed_before.get(ip, 0) for ip in two_ips}
+        print(f"requests routed per engine in 15 s with two Ready: {gained}")
+        assert all(n > 0 for n in gained.values()), gained
+        after = wait_until(
+            lambda: [s["waiting_avg"] for s in mon.samples if s["t"] > ready_at + 8],
+            60,
+            1,
+            "monitor samples with two engines serving",
+        )
         assert max(after) < peak_one_pod, (peak_one_pod, after)
-        obj = get_llmd(api, namespace)
-        assert obj["status"]["readyReplicas"] == 2, obj["status"]
-        assert condition(obj, "ScalingLimited")["status"] == "True"
+        assert get_llmd(api, namespace)["status"]["readyReplicas"] == 2
+
+        # The alerts for this situation fired (the monitor records them as they do).
+        wait_until(
+            lambda: set(PROVOKED) <= set(mon.firing),
+            120,
+            1,
+            f"alerts {PROVOKED} firing (so far: {sorted(mon.firing)})",
+        )
+        print(f"alerts fired: {sorted(mon.firing)}")
 
         # --- load stops: scale down, draining the removed pod -----------------------------
-        # A tail of long requests keeps each remaining pod busy (no queue) so the pod that is
-        # removed has requests in flight when it is told to go.
-        tail = load.start("tail", 2, duration=240, max_tokens=400, timeout=120)
+        # A tail of long requests keeps both engines busy (about two each, as many as they run
+        # at once: no queue, so the HPA scales down) so that the pod removed has requests in
+        # flight when it is told to go.
+        sampler = later.enter_context(RouterSampler(router_metrics, tmp_path / "router.jsonl"))
+        tail = load.start("tail", 2 * MAX_NUM_SEQS, duration=240, max_tokens=400, timeout=180)
         main.stop()
         load_end = time.time()
         print(f"main load stopped at +{time.monotonic() - t0:.0f}s")
@@ -369,11 +502,15 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
             return None
 
         gone_pod = wait_until(removed_engine, 150, 0.25, "a Ready engine pod removed")
-        victim = gone_pod.metadata.name
+        victim, victim_ip = gone_pod.metadata.name, gone_pod.status.pod_ip
         # deletionTimestamp is the deletion time plus the grace period (whole seconds).
         removed = gone_pod.metadata.deletion_timestamp.timestamp() - (
             gone_pod.metadata.deletion_grace_period_seconds or 0
         )
+        wait_until(
+            lambda: victim_ip not in routed_to(), 15, 0.2, "the router dropping the draining engine"
+        )
+        dropped = time.time()
         wait_until(lambda: mon.pods[victim].gone, 150, 1, f"{victim} gone")
         tail.stop()
         wait_until(
@@ -394,21 +531,42 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     assert outcomes["ok"] >= 20
     assert all(r["tokens"] == 96 for r in main.records() if r["outcome"] == "ok")
     assert all(r["tokens"] == 400 for r in tail.records() if r["outcome"] == "ok")
-    # The drained pod: every request it had when told to go ran to its full length.
+    # The drained pod: it had requests in flight when it was told to go, the router sent it
+    # nothing after dropping it, and every request the router ever sent it succeeded (no failed
+    # attempt that a router retry would have hidden from the clients), the last of them before
+    # the pod went.
     t = mon.pods[victim]
-    assert t.deleting is not None
     assert t.gone is not None
-    in_flight = [r for r in tail.records() if r["pod"] == victim and r["start"] < removed]
-    straddling = [r for r in in_flight if r["end"] > removed]
-    assert straddling, f"no request in flight on {victim} when it was removed"
-    for r in in_flight:
-        assert r["outcome"] == "ok", r
-        assert (r["tokens"], r["finish"]) == (400, "length"), r
-    last = max(r["end"] for r in straddling)
-    assert t.gone >= last - 1.0  # the pod went only after finishing them
+    worker = f'worker="http://{victim_ip}:'
+
+    def succeeded(m: dict[str, float]) -> float:
+        return total(m, CB_OUTCOMES, worker, 'outcome="success"')
+
+    sampled_at, at_removal = sampler.at(removed)
+    assert removed - sampled_at < 1.5, f"router samples too sparse at the removal: {sampled_at}"
+    final = sampler.samples[-1][1]
+    sent = per_worker(final, PROCESSED).get(victim_ip, 0.0)
+    # Requests on the victim when it was told to go: sent to it (before the router dropped it)
+    # and not answered by then.
+    in_flight = sent - succeeded(at_removal)
+    around = [
+        (round(t - removed, 1), per_worker(m, PROCESSED).get(victim_ip), succeeded(m))
+        for t, m in sampler.samples
+        if abs(t - removed) < 10
+    ]
+    assert in_flight > 0, f"no request in flight on {victim} when removed: {around}"
+    assert total(final, CB_OUTCOMES, worker, 'outcome="failure"') == 0
+    assert succeeded(final) == sent, (succeeded(final), sent)
+    # Nothing new once the router had dropped it.
+    assert per_worker(sampler.at(dropped)[1], PROCESSED).get(victim_ip, 0.0) == sent
+    all_done = sampler.first_time(lambda m: succeeded(m) == sent)
+    assert all_done is not None
+    assert t.gone >= all_done - 1.0  # the pod went only after finishing them
     print(
-        f"{victim}: {len(straddling)} request(s) in flight at removal completed, the last "
-        f"{last - removed:.1f}s after removal; pod gone {t.gone - removed:.1f}s after removal"
+        f"{victim}: {in_flight:.0f} request(s) in flight at removal, all completed "
+        f"{all_done - removed:.1f}s after removal (router: {sent:.0f} sent to it in all, "
+        f"{succeeded(final):.0f} succeeded, none failed); pod gone {t.gone - removed:.1f}s "
+        "after removal"
     )
     # Pods were Ready only while vLLM answered /health.
     assert all(p.ready_while_unhealthy == 0 for p in mon.pods.values()), mon.pods

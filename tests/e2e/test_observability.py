@@ -1,0 +1,225 @@
+"""The chart's alerts that the autoscaling test cannot provoke, provoked for real and seen firing
+in the tests' Prometheus (rules loaded with `for` shortened, expressions unchanged), with the
+dashboard panels that show the same fault:
+
+- the operator failing to reconcile (a ResourceQuota forbids the HorizontalPodAutoscaler it must
+  create): `llmfleet_reconcile_errors_total` by reason, LLMFleetReconcileErrors;
+- a vLLM engine whose KV cache is too small for its batch: KV cache usage pinned near 100 % and
+  requests preempted, LLMFleetKVCacheNearlyFull and LLMFleetHighPreemptionRate.
+
+The autoscaling test provokes the other four (tests/e2e/test_autoscaling.py PROVOKED).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from localcluster.metricsstack import MetricsStack
+from localcluster.metricsstack.config import OPERATOR_JOB
+from localcluster.metricsstack.load import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    EngineLoad,
+    free_gpus,
+    pod_ready,
+    tiny_llmd,
+    wait_until,
+)
+from localcluster.supervisor import Cluster
+
+from llmfleet.observability import dashboards, promql
+
+from . import localnode, observe
+from .harness import Operator
+
+pytestmark = pytest.mark.cluster
+
+STARTUP_TIMEOUT = 300
+# vLLM's CPU attention wants blocks of a multiple of 32 tokens: 41 blocks (one is vLLM's null
+# block) hold 1,280 tokens, enough for one sequence of maxModelLen 512 (vLLM refuses less) but
+# not for eight of up to ~410 tokens; fine enough that a full cache reads above 95 %.
+KV_ARGS = ["--block-size", "32", "--num-gpu-blocks-override", "41"]
+CLIENTS = 8
+
+
+@pytest.fixture(scope="module")
+def rules(metrics_stack: MetricsStack, operator: Operator) -> MetricsStack:
+    metrics_stack.scrape(OPERATOR_JOB, f"127.0.0.1:{operator.metrics_port}")
+    observe.load_alert_rules(metrics_stack)
+    return metrics_stack
+
+
+@pytest.fixture(scope="module")
+def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
+    with localnode.local_node(cluster, gpus=2) as node:
+        yield node
+
+
+def query_value(stack: MetricsStack, expr: str) -> float:
+    result = stack.query(expr)
+    return sum(float(r["value"][1]) for r in result)
+
+
+def panel(stack: MetricsStack, title: str, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The series of a dashboard panel's queries, as Grafana would show them now."""
+    out: list[dict[str, Any]] = []
+    for expr in panel_exprs(title, namespace, name):
+        out.extend(stack.query(expr))
+    return out
+
+
+def panel_peak(stack: MetricsStack, title: str, namespace: str, name: str, since: float) -> float:
+    """The highest value a dashboard panel drew since `since`, as Grafana would draw it."""
+    values = [
+        float(v)
+        for expr in panel_exprs(title, namespace, name)
+        for series in stack.query_range(expr, since, time.time(), step=2.0)
+        for _, v in series["values"]
+    ]
+    assert values, f"panel {title!r} drew nothing"
+    return max(values)
+
+
+def panel_exprs(title: str, namespace: str, name: str) -> list[str]:
+    queries = [q for q in dashboards.all_queries() if q.panel == title]
+    assert queries, f"no dashboard panel titled {title!r}"
+    variables = {"namespace": namespace, "llmdeployment": name}
+    return [promql.substitute(q.expr, variables) for q in queries]
+
+
+def test_a_reconcile_the_api_refuses_is_counted_by_reason_and_alerts(
+    cluster: Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    rules: MetricsStack,
+    e2e_gpu_pool: str,
+) -> None:
+    name = "quota-bound"
+    core = client.CoreV1Api(api)
+    core.create_namespaced_resource_quota(
+        namespace,
+        {
+            "metadata": {"name": "no-autoscalers"},
+            "spec": {"hard": {"count/horizontalpodautoscalers.autoscaling": "0"}},
+        },
+    )
+    wait_until(
+        lambda: core.read_namespaced_resource_quota("no-autoscalers", namespace).status.hard,
+        30,
+        0.5,
+        "the quota controller setting the quota's status",
+    )
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LLMDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "gpus": {"count": 1, "memoryGiB": 80, "perNode": 8, "product": e2e_gpu_pool},
+            "autoscaling": {"minReplicas": 1, "maxReplicas": 2},
+        },
+    }
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+
+    errors = (
+        f'llmfleet_reconcile_errors_total{{namespace="{namespace}", llmdeployment="{name}", '
+        'reason="Forbidden"}'
+    )
+    wait_until(lambda: query_value(rules, errors) > 0, 90, 1, "reconcile errors in Prometheus")
+    wait_until(
+        lambda: "LLMFleetReconcileErrors" in observe.firing(rules, namespace, name),
+        60,
+        1,
+        "LLMFleetReconcileErrors firing",
+    )
+    shown = panel(rules, "Reconcile errors by reason", namespace, name)
+    assert any(s["metric"].get("reason") == "Forbidden" for s in shown), shown
+    # The operator keeps going (no crash loop) and says why on the resource, once.
+    refusals = wait_until(
+        lambda: [
+            e
+            for e in core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name}"
+            ).items
+            if e.involved_object.kind == "LLMDeployment" and e.reason == "ApplyRefused"
+        ],
+        30,
+        1,
+        "a Warning Event ApplyRefused on the LLMDeployment",
+    )
+    assert len(refusals) == 1, [(e.message, e.count) for e in refusals]
+    assert refusals[0].type == "Warning"
+    assert "exceeded quota: no-autoscalers" in refusals[0].message
+
+    # The quota lifted, the reconcile succeeds and the HPA exists.
+    core.delete_namespaced_resource_quota("no-autoscalers", namespace)
+    wait_until(
+        lambda: (
+            client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
+        ),
+        120,
+        1,
+        "the HPA created once the quota is gone",
+    )
+
+
+def test_a_kv_cache_too_small_for_the_batch_fills_up_preempts_and_alerts(
+    cluster: Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    rules: MetricsStack,
+    node_runner: str,
+    vllm_python: Path,
+    tmp_path: Path,
+) -> None:
+    name = "small-kv"
+    core = client.CoreV1Api(api)
+    wait_until(lambda: free_gpus(core, node_runner) >= 1, 150, 2, "a free GPU on the local node")
+    body = tiny_llmd(name, max_num_seqs=CLIENTS, enabled=False)
+    body["spec"]["engine"]["extraArgs"] = KV_ARGS
+    body["spec"]["router"] = {"enabled": False}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+    selector = f"llmfleet.dev/deployment={name},app.kubernetes.io/component=engine"
+    wait_until(
+        lambda: any(
+            pod_ready(p) for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+        ),
+        STARTUP_TIMEOUT,
+        1,
+        "the engine Ready",
+    )
+    with EngineLoad(api, namespace, selector, vllm_python, tmp_path / "load") as load:
+        started = time.time()
+        gen = load.start("long", CLIENTS, duration=240, max_tokens=400, timeout=180)
+        wanted = {"LLMFleetKVCacheNearlyFull", "LLMFleetHighPreemptionRate"}
+        seen: set[str] = set()
+
+        def fired() -> bool:
+            seen.update(observe.firing(rules, namespace, name) & wanted)
+            return seen == wanted
+
+        wait_until(fired, 180, 1, f"{sorted(wanted)} firing (so far {sorted(seen)})")
+        # The dashboard shows the same: the cache full, requests preempted.
+        assert panel_peak(rules, "KV cache usage", namespace, name, started) > 0.95
+        assert panel_peak(rules, "Preemptions", namespace, name, started) > 0
+        gen.stop()
+    records = gen.records()
+    # Preemption slows requests down; it loses none.
+    assert records
+    assert all(r["outcome"] == "ok" for r in records), records[:3]
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+    wait_until(
+        lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items,
+        180,
+        1,
+        "the engine pod gone",
+    )
