@@ -55,8 +55,11 @@ PANELS_PLOT = HERE / "plots" / "dashboard.png"
 NODE_GPUS = 2
 TARGET_QUEUE_DEPTH = 2
 REACTION_CONCURRENCY = 10
+# Long enough that the engine serves a request more slowly than a client sends the next one (at
+# 96 tokens the queue emptied between requests and the HPA saw it come and go).
+REACTION_TOKENS = 320
 BATCH_REQUESTS = 64
-BATCH_MAX_TOKENS = 64
+BATCH_MAX_TOKENS = 256  # enough work per run that client start-up does not dominate
 CONCURRENCIES = (1, 4, 16, 32)
 STARTUP_TIMEOUT = 300
 ENGINE = "app.kubernetes.io/component=engine"  # not the router
@@ -167,7 +170,7 @@ def reaction(
     work = Path(tempfile.mkdtemp(prefix="bench-as-"))
     with EngineLoad(api, ns, routers, python, work) as load:
         start = time.time()
-        gen = load.start("reaction", REACTION_CONCURRENCY, duration=400, max_tokens=96)
+        gen = load.start("reaction", REACTION_CONCURRENCY, duration=400, max_tokens=REACTION_TOKENS)
         pollers = [
             first("adapter", adapter_above, 0.25),
             first("desired", desired_above, 0.1),

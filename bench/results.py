@@ -34,7 +34,10 @@ FIGURES: dict[str, tuple[str, str]] = {
     "scale_reaction_desired_s": ("Load start → HPA desired replicas rise", "s"),
     "scale_reaction_engine_start_s": ("New engine pod created → Ready (vLLM CPU startup)", "s"),
     "scale_reaction_ready_s": ("Load start → the new engine pod Ready", "s"),
-    "batching_wall_per_request_s_c1": ("64 equal requests at concurrency 1: wall ÷ requests", "s"),
+    "batching_wall_per_request_s_c1": (
+        "64 equal requests through the router at concurrency 1: wall ÷ requests",
+        "s",
+    ),
     "batching_wall_per_request_s_c4": ("… at concurrency 4", "s"),
     "batching_wall_per_request_s_c16": ("… at concurrency 16", "s"),
     "batching_wall_per_request_s_c32": ("… at concurrency 32", "s"),

@@ -74,6 +74,10 @@ CB_OUTCOMES = "vllm_router_cb_outcomes_total"  # per worker and outcome, counted
 TARGET_QUEUE_DEPTH = 2
 MAX_NUM_SEQS = 2
 LOAD_CONCURRENCY = 10  # 1 pod: 2 running, 8 waiting -> 4x the target
+# Long enough that the engine serves a request more slowly than a client sends the next one (96
+# tokens took ~0.3 s here: the queue emptied between the clients' requests and the HPA saw it
+# come and go).
+MAIN_TOKENS = 320
 STARTUP_TIMEOUT = 300  # a vLLM engine on 2 busy cores: ~40-90 s
 
 
@@ -395,7 +399,9 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     ):
         # --- scale up under load ----------------------------------------------------------
         load_start = time.time()
-        main = load.start("main", LOAD_CONCURRENCY, duration=400, max_tokens=96, timeout=120)
+        main = load.start(
+            "main", LOAD_CONCURRENCY, duration=400, max_tokens=MAIN_TOKENS, timeout=120
+        )
         request.addfinalizer(lambda: print(mon.timeline(load_start)))
         wait_until(
             lambda: (mon.last().get("hpa_desired") or 0) > 1,
@@ -529,7 +535,7 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     errors = [r for r in records if r["outcome"] == "error"]
     assert not errors, errors[:5]  # none hung (client timeout) nor failed for good
     assert outcomes["ok"] >= 20
-    assert all(r["tokens"] == 96 for r in main.records() if r["outcome"] == "ok")
+    assert all(r["tokens"] == MAIN_TOKENS for r in main.records() if r["outcome"] == "ok")
     assert all(r["tokens"] == 400 for r in tail.records() if r["outcome"] == "ok")
     # The drained pod: it had requests in flight when it was told to go, the router sent it
     # nothing after dropping it, and every request the router ever sent it succeeded (no failed
