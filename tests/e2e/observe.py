@@ -4,6 +4,8 @@ the minutes of `for` they wait in production, expressions unchanged)."""
 
 from __future__ import annotations
 
+import time
+
 import yaml
 from localcluster.metricsstack import MetricsStack
 from localcluster.supervisor import REPO
@@ -47,6 +49,17 @@ def firing(stack: MetricsStack, namespace: str, llmdeployment: str) -> set[str]:
         and a["labels"].get("namespace") == namespace
         and a["labels"].get("llmdeployment") == llmdeployment
     }
+
+
+def panels_without_data(
+    stack: MetricsStack, namespace: str, llmdeployment: str, within: float = 30
+) -> list[str]:
+    """empty_panels, asked again every 2 s for up to `within` seconds until none is empty: a
+    series the operator or an engine has just set reaches Prometheus at its next scrape."""
+    deadline = time.monotonic() + within
+    while (empty := empty_panels(stack, namespace, llmdeployment)) and time.monotonic() < deadline:
+        time.sleep(2)
+    return empty
 
 
 def empty_panels(stack: MetricsStack, namespace: str, llmdeployment: str) -> list[str]:

@@ -440,7 +440,7 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
 
         # --- what the people who run it see, now (a queue, a pod Pending, an engine starting):
         # every dashboard panel has data and every alert expression parses and evaluates.
-        empty = observe.empty_panels(metrics_stack, namespace, NAME)
+        empty = observe.panels_without_data(metrics_stack, namespace, NAME)
         assert not empty, f"dashboard queries with no data under load: {empty}"
         for expr in observe.alert_exprs().values():
             metrics_stack.query(expr)  # raises on a parse or evaluation error
