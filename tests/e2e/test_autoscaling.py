@@ -405,7 +405,7 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
         request.addfinalizer(lambda: print(mon.timeline(load_start)))
         wait_until(
             lambda: (mon.last().get("hpa_desired") or 0) > 1,
-            90,
+            150,  # 5-57 s seen here through the router; docs/autoscaling.md says why it varies
             1,
             "the HPA scaling up",
         )
