@@ -7,7 +7,8 @@ dashboard panels that show the same fault:
 - a vLLM engine whose KV cache is too small for its batch: KV cache usage pinned near 100 % and
   requests preempted, LLMFleetKVCacheNearlyFull and LLMFleetHighPreemptionRate.
 
-The autoscaling test provokes the other four (tests/e2e/test_autoscaling.py PROVOKED).
+The autoscaling test provokes the other four (tests/pending/test_autoscaling.py PROVOKED; not
+yet in `make test`).
 """
 
 from __future__ import annotations

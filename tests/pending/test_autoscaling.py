@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 import yaml
+from e2e import localnode, observe
+from e2e.harness import Operator
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.config import ENGINE_JOB, OPERATOR_JOB
@@ -48,9 +50,6 @@ from localcluster.metricsstack.load import (
 from localcluster.promtext import per_worker, scrape, total
 from localcluster.sampler import read as sampler_read
 from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster
-
-from . import localnode, observe
-from .harness import Operator
 
 pytestmark = pytest.mark.cluster
 
