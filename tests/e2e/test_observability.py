@@ -25,12 +25,7 @@ from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.config import OPERATOR_JOB
 from localcluster.metricsstack.load import (
     GROUP,
-    PLURAL,
     VERSION,
-    EngineLoad,
-    free_gpus,
-    pod_ready,
-    tiny_llmd,
     wait_until,
 )
 from localcluster.supervisor import Cluster
@@ -168,59 +163,4 @@ def test_a_reconcile_the_api_refuses_is_counted_by_reason_and_alerts(
         120,
         1,
         "the HPA created once the quota is gone",
-    )
-
-
-def test_a_kv_cache_too_small_for_the_batch_fills_up_preempts_and_alerts(
-    cluster: Cluster,
-    api: client.ApiClient,
-    namespace: str,
-    rules: MetricsStack,
-    node_runner: str,
-    vllm_python: Path,
-    tmp_path: Path,
-) -> None:
-    name = "small-kv"
-    core = client.CoreV1Api(api)
-    wait_until(lambda: free_gpus(core, node_runner) >= 1, 150, 2, "a free GPU on the local node")
-    body = tiny_llmd(name, max_num_seqs=CLIENTS, enabled=False)
-    body["spec"]["engine"]["extraArgs"] = KV_ARGS
-    body["spec"]["router"] = {"enabled": False}
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
-    selector = f"llmfleet.dev/deployment={name},app.kubernetes.io/component=engine"
-    wait_until(
-        lambda: any(
-            pod_ready(p) for p in core.list_namespaced_pod(namespace, label_selector=selector).items
-        ),
-        STARTUP_TIMEOUT,
-        1,
-        "the engine Ready",
-    )
-    with EngineLoad(api, namespace, selector, vllm_python, tmp_path / "load") as load:
-        started = time.time()
-        gen = load.start("long", CLIENTS, duration=240, max_tokens=400, timeout=180)
-        wanted = {"LLMFleetKVCacheNearlyFull", "LLMFleetHighPreemptionRate"}
-        seen: set[str] = set()
-
-        def fired() -> bool:
-            seen.update(observe.firing(rules, namespace, name) & wanted)
-            return seen == wanted
-
-        wait_until(fired, 180, 1, f"{sorted(wanted)} firing (so far {sorted(seen)})")
-        # The dashboard shows the same: the cache full, requests preempted.
-        assert panel_peak(rules, "KV cache usage", namespace, name, started) > 0.95
-        assert panel_peak(rules, "Preemptions", namespace, name, started) > 0
-        gen.stop()
-    records = gen.records()
-    # Preemption slows requests down; it loses none.
-    assert records
-    assert all(r["outcome"] == "ok" for r in records), records[:3]
-    client.CustomObjectsApi(api).delete_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name
-    )
-    wait_until(
-        lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items,
-        180,
-        1,
-        "the engine pod gone",
     )
