@@ -5,6 +5,7 @@ the minutes of `for` they wait in production, expressions unchanged)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import yaml
 from localcluster.metricsstack import MetricsStack
@@ -72,3 +73,31 @@ def empty_panels(stack: MetricsStack, namespace: str, llmdeployment: str) -> lis
         if not series and q.panel not in FAULT_ONLY:
             empty.append(f"{q.dashboard} / {q.panel} / {q.ref_id}: {q.expr}")
     return empty
+
+
+def panel_exprs(title: str, namespace: str, llmdeployment: str) -> list[str]:
+    """The queries of the dashboard panel titled `title`, variables set to one LLMDeployment."""
+    queries = [q for q in dashboards.all_queries() if q.panel == title]
+    assert queries, f"no dashboard panel titled {title!r}"
+    variables = {"namespace": namespace, "llmdeployment": llmdeployment}
+    return [promql.substitute(q.expr, variables) for q in queries]
+
+
+def panel(stack: MetricsStack, title: str, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The series of a dashboard panel's queries, as Grafana would show them now."""
+    out: list[dict[str, Any]] = []
+    for expr in panel_exprs(title, namespace, name):
+        out.extend(stack.query(expr))
+    return out
+
+
+def panel_peak(stack: MetricsStack, title: str, namespace: str, name: str, since: float) -> float:
+    """The highest value a dashboard panel drew since `since`, as Grafana would draw it."""
+    values = [
+        float(v)
+        for expr in panel_exprs(title, namespace, name)
+        for series in stack.query_range(expr, since, time.time(), step=2.0)
+        for _, v in series["values"]
+    ]
+    assert values, f"panel {title!r} drew nothing"
+    return max(values)

@@ -1,22 +1,13 @@
-"""The chart's alerts that the autoscaling test cannot provoke, provoked for real and seen firing
-in the tests' Prometheus (rules loaded with `for` shortened, expressions unchanged), with the
-dashboard panels that show the same fault:
+"""A chart alert provoked for real and seen firing in the tests' Prometheus (rules loaded with
+`for` set to 0, expressions unchanged), with the dashboard panel that shows the same fault: the
+operator failing to reconcile (a ResourceQuota forbids the HorizontalPodAutoscaler it must
+create), `llmfleet_reconcile_errors_total` by reason, LLMFleetReconcileErrors.
 
-- the operator failing to reconcile (a ResourceQuota forbids the HorizontalPodAutoscaler it must
-  create): `llmfleet_reconcile_errors_total` by reason, LLMFleetReconcileErrors;
-- a vLLM engine whose KV cache is too small for its batch: KV cache usage pinned near 100 % and
-  requests preempted, LLMFleetKVCacheNearlyFull and LLMFleetHighPreemptionRate.
-
-The autoscaling test provokes the other four (tests/pending/test_autoscaling.py PROVOKED; not
-yet in `make test`).
+The other six alerts are provoked by tests not yet in `make test` (tests/pending:
+test_autoscaling.py PROVOKED, test_observability_kv.py).
 """
 
 from __future__ import annotations
-
-import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -30,19 +21,10 @@ from localcluster.metricsstack.load import (
 )
 from localcluster.supervisor import Cluster
 
-from llmfleet.observability import dashboards, promql
-
-from . import localnode, observe
+from . import observe
 from .harness import Operator
 
 pytestmark = pytest.mark.cluster
-
-STARTUP_TIMEOUT = 300
-# vLLM's CPU attention wants blocks of a multiple of 32 tokens: 41 blocks (one is vLLM's null
-# block) hold 1,280 tokens, enough for one sequence of maxModelLen 512 (vLLM refuses less) but
-# not for eight of up to ~410 tokens; fine enough that a full cache reads above 95 %.
-KV_ARGS = ["--block-size", "32", "--num-gpu-blocks-override", "41"]
-CLIENTS = 8
 
 
 @pytest.fixture(scope="module")
@@ -52,42 +34,9 @@ def rules(metrics_stack: MetricsStack, operator: Operator) -> MetricsStack:
     return metrics_stack
 
 
-@pytest.fixture(scope="module")
-def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
-    with localnode.local_node(cluster, gpus=2) as node:
-        yield node
-
-
 def query_value(stack: MetricsStack, expr: str) -> float:
     result = stack.query(expr)
     return sum(float(r["value"][1]) for r in result)
-
-
-def panel(stack: MetricsStack, title: str, namespace: str, name: str) -> list[dict[str, Any]]:
-    """The series of a dashboard panel's queries, as Grafana would show them now."""
-    out: list[dict[str, Any]] = []
-    for expr in panel_exprs(title, namespace, name):
-        out.extend(stack.query(expr))
-    return out
-
-
-def panel_peak(stack: MetricsStack, title: str, namespace: str, name: str, since: float) -> float:
-    """The highest value a dashboard panel drew since `since`, as Grafana would draw it."""
-    values = [
-        float(v)
-        for expr in panel_exprs(title, namespace, name)
-        for series in stack.query_range(expr, since, time.time(), step=2.0)
-        for _, v in series["values"]
-    ]
-    assert values, f"panel {title!r} drew nothing"
-    return max(values)
-
-
-def panel_exprs(title: str, namespace: str, name: str) -> list[str]:
-    queries = [q for q in dashboards.all_queries() if q.panel == title]
-    assert queries, f"no dashboard panel titled {title!r}"
-    variables = {"namespace": namespace, "llmdeployment": name}
-    return [promql.substitute(q.expr, variables) for q in queries]
 
 
 def test_a_reconcile_the_api_refuses_is_counted_by_reason_and_alerts(
@@ -135,7 +84,7 @@ def test_a_reconcile_the_api_refuses_is_counted_by_reason_and_alerts(
         1,
         "LLMFleetReconcileErrors firing",
     )
-    shown = panel(rules, "Reconcile errors by reason", namespace, name)
+    shown = observe.panel(rules, "Reconcile errors by reason", namespace, name)
     assert any(s["metric"].get("reason") == "Forbidden" for s in shown), shown
     # The operator keeps going (no crash loop) and says why on the resource, once.
     refusals = wait_until(
