@@ -199,3 +199,21 @@ class Operator:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def get_llmd(api: Any, namespace: str, name: str) -> dict[str, Any]:
+    """An LLMDeployment as the API server has it (a kubernetes.client.ApiClient `api`)."""
+    from kubernetes import client
+
+    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "llmfleet.dev", "v1alpha1", namespace, "llmdeployments", name
+    )
+    return obj
+
+
+def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
+    """The status condition of type `ctype` ({} when there is none)."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return dict(c)
+    return {}

@@ -13,7 +13,7 @@ import yaml
 from kubernetes import client, watch
 from localcluster.supervisor import Cluster
 
-from .harness import E2E_GPU_PRODUCT, Operator, utcnow, wait_for
+from .harness import E2E_GPU_PRODUCT, Operator, condition, get_llmd, utcnow, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -36,25 +36,11 @@ def apply(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
 
 
-def get(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name
-    )
-    return obj
-
-
-def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c["type"] == ctype:
-            return dict(c)
-    return {}
-
-
 def wait_available(
     api: client.ApiClient, namespace: str, name: str, timeout: float = 60
 ) -> dict[str, Any]:
     def ready() -> dict[str, Any] | None:
-        obj = get(api, namespace, name)
+        obj = get_llmd(api, namespace, name)
         st = obj.get("status") or {}
         ok = (
             condition(obj, "Available").get("status") == "True"
@@ -316,7 +302,7 @@ def test_malformed_manifest_is_refused_naming_the_field(
     apply(cluster, namespace, manifest)
 
     def planned_false() -> dict[str, Any] | None:
-        c = condition(get(api, namespace, name), "Planned")
+        c = condition(get_llmd(api, namespace, name), "Planned")
         return c if c.get("status") == "False" else None
 
     cond = wait_for(planned_false, timeout=30, what="Planned=False")

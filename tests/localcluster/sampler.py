@@ -8,7 +8,9 @@ deserialising API objects and would space the samples seconds apart on a loaded 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +21,10 @@ from localcluster.promtext import scrape
 
 def main(argv: list[str]) -> int:
     url, out, interval, prefixes = argv[0], Path(argv[1]), float(argv[2]), tuple(argv[3:])
+    # A measuring instrument: ahead of the processes it measures when the machine is saturated
+    # (samples came 3-4 s apart during a scale-down otherwise). Needs root; else as it is.
+    with contextlib.suppress(PermissionError):
+        os.nice(-5)
     with out.open("a") as f:
         while True:
             began = time.time()

@@ -21,6 +21,11 @@ CUSTOM_METRICS_VERSIONS = ("v1beta1", "v1beta2")
 # Short for tests (production: 15-30 s scrapes, the adapter's 10 min relist).
 SCRAPE_INTERVAL = "2s"
 RELIST_INTERVAL = "5s"
+# How far back a relist looks for series (the adapter's default: the relist interval). An engine
+# busy enough to need scaling can miss a few scrapes in a row on this machine; with 5 s the
+# metric vanished from the adapter ("could not find the metric") exactly when it mattered.
+# Production keeps the default (10 min relist, 10 min look-back).
+METRICS_MAX_AGE = "5m"
 # kube-state-metrics: what the dashboards and alerts read, nothing more.
 KSM_RESOURCES = (
     "pods",
@@ -258,6 +263,7 @@ def adapter_cmd(binary: Path, kubeconfig_path: Path, pki: Path, ports: StackPort
         f"--config={ADAPTER_RULES}",
         f"--prometheus-url=http://127.0.0.1:{ports.prometheus}/",
         f"--metrics-relist-interval={RELIST_INTERVAL}",
+        f"--metrics-max-age={METRICS_MAX_AGE}",
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.adapter}",
         f"--tls-cert-file={pki / 'adapter-serving.crt'}",

@@ -63,7 +63,9 @@ class EngineLoad:
     selector: str
     python: Path  # the vLLM virtualenv's python
     workdir: Path
-    interval: float = 0.5
+    # Listing pods costs the API server and this (test) process CPU that the engines' API
+    # servers need on a 2-core machine; the targets (router pods, one engine) rarely change.
+    interval: float = 2.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _generators: list[Generator] = field(default_factory=list)

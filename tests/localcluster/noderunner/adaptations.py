@@ -44,6 +44,8 @@ ADAPTATIONS: tuple[tuple[str, str], ...] = (
     # Router pods (router.py): admitted without a GPU request.
     ("router", "`vllm-router` -> the router virtualenv's; `--host`/`--prometheus-host` -> pod IP"),
     ("router-identity", "in-cluster config -> KUBECONFIG with a pod-bound ServiceAccount token"),
+    # vLLM server pods (pods.py MODEL_NICE): no flag or env changes, CPU scheduling only.
+    ("priority", "a vLLM server's engine core and workers at nice 10, its API server at 0"),
 )
 
 _VALUE_FLAGS = {

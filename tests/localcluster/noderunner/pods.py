@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import procs, volumes
-from .adaptations import Context, adapt_command, adapt_env
+from .adaptations import VLLM_MODULE, Context, adapt_command, adapt_env
 from .probes import ProbeState, check
 from .volumes import PodVolumes, VolumeNotReadyError
 
@@ -29,6 +29,12 @@ BACKOFF_START = 10.0  # the kubelet's crash-loop back-off: 10 s, doubling, at mo
 BACKOFF_MAX = 300.0
 BACKOFF_RESET_AFTER = 600.0  # running this long forgives earlier crashes
 TICK = 0.5
+# The model's processes of a vLLM server pod (engine core, workers) run below its API server:
+# on a GPU node the model runs on the GPU and the API server has the host's CPUs; here the model
+# runs on the same 2 cores, and at equal priority it starved the API server, which then delivered
+# finished responses seconds late, in bursts (docs/cpu-adaptations.md, "priority").
+MODEL_NICE = 10
+RENICE_EVERY = 2.0
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
@@ -77,6 +83,8 @@ class Container:
     finished: bool = False  # terminated and not restarting (restartPolicy)
     probes: dict[str, ProbeState] = field(default_factory=dict)
     volumes: PodVolumes | None = None
+    vllm_server: bool = False  # runs vLLM's OpenAI API server (MODEL_NICE applies)
+    next_renice: float = 0.0  # monotonic
 
     @property
     def name(self) -> str:
@@ -177,6 +185,10 @@ class PodWorker(threading.Thread):
             return
         if now - c.started_mono > BACKOFF_RESET_AFTER:
             c.backoff = BACKOFF_START
+        if c.vllm_server and now >= c.next_renice:
+            marker = procs.marker(self.hooks.runner_id, self.uid, c.name)
+            procs.lower_priority(marker, spare=c.proc.pid, nice=MODEL_NICE)
+            c.next_renice = now + RENICE_EVERY
         self._probe(c, now)
 
     def _probe(self, c: Container, now: float) -> None:
@@ -325,6 +337,7 @@ class PodWorker(threading.Thread):
             )
         c.started_at, c.started_mono = time.time(), time.monotonic()
         c.started = c.ready = False
+        c.vllm_server = VLLM_MODULE in argv
         for p in c.probes.values():
             p.reset(c.started_mono)
         log.info(

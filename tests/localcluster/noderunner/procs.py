@@ -67,3 +67,21 @@ def kill_all(prefix: str, timeout: float = 5.0) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)
+
+
+def lower_priority(prefix: str, spare: int, nice: int) -> int:
+    """Give every thread of the processes marked with `prefix`, but those of pid `spare`, at least
+    `nice`; returns how many threads it changed. Threads, not processes: Linux keeps a nice value
+    per thread, and vLLM's OpenMP threads may start after their process was seen."""
+    changed = 0
+    for pid in find(prefix):
+        if pid == spare:
+            continue
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                tid = int(task.name)
+                with contextlib.suppress(OSError):
+                    if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+                        os.setpriority(os.PRIO_PROCESS, tid, nice)
+                        changed += 1
+    return changed

@@ -1,7 +1,7 @@
 """A vLLM engine whose KV cache is too small for its batch: KV cache usage pinned near 100 % and
 requests preempted; LLMFleetKVCacheNearlyFull and LLMFleetHighPreemptionRate seen firing in the
 tests' Prometheus (rules loaded with `for` set to 0, expressions unchanged), and the dashboard
-panels showing the same. Parked: see README.md here.
+panels showing the same.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e import localnode, observe
-from e2e.harness import Operator
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.config import OPERATOR_JOB
@@ -28,6 +26,9 @@ from localcluster.metricsstack.load import (
     wait_until,
 )
 from localcluster.supervisor import Cluster
+
+from e2e import localnode, observe
+from e2e.harness import Operator
 
 pytestmark = pytest.mark.cluster
 
@@ -84,7 +85,7 @@ def test_a_kv_cache_too_small_for_the_batch_fills_up_preempts_and_alerts(
         seen: set[str] = set()
 
         def fired() -> bool:
-            seen.update(observe.firing(rules, namespace, name) & wanted)
+            seen.update(observe.fired_since(rules, namespace, name, started) & wanted)
             return seen == wanted
 
         wait_until(fired, 180, 1, f"{sorted(wanted)} firing (so far {sorted(seen)})")
