@@ -16,15 +16,12 @@ Batching: 64 equal requests (fixed max_tokens, temperature 0, ignore_eos) at con
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -138,54 +135,27 @@ def reaction(
     wait_until(lambda: stack.custom_metric(ns), 60, 1, "the custom metric served")
     time.sleep(10)  # a flat idle stretch on the plot
     engine = hpas.read_namespaced_horizontal_pod_autoscaler(name, ns).spec.scale_target_ref.name
-    marks: dict[str, float] = {}
-    stop = threading.Event()
-
-    def first(mark: str, probe: Callable[[], bool], interval: float) -> threading.Thread:
-        """Poll `probe` in a thread of its own; record when it first holds."""
-
-        def loop() -> None:
-            while not stop.is_set() and mark not in marks:
-                with contextlib.suppress(Exception):
-                    if probe():
-                        marks[mark] = time.time()
-                stop.wait(interval)
-
-        t = threading.Thread(target=loop, daemon=True)
-        t.start()
-        return t
-
-    def adapter_above() -> bool:
-        values = stack.custom_metric(ns)
-        return bool(values) and sum(values.values()) / len(values) > TARGET_QUEUE_DEPTH
-
-    def desired_above() -> bool:
-        hpa = hpas.read_namespaced_horizontal_pod_autoscaler(name, ns)
-        return (hpa.status.desired_replicas or 0) > 1
 
     def new_pod_ready() -> bool:
         return len(_ready(core, ns, selector)) > 1
 
-    # Clients call the router, as users do (EngineLoad's targets: the Ready router pods).
+    # Clients call the router, as users do (EngineLoad's targets: the Ready router pods). Nothing
+    # polls hard meanwhile: on 2 cores a tight polling loop takes CPU from the clients and the
+    # engines' API servers and slows the very reaction it measures. Every mark but the last is
+    # read back from Prometheus afterwards (scrapes every 2 s).
     work = Path(tempfile.mkdtemp(prefix="bench-as-"))
     with EngineLoad(api, ns, routers, python, work) as load:
-        start = time.time()
         gen = load.start("reaction", REACTION_CONCURRENCY, duration=400, max_tokens=REACTION_TOKENS)
-        pollers = [
-            first("adapter", adapter_above, 0.25),
-            first("desired", desired_above, 0.1),
-            first("ready", new_pod_ready, 0.25),
-        ]
-        wait_until(lambda: "ready" in marks, STARTUP_TIMEOUT + 120, 1, "second engine Ready")
-        stop.set()
-        for t in pollers:
-            t.join(10)
+        wait_until(new_pod_ready, STARTUP_TIMEOUT + 120, 1, "second engine Ready")
+        ready_at = time.time()
         pods = core.list_namespaced_pod(ns, label_selector=selector).items
         newest = max(pods, key=lambda p: p.metadata.creation_timestamp)
-        marks["created"] = newest.metadata.creation_timestamp.timestamp()
+        created = newest.metadata.creation_timestamp.timestamp()
         time.sleep(20)  # both engines serving
         gen.stop()
         stopped = time.time()
+    # The load starts with the first request sent (the client process takes seconds to start).
+    start = min(r["start"] for r in gen.records())
     # Scale back down (stabilization 20 s, then one pod), for the plot.
     wait_until(
         lambda: len(core.list_namespaced_pod(ns, label_selector=selector).items) == 1,
@@ -195,16 +165,32 @@ def reaction(
     )
     time.sleep(8)
     end = time.time()
-    # When Prometheus first held the queue above the target: the scrape's own timestamp.
-    raw = stack.query(
-        f'vllm:num_requests_waiting{{namespace="{ns}"}}[{int(end - start) + 5}s]', at=end
-    )
-    marks["prometheus"] = min(
-        float(t)
-        for series in raw
-        for t, v in series["values"]
-        if float(t) >= start and float(v) > TARGET_QUEUE_DEPTH
-    )
+
+    def first(expr: str, above: float) -> float:
+        """When `expr` (one series) first read above `above` after the load started."""
+        series = stack.query_range(expr, start, end, step=1.0)
+        return min(
+            float(t)
+            for s in series
+            for t, v in s["values"]
+            if float(t) >= start and float(v) > above
+        )
+
+    waiting = f'vllm:num_requests_waiting{{namespace="{ns}"}}'
+    marks = {
+        # The engine's queue above the target in a scrape.
+        "prometheus": first(f"max({waiting})", TARGET_QUEUE_DEPTH),
+        # What the adapter serves: the chart's rule, the queue averaged over 30 s.
+        "adapter": first(f"avg(avg_over_time({waiting}[30s]))", TARGET_QUEUE_DEPTH),
+        # The HPA's status as kube-state-metrics reports it.
+        "desired": first(
+            f'kube_horizontalpodautoscaler_status_desired_replicas{{namespace="{ns}",'
+            f'horizontalpodautoscaler="{name}"}}',
+            1,
+        ),
+        "ready": ready_at,
+        "created": created,
+    }
     plot(
         stack,
         ns=ns,
@@ -264,14 +250,20 @@ def plot(
 
     sel = f'namespace="{ns}"'
     queue = series(f"sum(vllm:num_requests_waiting{{{sel}}})")
-    per_pod = series(f"avg(vllm:num_requests_waiting{{{sel}}})")
+    # What the HPA reads: the adapter rule's per-pod 30 s average, averaged over the pods.
+    per_pod = series(f"avg(avg_over_time(vllm:num_requests_waiting{{{sel}}}[30s]))")
     hpa = f'{sel}, horizontalpodautoscaler="{name}"'
     desired = series(f"max(kube_horizontalpodautoscaler_status_desired_replicas{{{hpa}}})")
     # The engine Deployment only (the router's is another).
     ready = series(f'max(kube_deployment_status_replicas_ready{{{sel}, deployment="{engine}"}})')
     fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
     ax.plot(*queue, label="waiting requests (sum over pods)", color="tab:red")
-    ax.plot(*per_pod, label="waiting per pod (HPA metric)", color="tab:orange", linestyle="--")
+    ax.plot(
+        *per_pod,
+        label="HPA metric: waiting per pod, 30 s average",
+        color="tab:orange",
+        linestyle="--",
+    )
     ax.axhline(TARGET_QUEUE_DEPTH, color="tab:orange", linewidth=0.8, linestyle=":")
     ax.set_xlabel("seconds since load start")
     ax.set_ylabel("requests waiting")

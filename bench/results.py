@@ -30,7 +30,10 @@ FIGURES: dict[str, tuple[str, str]] = {
         "Load start → Prometheus shows the queue above the HPA target (vLLM, 1 → 2 pods)",
         "s",
     ),
-    "scale_reaction_adapter_s": ("Load start → custom metrics API serves it above target", "s"),
+    "scale_reaction_adapter_s": (
+        "Load start → the adapter rule's value (30 s average) above target",
+        "s",
+    ),
     "scale_reaction_desired_s": ("Load start → HPA desired replicas rise", "s"),
     "scale_reaction_engine_start_s": ("New engine pod created → Ready (vLLM CPU startup)", "s"),
     "scale_reaction_ready_s": ("Load start → the new engine pod Ready", "s"),
