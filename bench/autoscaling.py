@@ -16,11 +16,9 @@ Batching: 64 equal requests (fixed max_tokens, temperature 0, ignore_eos) at con
 
 from __future__ import annotations
 
-import json
 import subprocess
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ from localcluster.metricsstack.load import (
     tiny_llmd,
     wait_until,
 )
+from localcluster.routerapi import routed_engines
 from localcluster.supervisor import REPO, Cluster
 
 from . import panels
@@ -83,14 +82,7 @@ def _wait_routing(core: client.CoreV1Api, ns: str, routers: str, engines: str) -
 
     def routes_all() -> bool:
         ips = {p.status.pod_ip for p in _ready(core, ns, engines).values()}
-        try:
-            url = f"http://{router.status.pod_ip}:8000/workers"
-            with urllib.request.urlopen(url, timeout=5) as r:
-                workers = json.load(r)["workers"]
-        except OSError:
-            return False
-        healthy = {w["url"].split("//", 1)[1].split(":", 1)[0] for w in workers if w["is_healthy"]}
-        return ips <= healthy
+        return ips <= routed_engines(router.status.pod_ip)
 
     wait_until(routes_all, 60, 1, f"{routers} routing to every Ready engine")
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import os
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from localcluster.metricsstack.load import (
     wait_until,
 )
 from localcluster.promtext import per_worker, scrape, total
+from localcluster.routerapi import routed_engines
 from localcluster.sampler import read as sampler_read
 from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster
 
@@ -309,16 +309,9 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     router_metrics = f"http://{router_ip}:{ROUTER_METRICS_PORT}/metrics"
     first_ip = core.read_namespaced_pod(first, namespace).status.pod_ip
 
-    def routed_to() -> set[str]:
-        """Engines the router sends requests to now (its /workers: registered and healthy)."""
-        try:
-            with urllib.request.urlopen(f"http://{router_ip}:8000/workers", timeout=5) as r:
-                listed = json.load(r)["workers"]
-        except OSError:
-            return set()
-        return {w["url"].split("//", 1)[1].split(":", 1)[0] for w in listed if w["is_healthy"]}
-
-    wait_until(lambda: first_ip in routed_to(), 60, 1, "the router discovering the engine")
+    wait_until(
+        lambda: first_ip in routed_engines(router_ip), 60, 1, "the router discovering the engine"
+    )
 
     # --- the metrics path, idle ---------------------------------------------------------------
     def discovered() -> list[dict[str, Any]]:
@@ -450,7 +443,12 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
         # The router picks the new engine up and it takes its share: both serve, and the queue
         # per pod falls.
         two_ips = {core.read_namespaced_pod(n, namespace).status.pod_ip for n in two}
-        wait_until(lambda: two_ips <= routed_to(), 60, 1, "the router routing to both engines")
+        wait_until(
+            lambda: two_ips <= routed_engines(router_ip),
+            60,
+            1,
+            "the router routing to both engines",
+        )
         routed_before = per_worker(scrape(router_metrics), PROCESSED)
         time.sleep(15)
         routed_after = per_worker(scrape(router_metrics), PROCESSED)
@@ -505,7 +503,10 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
             gone_pod.metadata.deletion_grace_period_seconds or 0
         )
         wait_until(
-            lambda: victim_ip not in routed_to(), 15, 0.2, "the router dropping the draining engine"
+            lambda: victim_ip not in routed_engines(router_ip),
+            15,
+            0.2,
+            "the router dropping the draining engine",
         )
         dropped = time.time()
         wait_until(lambda: mon.pods[victim].gone, 150, 1, f"{victim} gone")

@@ -15,7 +15,6 @@ import json
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 from kubernetes import client
 from localcluster.noderunner import procs
 from localcluster.promtext import per_worker, scrape
+from localcluster.routerapi import routed_engines
 from localcluster.supervisor import Cluster
 
 from . import localnode
@@ -210,16 +210,7 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
     rip = router_pod.status.pod_ip
     base, metrics_url = f"http://{rip}:8000/v1", f"http://{rip}:29000/metrics"
 
-    def workers() -> set[str]:
-        """Engines the router routes to now (its /workers: registered and healthy)."""
-        try:
-            with urllib.request.urlopen(f"http://{rip}:8000/workers", timeout=5) as r:
-                listed = json.load(r)["workers"]
-        except OSError:
-            return set()
-        return {w["url"].split("//", 1)[1].split(":", 1)[0] for w in listed if w["is_healthy"]}
-
-    wait_for(lambda: workers() >= engines, 60, 1, "the router discovering both engines")
+    wait_for(lambda: routed_engines(rip) >= engines, 60, 1, "the router discovering both engines")
     print(f"2 engines + router ready after {time.monotonic() - t0:.0f}s")
 
     # --- Traffic through the router reaches every ready engine.
@@ -241,7 +232,7 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
 
     all_three = wait_for(three_ready, STARTUP_TIMEOUT, 2, "a third engine Ready")
     (new_ip,) = all_three - engines
-    wait_for(lambda: new_ip in workers(), 60, 1, "the router discovering the new engine")
+    wait_for(lambda: new_ip in routed_engines(rip), 60, 1, "the router discovering the new engine")
     results = load(vllm_python, base, n=24, conc=6)
     assert failures(results) == []
     routed = per_worker(scrape(metrics_url), "vllm_router_processed_requests_total")
@@ -264,7 +255,9 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
 
     victim = wait_for(draining, 30, 0.2, "an engine being deleted")
     marked = time.monotonic()
-    wait_for(lambda: victim.status.pod_ip not in workers(), 15, 0.2, "the router dropping it")
+    wait_for(
+        lambda: victim.status.pod_ip not in routed_engines(rip), 15, 0.2, "the router dropping it"
+    )
     print(f"router dropped the draining engine {time.monotonic() - marked:.1f}s after delete")
     sent_at_drop = per_worker(scrape(metrics_url), "vllm_router_processed_requests_total")
     sent_to_victim = sent_at_drop.get(victim.status.pod_ip, 0)
