@@ -535,8 +535,8 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     # Counted from the router's per-engine series: requests in flight (running) and finished
     # (circuit-breaker outcomes). Its processed-requests counter is no use here: power_of_two
     # counts only choices between two or more engines, not requests sent to a lone engine.
-    t = mon.pods[victim]
-    assert t.gone is not None
+    pod = mon.pods[victim]
+    assert pod.gone is not None
     worker = f'worker="http://{victim_ip}:'
 
     def finished(m: dict[str, float], outcome: str = "") -> float:
@@ -545,30 +545,32 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
     def running(m: dict[str, float]) -> float:
         return per_worker(m, RUNNING).get(victim_ip, 0.0)
 
-    # In flight at the removal: what the first sample after it shows (the router had sent
-    # nothing new by then, or, if it had, that request too must finish before the pod goes).
-    sampled_at, at_removal = sampler.after(removed)
-    assert sampled_at - removed < 3, f"router samples too sparse at the removal: {sampled_at}"
+    # The work it had while draining: requests in flight between its removal and the first
+    # sample after the router dropped it (sent before the removal, or in the instant before the
+    # router saw it; each must finish before the pod goes).
+    drop_at, at_drop = sampler.after(dropped)
+    assert drop_at - dropped < 3, f"router samples too sparse at the drop: {drop_at}"
     final = sampler.samples[-1][1]
-    in_flight = running(at_removal)
+    in_flight = max(
+        (running(m) for t, m in sampler.samples if removed <= t <= drop_at), default=0.0
+    )
     around = [
         (round(t - removed, 1), running(m), finished(m))
         for t, m in sampler.samples
         if abs(t - removed) < 10
     ]
-    assert in_flight > 0, f"no request in flight on {victim} when removed: {around}"
+    assert in_flight > 0, f"no request in flight on {victim} while it drained: {around}"
     # Nothing new once the router had dropped it: all it finished since, it already had.
-    _, at_drop = sampler.after(dropped)
     assert finished(final) == finished(at_drop) + running(at_drop), around
     assert finished(final, "failure") == 0
     assert finished(final, "success") == finished(final)
-    all_done = next((t for t, m in sampler.samples if t >= removed and running(m) == 0), None)
+    all_done = next((t for t, m in sampler.samples if t >= drop_at and running(m) == 0), None)
     assert all_done is not None, around
-    assert t.gone >= all_done - 1.0  # the pod went only after finishing them
+    assert pod.gone >= all_done - 1.0  # the pod went only after finishing them
     print(
-        f"{victim}: {in_flight:.0f} request(s) in flight at removal, all completed "
+        f"{victim}: {in_flight:.0f} request(s) in flight while draining, all completed "
         f"{all_done - removed:.1f}s after removal (router: {finished(final):.0f} finished by it "
-        f"in all, all succeeded); pod gone {t.gone - removed:.1f}s after removal"
+        f"in all, all succeeded); pod gone {pod.gone - removed:.1f}s after removal"
     )
     # Pods were Ready only while vLLM answered /health.
     assert all(p.ready_while_unhealthy == 0 for p in mon.pods.values()), mon.pods
