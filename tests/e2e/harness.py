@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client
+from localcluster.metricsstack.load import GROUP, PLURAL, VERSION
 from localcluster.supervisor import REPO, Cluster, bindir
 
 CHART = REPO / "charts" / "llmfleet"
@@ -201,12 +203,10 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def get_llmd(api: Any, namespace: str, name: str) -> dict[str, Any]:
-    """An LLMDeployment as the API server has it (a kubernetes.client.ApiClient `api`)."""
-    from kubernetes import client
-
+def get_llmd(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """An LLMDeployment as the API server has it."""
     obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-        "llmfleet.dev", "v1alpha1", namespace, "llmdeployments", name
+        GROUP, VERSION, namespace, PLURAL, name
     )
     return obj
 

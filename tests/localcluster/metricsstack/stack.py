@@ -342,11 +342,6 @@ class MetricsStack:
         (self.rules_dir / f"{name}.yaml").unlink(missing_ok=True)
         self._http(f"{self.prometheus_url}/-/reload", method="POST")
 
-    def alerts(self) -> list[dict[str, Any]]:
-        """Prometheus' active alerts (pending and firing)."""
-        alerts: list[dict[str, Any]] = self._api("alerts", {})["alerts"]
-        return alerts
-
     def active_targets(self, job: str | None = None) -> list[dict[str, Any]]:
         data = self._api("targets", {"state": "active"})
         targets: list[dict[str, Any]] = data["activeTargets"]
