@@ -92,11 +92,12 @@ def panel(stack: MetricsStack, title: str, namespace: str, name: str) -> list[di
 
 
 def panel_peak(stack: MetricsStack, title: str, namespace: str, name: str, since: float) -> float:
-    """The highest value a dashboard panel drew since `since`, as Grafana would draw it."""
+    """The highest value a dashboard panel drew since `since`, as Grafana would draw it at a
+    resolution that skips no scrape (a step of half the scrape interval)."""
     values = [
         float(v)
         for expr in panel_exprs(title, namespace, name)
-        for series in stack.query_range(expr, since, time.time(), step=2.0)
+        for series in stack.query_range(expr, since, time.time(), step=1.0)
         for _, v in series["values"]
     ]
     assert values, f"panel {title!r} drew nothing"
