@@ -30,10 +30,8 @@ from kubernetes import config as k8s_config
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.config import OPERATOR_JOB
 from localcluster.metricsstack.load import (
-    GROUP,
-    PLURAL,
-    VERSION,
     EngineLoad,
+    delete_llmd,
     free_gpus,
     hold_gpus,
     pod_ready,
@@ -89,19 +87,6 @@ def _wait_routing(core: client.CoreV1Api, ns: str, routers: str, engines: str) -
 
 def _apply(cluster: Cluster, ns: str, body: dict[str, Any]) -> None:
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
-
-
-def _delete(api: client.ApiClient, ns: str, name: str) -> None:
-    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-    core = client.CoreV1Api(api)
-    wait_until(
-        lambda: (
-            not core.list_namespaced_pod(ns, label_selector=f"llmfleet.dev/deployment={name}").items
-        ),
-        180,
-        1,
-        f"{name}'s pods gone",
-    )
 
 
 def reaction(
@@ -356,7 +341,7 @@ def run() -> dict[str, float]:
         if free > NODE_GPUS:
             hold_gpus(core, ns, free - NODE_GPUS)
         figures = reaction(cluster, api, ns, stack, python)
-        _delete(api, ns, "react")
+        delete_llmd(api, ns, "react")
         figures.update(batching(cluster, api, ns, python))
     finally:
         core.delete_namespace(ns)

@@ -61,7 +61,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "router_overhead_p99_ms": ("vLLM Router: added latency per request vs one engine, p99", "ms"),
     "router_rps": ("vLLM Router: requests/s passed to a no-op upstream (2 shared cores)", "req/s"),
     "router_skew_ttft_p99_ratio": (
-        "Skewed load over 2 engines: TTFT p99, power_of_two ÷ round_robin (lower is better)",
+        "Skewed load over 3 engines: TTFT p99, power_of_two ÷ round_robin (lower is better)",
         "x",
     ),
     "router_skew_throughput_ratio": ("… generated tokens/s, power_of_two ÷ round_robin", "x"),

@@ -13,8 +13,10 @@ processes anyway.
 * Throughput: the router in front of a no-op upstream (a canned completion from an aiohttp server),
   driven by an aiohttp client at concurrency 64 for 10 s. Client, upstream and router share the 2
   cores, so this is a floor for the router's capacity, not its ceiling.
-* Skew: SKEW_ENGINES engines with --max-num-seqs 2; SKEW_REQUESTS streamed requests at concurrency
-  SKEW_CONCURRENCY, a seeded quarter of them long (SKEW_LONG tokens), the rest short (SKEW_SHORT);
+* Skew: SKEW_ENGINES engines with --max-num-seqs 2, their model processes below their API
+  servers' priority as the node runner runs engine pods (docs/cpu-adaptations.md, item 15);
+  SKEW_REQUESTS streamed requests at concurrency SKEW_CONCURRENCY, a seeded quarter of them long
+  (SKEW_LONG tokens), the rest short (SKEW_SHORT);
   the same sequence through power_of_two and through round_robin, twice each, alternating.
   Ratios are power_of_two ÷ round_robin: TTFT p99 (lower is better) and generated tokens/s.
 """
@@ -26,6 +28,7 @@ import os
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -33,6 +36,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from localcluster.noderunner import procs
+from localcluster.noderunner.pods import MODEL_NICE
 from localcluster.supervisor import REPO
 
 from llmfleet.render.router import ROUTER_LOG
@@ -45,12 +50,10 @@ HOST = "127.0.0.1"
 OVERHEAD_PAIRS = 200
 RPS_SECONDS = 10
 RPS_CONCURRENCY = 64
-# 3 engines of the tiny model fit in memory here but starve each other on 2 cores (each engine
-# runs at a third of the speed); 2 keep the comparison about routing rather than CPU contention.
-SKEW_ENGINES = 2
+SKEW_ENGINES = 3
 SKEW_MAX_NUM_SEQS = 2
-SKEW_REQUESTS = 48
-SKEW_CONCURRENCY = 6
+SKEW_REQUESTS = 72
+SKEW_CONCURRENCY = 9  # 1.5x the engines' 6 slots: a queue forms, so placement matters
 SKEW_LONG = 192
 SKEW_SHORT = 8
 SKEW_SEED = 7
@@ -200,11 +203,38 @@ def _process(
                 proc.wait()
 
 
+@contextmanager
+def _model_below_api_server(servers: dict[str, int]) -> Iterator[None]:
+    """What the node runner does for engine pods: every 2 s, the threads of each engine's model
+    processes (marked `servers` key, API server pid the value) go to MODEL_NICE."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(2):
+            for mark, server in servers.items():
+                procs.lower_priority(mark, spare=server, nice=MODEL_NICE)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _engines(stack: ExitStack, python: Path, model: str, count: int, workdir: Path) -> list[str]:
     urls = []
-    procs = []
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HOME": str(workdir)}
+    servers: list[subprocess.Popen[bytes]] = []
+    marks: dict[str, int] = {}
     for i in range(count):
+        mark = procs.marker(f"bench-router.{os.getpid()}", f"engine-{i}")
+        env = {
+            **os.environ,
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "HOME": str(workdir),
+            procs.MARKER_ENV: mark,
+        }
         port = _port()
         argv = [
             str(python),
@@ -224,10 +254,13 @@ def _engines(stack: ExitStack, python: Path, model: str, count: int, workdir: Pa
             "--port",
             str(port),
         ]
-        procs.append(stack.enter_context(_process(argv, workdir / f"engine-{i}.log", env)))
+        server = stack.enter_context(_process(argv, workdir / f"engine-{i}.log", env))
+        servers.append(server)
+        marks[mark] = server.pid
         urls.append(f"http://{HOST}:{port}")
-    for url, proc in zip(urls, procs, strict=True):
-        _wait_http(f"{url}/health", STARTUP_TIMEOUT, proc)
+    stack.enter_context(_model_below_api_server(marks))
+    for url, server in zip(urls, servers, strict=True):
+        _wait_http(f"{url}/health", STARTUP_TIMEOUT, server)
     return urls
 
 

@@ -33,10 +33,8 @@ from kubernetes import client
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.config import ENGINE_JOB, OPERATOR_JOB
 from localcluster.metricsstack.load import (
-    GROUP,
-    PLURAL,
-    VERSION,
     EngineLoad,
+    delete_llmd,
     free_gpus,
     hold_gpus,
     pod_ready,
@@ -591,13 +589,5 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
         "no request waiting after the load",
     )
     # Leave no engine behind for the next test (they drain in seconds when idle).
-    client.CustomObjectsApi(api).delete_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, NAME
-    )
-    wait_until(
-        lambda: not core.list_namespaced_pod(namespace, label_selector=SELECTOR).items,
-        120,
-        1,
-        "the engine pods gone",
-    )
+    delete_llmd(api, namespace, NAME)
     print(f"test took {time.monotonic() - t0:.0f}s")

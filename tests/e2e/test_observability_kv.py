@@ -16,10 +16,8 @@ from kubernetes import client
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.config import OPERATOR_JOB
 from localcluster.metricsstack.load import (
-    GROUP,
-    PLURAL,
-    VERSION,
     EngineLoad,
+    delete_llmd,
     free_gpus,
     pod_ready,
     tiny_llmd,
@@ -104,12 +102,4 @@ def test_a_kv_cache_too_small_for_the_batch_fills_up_preempts_and_alerts(
     # Preemption slows requests down; it loses none.
     assert records
     assert all(r["outcome"] == "ok" for r in records), records[:3]
-    client.CustomObjectsApi(api).delete_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name
-    )
-    wait_until(
-        lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items,
-        180,
-        1,
-        "the engine pod gone",
-    )
+    delete_llmd(api, namespace, name)

@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.promtext import scrape
+from localcluster.supervisor import CONTROL_PLANE_NICE
 
 
 def main(argv: list[str]) -> int:
     url, out, interval, prefixes = argv[0], Path(argv[1]), float(argv[2]), tuple(argv[3:])
     # A measuring instrument: ahead of the processes it measures when the machine is saturated
-    # (samples came 3-4 s apart during a scale-down otherwise). Needs root; else as it is.
+    # (samples came 3-4 s apart during a scale-down otherwise).
     with contextlib.suppress(PermissionError):
-        os.nice(-5)
+        os.nice(CONTROL_PLANE_NICE)
     with out.open("a") as f:
         while True:
             began = time.time()

@@ -180,6 +180,22 @@ def tiny_llmd(name: str, max_num_seqs: int = 2, **autoscaling: Any) -> dict[str,
     }
 
 
+def delete_llmd(api: client.ApiClient, namespace: str, name: str, timeout: float = 180) -> None:
+    """Delete an LLMDeployment and wait until its pods (engines, router) are gone, so the next
+    test or run finds the node runner's GPUs free (idle engines drain in seconds)."""
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+    core = client.CoreV1Api(api)
+    selector = f"llmfleet.dev/deployment={name}"
+    wait_until(
+        lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items,
+        timeout,
+        1,
+        f"{name}'s pods gone",
+    )
+
+
 def free_gpus(core: client.CoreV1Api, node: str) -> int:
     alloc = int(core.read_node(node).status.allocatable.get(GPU, "0"))
     used = 0

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from ..supervisor import BUILD_TOOLS, Cluster, bindir
+from ..supervisor import BUILD_TOOLS, Cluster, ahead_of_workloads, bindir
 from . import config
 from .config import (
     ADAPTER,
@@ -201,12 +201,14 @@ class MetricsStack:
         tests_dir = Path(__file__).resolve().parents[2]
         with open(self.log(NAME), "ab") as logf:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "localcluster.metricsstack.run",
-                    f"--state-dir={self.cluster.state_dir}",
-                ],
+                ahead_of_workloads(
+                    [
+                        sys.executable,
+                        "-m",
+                        "localcluster.metricsstack.run",
+                        f"--state-dir={self.cluster.state_dir}",
+                    ]
+                ),
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
