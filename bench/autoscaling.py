@@ -41,14 +41,19 @@ from localcluster.metricsstack.load import (
 from localcluster.routerapi import routed_engines
 from localcluster.supervisor import REPO, Cluster
 
+from llmfleet.models.defaults import DEFAULT_TARGET_QUEUE_DEPTH
+
 from . import panels
 
 HERE = Path(__file__).resolve().parent
 PLOT = HERE / "plots" / "autoscaling.png"
 PANELS_PLOT = HERE / "plots" / "dashboard.png"
 NODE_GPUS = 2
-TARGET_QUEUE_DEPTH = 2
-REACTION_CONCURRENCY = 10
+# The reaction run uses the LLMDeployment's shipped target and a sustained queue of 4x it: the
+# engine runs maxNumSeqs requests at once and every other client's request waits.
+TARGET_QUEUE_DEPTH = DEFAULT_TARGET_QUEUE_DEPTH
+REACTION_MAX_NUM_SEQS = 2
+REACTION_CONCURRENCY = REACTION_MAX_NUM_SEQS + 4 * TARGET_QUEUE_DEPTH
 # Long enough that the engine serves a request more slowly than a client sends the next one (at
 # 96 tokens the queue emptied between requests and the HPA saw it come and go).
 REACTION_TOKENS = 320
@@ -100,9 +105,10 @@ def reaction(
         ns,
         tiny_llmd(
             name,
+            max_num_seqs=REACTION_MAX_NUM_SEQS,
             minReplicas=1,
             maxReplicas=2,
-            targetQueueDepth=TARGET_QUEUE_DEPTH,
+            # (targetQueueDepth: the shipped default.) Shortened so the plot shows the scale-down.
             scaleDownStabilizationSeconds=20,
         ),
     )

@@ -473,11 +473,14 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
         print(f"alerts fired: {sorted(fired)}")
 
         # --- load stops: scale down, draining the removed pod -----------------------------
-        # A tail of long requests keeps both engines busy (about two each, as many as they run
-        # at once: no queue, so the HPA scales down) so that the pod removed has requests in
-        # flight when it is told to go.
+        # A tail of long requests keeps both engines busy so that the pod removed has requests
+        # in flight when it is told to go: one more client than the two engines run at once
+        # (with exactly as many, the removed engine once had none in flight in the seconds
+        # around its removal), a queue of about 0.5 per pod, well under the target,
+        # so the HPA still scales down. It stops sending once the router has dropped the
+        # removed pod, before one engine's queue could bring the HPA back up.
         sampler = later.enter_context(RouterSampler(router_metrics, tmp_path / "router.jsonl"))
-        tail = load.start("tail", 2 * MAX_NUM_SEQS, duration=240, max_tokens=400, timeout=180)
+        tail = load.start("tail", 2 * MAX_NUM_SEQS + 1, duration=240, max_tokens=400, timeout=180)
         main.stop()
         load_end = time.time()
         print(f"main load stopped at +{time.monotonic() - t0:.0f}s")
@@ -507,6 +510,7 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
             "the router dropping the draining engine",
         )
         dropped = time.time()
+        tail.ask_to_stop()
         wait_until(lambda: mon.pods[victim].gone, 150, 1, f"{victim} gone")
         tail.stop()
         wait_until(

@@ -32,9 +32,13 @@ class Generator:
     out: Path
     stop_file: Path
 
-    def stop(self, timeout: float = 180) -> None:
-        """Ask it to stop (in-flight requests finish or time out) and wait."""
+    def ask_to_stop(self) -> None:
+        """No new requests from now on; those in flight finish or time out."""
         self.stop_file.touch()
+
+    def stop(self, timeout: float = 180) -> None:
+        """Ask it to stop and wait until its requests in flight are done."""
+        self.ask_to_stop()
         self.wait(timeout)
 
     def wait(self, timeout: float = 180) -> None:
