@@ -45,7 +45,7 @@ from localcluster.metricsstack.load import (
 from localcluster.promtext import per_worker, scrape, total
 from localcluster.routerapi import routed_engines
 from localcluster.sampler import read as sampler_read
-from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster
+from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster, ahead_of_workloads
 
 from e2e import harness, localnode, observe
 from e2e.harness import Operator, condition
@@ -220,17 +220,19 @@ class RouterSampler:
 
     def __enter__(self) -> RouterSampler:
         self._proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "localcluster.sampler",
-                self.url,
-                str(self.out),
-                "0.2",
-                "vllm_router_processed_requests_total",
-                "vllm_router_cb_outcomes_total",
-                "vllm_router_running_requests",
-            ],
+            ahead_of_workloads(
+                [
+                    sys.executable,
+                    "-m",
+                    "localcluster.sampler",
+                    self.url,
+                    str(self.out),
+                    "0.2",
+                    "vllm_router_processed_requests_total",
+                    "vllm_router_cb_outcomes_total",
+                    "vllm_router_running_requests",
+                ]
+            ),
             env={**os.environ, "PYTHONPATH": str(REPO / "tests")},
         )
         return self

@@ -4,28 +4,25 @@ start with one of the given prefixes. A process rather than a thread: the test p
 deserialising API objects and would space the samples seconds apart on a loaded machine.
 
     python -m localcluster.sampler URL OUT INTERVAL PREFIX...
+
+Start it with supervisor.ahead_of_workloads: a measuring instrument must run ahead of the
+processes it measures when the machine is saturated (samples came 3-4 s apart during a
+scale-down otherwise).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from localcluster.promtext import scrape
-from localcluster.supervisor import CONTROL_PLANE_NICE
 
 
 def main(argv: list[str]) -> int:
     url, out, interval, prefixes = argv[0], Path(argv[1]), float(argv[2]), tuple(argv[3:])
-    # A measuring instrument: ahead of the processes it measures when the machine is saturated
-    # (samples came 3-4 s apart during a scale-down otherwise).
-    with contextlib.suppress(PermissionError):
-        os.nice(CONTROL_PLANE_NICE)
     with out.open("a") as f:
         while True:
             began = time.time()
