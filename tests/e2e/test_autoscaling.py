@@ -476,13 +476,14 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
 
         # --- load stops: scale down, draining the removed pod -----------------------------
         # A tail of long requests keeps both engines busy so that the pod removed has requests
-        # in flight when it is told to go: one more client than the two engines run at once
-        # (with exactly as many, the removed engine once had none in flight in the seconds
-        # around its removal), a queue of about 0.5 per pod, well under the target,
-        # so the HPA still scales down. It stops sending once the router has dropped the
-        # removed pod, before one engine's queue could bring the HPA back up.
+        # in flight when it is told to go: one request waiting per engine beyond the two it runs
+        # at once, so one is admitted as soon as a running one ends (with no queue, or half a
+        # request per pod, clean-clone runs saw the removed engine with nothing in flight in the
+        # seconds around its removal). A queue of 1 per pod is under the HPA's target, so it
+        # still scales down. The tail stops sending once the router has dropped the removed pod,
+        # before one engine's queue could bring the HPA back up.
         sampler = later.enter_context(RouterSampler(router_metrics, tmp_path / "router.jsonl"))
-        tail = load.start("tail", 2 * MAX_NUM_SEQS + 1, duration=240, max_tokens=400, timeout=180)
+        tail = load.start("tail", 2 * (MAX_NUM_SEQS + 1), duration=240, max_tokens=400, timeout=180)
         main.stop()
         load_end = time.time()
         print(f"main load stopped at +{time.monotonic() - t0:.0f}s")
