@@ -219,20 +219,18 @@ class RouterSampler:
     _proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> RouterSampler:
-        self._proc = subprocess.Popen(
-            ahead_of_workloads(
-                [
-                    sys.executable,
-                    "-m",
-                    "localcluster.sampler",
-                    self.url,
-                    str(self.out),
-                    "0.2",
-                    "vllm_router_processed_requests_total",
-                    "vllm_router_cb_outcomes_total",
-                    "vllm_router_running_requests",
-                ]
-            ),
+        self._proc = ahead_of_workloads(
+            [
+                sys.executable,
+                "-m",
+                "localcluster.sampler",
+                self.url,
+                str(self.out),
+                "0.2",
+                "vllm_router_processed_requests_total",
+                "vllm_router_cb_outcomes_total",
+                "vllm_router_running_requests",
+            ],
             env={**os.environ, "PYTHONPATH": str(REPO / "tests")},
         )
         return self

@@ -152,10 +152,20 @@ def _keep_loopback() -> dict[str, Any]:
 
 
 def prometheus_config(
-    server: str, ca: Path, pki: Path, ports: StackPorts, targets_dir: Path, rules_dir: Path
+    server: str,
+    ca: Path,
+    pki: Path,
+    ports: StackPorts,
+    targets_dir: Path,
+    rules_dir: Path,
+    engine_scrape_interval: str = SCRAPE_INTERVAL,
 ) -> dict[str, Any]:
     engines = {
         "job_name": ENGINE_JOB,
+        # As a PodMonitor without scrapeTimeout gets it: the timeout is the interval (Prometheus's
+        # 10 s global default is capped at it).
+        "scrape_interval": engine_scrape_interval,
+        "scrape_timeout": engine_scrape_interval,
         "kubernetes_sd_configs": [
             {
                 "role": "pod",

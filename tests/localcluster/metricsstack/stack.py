@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,8 @@ def _pid_alive(pid: int) -> bool:
 @dataclass
 class MetricsStack:
     cluster: Cluster
+    # How often Prometheus scrapes the engine pods (the other jobs: SCRAPE_INTERVAL).
+    engine_scrape_interval: str = config.SCRAPE_INTERVAL
 
     # --- paths ------------------------------------------------------------------------------
 
@@ -143,6 +146,18 @@ class MetricsStack:
         self._register(deadline)
         return self
 
+    @contextlib.contextmanager
+    def engines_scraped_every(self, interval: str) -> Iterator[MetricsStack]:
+        """Scrape the engine pods every `interval` inside the block (a benchmark measuring with
+        the chart's PodMonitor interval) and every SCRAPE_INTERVAL again after it."""
+        self.engine_scrape_interval = interval
+        self._write_prometheus_config(self.ports, reload=True)
+        try:
+            yield self
+        finally:
+            self.engine_scrape_interval = config.SCRAPE_INTERVAL
+            self._write_prometheus_config(self.ports, reload=True)
+
     def stop(self) -> None:
         """Remove the APIServices, then stop every process of the stack."""
         with contextlib.suppress(subprocess.CalledProcessError):
@@ -200,19 +215,16 @@ class MetricsStack:
         self.spec_file.write_text(json.dumps(spec, indent=2) + "\n")
         tests_dir = Path(__file__).resolve().parents[2]
         with open(self.log(NAME), "ab") as logf:
-            proc = subprocess.Popen(
-                ahead_of_workloads(
-                    [
-                        sys.executable,
-                        "-m",
-                        "localcluster.metricsstack.run",
-                        f"--state-dir={self.cluster.state_dir}",
-                    ]
-                ),
+            proc = ahead_of_workloads(
+                [
+                    sys.executable,
+                    "-m",
+                    "localcluster.metricsstack.run",
+                    f"--state-dir={self.cluster.state_dir}",
+                ],
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,
                 cwd=self.home,
                 env={**os.environ, "PYTHONPATH": str(tests_dir)},
             )
@@ -243,6 +255,7 @@ class MetricsStack:
             ports,
             self.targets_dir,
             self.rules_dir,
+            self.engine_scrape_interval,
         )
         path = self.home / "prometheus.yml"
         text = yaml.safe_dump(cfg, sort_keys=False)
