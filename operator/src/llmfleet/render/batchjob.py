@@ -19,6 +19,7 @@ from llmfleet import API_GROUP, API_VERSION
 from llmfleet.batch.progress import METRICS_PORT
 from llmfleet.models.batchjob import DEFAULT_BATCH_IMAGE, KIND, ClaimPath, LLMBatchJobSpec
 from llmfleet.planner import Plan
+from llmfleet.render.modelpod import GPU_RESOURCE, cache_and_tmp, model_env, resources
 from llmfleet.render.names import MANAGED_BY
 
 BATCHJOB_LABEL = "llmfleet.dev/batchjob"
@@ -27,14 +28,11 @@ CONTAINER = "runner"
 RUNNER_COMMAND = ("python3", "-m", "llmfleet.batch.runner")
 # llmfleet.batch.runner's exit codes that no retry can fix: usage (2) and configuration (3).
 NON_RETRYABLE_EXIT_CODES = (2, 3)
-GPU_RESOURCE = "nvidia.com/gpu"
-HF_HOME = "/var/cache/huggingface"
 CLAIMS_DIR = "/llmfleet/claims"
 CONFIGMAP_INPUT_DIR = "/llmfleet/input"
 CONFIGMAP_INPUT_FILE = "input.jsonl"
 TERMINATION_LOG = "/dev/termination-log"
 RUN_AS = 1000
-DEFAULT_CPU_REQUEST = "2"
 # SIGTERM stops the runner taking work; it flushes and exits at once (the rest resumes later).
 TERMINATION_GRACE_SECONDS = 30
 MAX_JOB_NAME = 52  # pod names add -<index>-<5 chars>; the Job name is also a label value
@@ -138,52 +136,16 @@ def _volumes(spec: LLMBatchJobSpec) -> tuple[list[dict[str, Any]], list[dict[str
         )
         mounts.append({"name": "input", "mountPath": CONFIGMAP_INPUT_DIR, "readOnly": True})
         input_path = f"{CONFIGMAP_INPUT_DIR}/{CONFIGMAP_INPUT_FILE}"
-    cache: dict[str, Any] = (
-        {"persistentVolumeClaim": {"claimName": spec.model.cache.claim_name}}
-        if spec.model.cache is not None
-        else {"emptyDir": {}}
-    )
-    volumes += [{"name": "hf-cache", **cache}, {"name": "tmp", "emptyDir": {}}]
-    mounts += [
-        {"name": "hf-cache", "mountPath": HF_HOME},
-        {"name": "tmp", "mountPath": "/tmp"},
-    ]
+    cache_volumes, cache_mounts = cache_and_tmp(spec.model)
+    volumes += cache_volumes
+    mounts += cache_mounts
     return volumes, mounts, input_path, posixpath.join(_claim_mount(output.claim_name), output.path)
 
 
 def _env(spec: LLMBatchJobSpec) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {"name": "HF_HOME", "value": HF_HOME},
-        {"name": "HOME", "value": "/tmp"},
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
-    ]
-    if spec.model.token_secret_ref is not None:
-        ref = spec.model.token_secret_ref
-        env.append(
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
-        )
-    if spec.gpus is None:
-        gib = max(1, int(-(-spec.engine.cpu_kv_cache_gib // 1)))
-        env.append({"name": "VLLM_CPU_KVCACHE_SPACE", "value": str(gib)})
+    env = model_env(spec.model, spec.engine, on_gpus=spec.gpus is not None)
+    env.append({"name": "PYTHONUNBUFFERED", "value": "1"})
     return sorted(env, key=lambda e: str(e["name"]))
-
-
-def _resources(spec: LLMBatchJobSpec, plan: Plan) -> dict[str, Any]:
-    user = spec.engine.resources
-    requests: dict[str, str] = dict(user.requests or {}) if user else {}
-    limits: dict[str, str] = dict(user.limits or {}) if user else {}
-    if plan.gpus_per_replica:
-        limits[GPU_RESOURCE] = str(plan.gpus_per_replica)
-    else:
-        requests.setdefault("cpu", DEFAULT_CPU_REQUEST)
-        if plan.cpu_memory_gib:
-            requests.setdefault("memory", f"{plan.cpu_memory_gib}Gi")
-    out: dict[str, Any] = {}
-    if requests:
-        out["requests"] = dict(sorted(requests.items()))
-    if limits:
-        out["limits"] = dict(sorted(limits.items()))
-    return out
 
 
 def runner_args(
@@ -222,7 +184,7 @@ def render_batch_job(owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan) -> di
         "args": runner_args(owner, spec, plan, input_path, output_dir),
         "env": _env(spec),
         "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
-        "resources": _resources(spec, plan),
+        "resources": resources(spec.engine, plan),
         "volumeMounts": mounts,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",

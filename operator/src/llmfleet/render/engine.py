@@ -7,6 +7,7 @@ from typing import Any
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
+from llmfleet.render.modelpod import GPU_RESOURCE, cache_and_tmp, model_env, resources
 from llmfleet.render.names import (
     HTTP_PORT,
     LAYOUT_LABEL,
@@ -18,11 +19,9 @@ from llmfleet.render.names import (
     selector_labels,
 )
 
-GPU_RESOURCE = "nvidia.com/gpu"
 # The OpenAI server module rather than the `vllm serve` console script: the same command runs in
 # the upstream image and in a plain virtualenv.
 ENGINE_COMMAND = ("python3", "-m", "vllm.entrypoints.openai.api_server")
-HF_HOME = "/var/cache/huggingface"
 # The image's user is root; these ids make it run unprivileged with a writable HOME and cache.
 RUN_AS = 1000
 # Seconds for endpoints and routers to stop sending new requests before SIGTERM; vLLM then
@@ -31,20 +30,11 @@ PRESTOP_SLEEP_SECONDS = 10
 TERMINATION_GRACE_SECONDS = 120
 # What is left of the grace period after the preStop sleep, less time for vLLM's own teardown.
 SHUTDOWN_TIMEOUT_SECONDS = TERMINATION_GRACE_SECONDS - PRESTOP_SLEEP_SECONDS - 20
-DEFAULT_CPU_REQUEST = "2"
 PROBE_PERIOD_SECONDS = 10
 
 
 def _env(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {"name": "HF_HOME", "value": HF_HOME},
-        {"name": "HOME", "value": "/tmp"},
-    ]
-    if spec.model.token_secret_ref is not None:
-        ref = spec.model.token_secret_ref
-        env.append(
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
-        )
+    env = model_env(spec.model, spec.engine, on_gpus=spec.gpus is not None)
     if spec.engine.api_key_secret_ref is not None:
         ref = spec.engine.api_key_secret_ref
         env.append(
@@ -53,34 +43,7 @@ def _env(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
                 "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
             }
         )
-    if spec.gpus is None:
-        env.append(
-            {"name": "VLLM_CPU_KVCACHE_SPACE", "value": _gib_int(spec.engine.cpu_kv_cache_gib)}
-        )
     return sorted(env, key=lambda e: str(e["name"]))
-
-
-def _gib_int(value: float) -> str:
-    return str(max(1, math.ceil(value)))
-
-
-def _resources(spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
-    user = spec.engine.resources
-    requests: dict[str, str] = dict(user.requests or {}) if user else {}
-    limits: dict[str, str] = dict(user.limits or {}) if user else {}
-    if plan.gpus_per_replica:
-        # Extended resources: the request defaults to the limit.
-        limits[GPU_RESOURCE] = str(plan.gpus_per_replica)
-    else:
-        requests.setdefault("cpu", DEFAULT_CPU_REQUEST)
-        if plan.cpu_memory_gib:
-            requests.setdefault("memory", f"{plan.cpu_memory_gib}Gi")
-    out: dict[str, Any] = {}
-    if requests:
-        out["requests"] = dict(sorted(requests.items()))
-    if limits:
-        out["limits"] = dict(sorted(limits.items()))
-    return out
 
 
 def _probes(plan: Plan) -> dict[str, Any]:
@@ -107,22 +70,10 @@ def _probes(plan: Plan) -> dict[str, Any]:
 def _volumes(
     spec: LLMDeploymentSpec, plan: Plan
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    cache: dict[str, Any] = (
-        {"persistentVolumeClaim": {"claimName": spec.model.cache.claim_name}}
-        if spec.model.cache is not None
-        else {"emptyDir": {}}
-    )
-    volumes = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{plan.shm_size_gib}Gi"}},
-        {"name": "hf-cache", **cache},
-        {"name": "tmp", "emptyDir": {}},
-    ]
-    mounts = [
-        {"name": "dshm", "mountPath": "/dev/shm"},
-        {"name": "hf-cache", "mountPath": HF_HOME},
-        {"name": "tmp", "mountPath": "/tmp"},
-    ]
-    return volumes, mounts
+    # Tensor parallelism's workers exchange tensors through shared memory.
+    shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{plan.shm_size_gib}Gi"}}
+    volumes, mounts = cache_and_tmp(spec.model)
+    return [shm, *volumes], [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts]
 
 
 def render_engine(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
@@ -146,7 +97,7 @@ def render_engine(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str
         ],
         "env": _env(spec),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
-        "resources": _resources(spec, plan),
+        "resources": resources(spec.engine, plan),
         **_probes(plan),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}},
         "volumeMounts": mounts,

@@ -14,7 +14,8 @@ from typing import Any
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
-from llmfleet.render.engine import GPU_RESOURCE, PROBE_PERIOD_SECONDS, RUN_AS
+from llmfleet.render.engine import PROBE_PERIOD_SECONDS, RUN_AS
+from llmfleet.render.modelpod import GPU_RESOURCE
 from llmfleet.render.names import (
     HTTP_PORT,
     Owner,
