@@ -346,17 +346,12 @@ class Cluster:
         self._start(name, self._controller_manager_cmd(hpa_sync_period))
         # Its serving certificate is self-signed (no --tls-cert-file); /healthz needs no client
         # identity. Loopback only.
-        unverified = ssl._create_unverified_context()
-        url = f"https://127.0.0.1:{self.ports.controller_manager}/healthz"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=5, context=unverified):
-                    return
-            except (OSError, urllib.error.URLError):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{name} not healthy at {url} after 60s") from None
-                time.sleep(0.2)
+        self._wait_http(
+            f"https://127.0.0.1:{self.ports.controller_manager}/healthz",
+            name,
+            timeout=60,
+            context=ssl._create_unverified_context(),
+        )
 
     def _controller_manager_cmd(self, hpa_sync_period: str = HPA_SYNC_PERIOD) -> list[str]:
         k = self.pki_dir
@@ -499,13 +494,20 @@ class Cluster:
         ctx.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
         return ctx
 
-    def _get(self, url: str, auth: bool = False) -> bytes:
-        ctx = self._ssl_context() if auth else None
+    def _get(self, url: str, auth: bool = False, context: ssl.SSLContext | None = None) -> bytes:
+        ctx = self._ssl_context() if auth else context
         with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
             body: bytes = resp.read()
             return body
 
-    def _wait_http(self, url: str, what: str, auth: bool = False, timeout: float = 90) -> None:
+    def _wait_http(
+        self,
+        url: str,
+        what: str,
+        auth: bool = False,
+        timeout: float = 90,
+        context: ssl.SSLContext | None = None,
+    ) -> None:
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline:
@@ -513,7 +515,7 @@ class Cluster:
             if pid is None or not _pid_exists(pid):
                 raise RuntimeError(f"{what} exited; see {self.state_dir / (what + '.log')}")
             try:
-                self._get(url, auth=auth)
+                self._get(url, auth=auth, context=context)
                 return
             except (OSError, urllib.error.URLError) as e:
                 last = e
