@@ -12,6 +12,7 @@ from llmfleet.models.engine import EngineSpec
 from llmfleet.models.gpus import GpuSpec
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.models.router import RouterSpec
+from llmfleet.models.workload import SloSpec, WorkloadSpec
 
 KIND = "LLMDeployment"
 PLURAL = "llmdeployments"
@@ -96,8 +97,24 @@ class LLMDeploymentSpec(ApiModel):
     objective: Objective = Field(
         default="Throughput",
         description=(
-            "What Auto optimizes: Throughput (more independent replicas, larger batches) or "
-            "Latency (wider tensor parallelism, smaller prefill chunks). Default Throughput."
+            "What Auto optimizes, by the planner's predictions for spec.workload: Throughput "
+            "(the layout with the most predicted output tokens/s per GPU) or Latency (the "
+            "lowest predicted inter-token latency). spec.slo, when set, decides instead. "
+            "Default Throughput."
+        ),
+    )
+    workload: WorkloadSpec | None = Field(
+        default=None,
+        description=(
+            "The typical request the plan's speed is predicted for, and vLLM's concurrency "
+            "sized by. Default 512 prompt and 256 output tokens (stated in status.predicted)."
+        ),
+    )
+    slo: SloSpec | None = Field(
+        default=None,
+        description=(
+            "Latency targets (ttftMillis, itlMillis). When set, the planner picks the fewest "
+            "GPUs per pod and the per-pod concurrency that meet them, instead of the objective."
         ),
     )
     engine: EngineSpec = Field(

@@ -28,6 +28,30 @@ class GpuProfile(ApiModel):
     tolerations: tuple[dict[str, Any], ...] = Field(
         default=(), description="Extra tolerations for pods on this pool."
     )
+    # The performance model's per-GPU constants (datasheet figures); without them the planner
+    # sizes memory but cannot predict speed.
+    hbm_gbps: float | None = Field(
+        default=None, alias="hbmGBps", gt=0, description="Memory bandwidth, GB/s."
+    )
+    bf16_tflops: float | None = Field(
+        default=None, alias="bf16TFLOPS", gt=0, description="Dense bf16 tensor TFLOP/s."
+    )
+    fp8_tflops: float | None = Field(
+        default=None,
+        alias="fp8TFLOPS",
+        gt=0,
+        description="Dense fp8 tensor TFLOP/s; unset where fp8 runs as weight-only (bf16 math).",
+    )
+    interconnect_gbps: float | None = Field(
+        default=None,
+        alias="interconnectGBps",
+        gt=0,
+        description="GPU-to-GPU bandwidth per direction within a node (NVLink or PCIe), GB/s.",
+    )
+
+    @property
+    def has_performance(self) -> bool:
+        return None not in (self.hbm_gbps, self.bf16_tflops, self.interconnect_gbps)
 
 
 GpuProfiles = Mapping[str, GpuProfile]
@@ -35,11 +59,32 @@ GpuProfiles = Mapping[str, GpuProfile]
 DEFAULT_GPU_PROFILES: dict[str, GpuProfile] = {
     name: GpuProfile.model_validate(body)
     for name, body in {
-        "h100-80gb": {"memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"},
-        "a100-80gb": {"memoryGiB": 80, "perNode": 8, "product": "NVIDIA-A100-SXM4-80GB"},
-        "a100-40gb": {"memoryGiB": 40, "perNode": 8, "product": "NVIDIA-A100-SXM4-40GB"},
-        "l40s": {"memoryGiB": 48, "perNode": 8, "product": "NVIDIA-L40S"},
-        "l4": {"memoryGiB": 24, "perNode": 8, "product": "NVIDIA-L4"},
+        # NVIDIA datasheets: HBM bandwidth, dense (not sparse) tensor TFLOP/s, NVLink
+        # bandwidth per direction (half the bidirectional figure), or PCIe Gen4 x16.
+        "h100-80gb": {
+            "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3",
+            "hbmGBps": 3350, "bf16TFLOPS": 989, "fp8TFLOPS": 1979, "interconnectGBps": 450,
+        },
+        "h200-141gb": {
+            "memoryGiB": 140, "perNode": 8, "product": "NVIDIA-H200",
+            "hbmGBps": 4800, "bf16TFLOPS": 989, "fp8TFLOPS": 1979, "interconnectGBps": 450,
+        },
+        "a100-80gb": {
+            "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-A100-SXM4-80GB",
+            "hbmGBps": 2039, "bf16TFLOPS": 312, "interconnectGBps": 300,
+        },
+        "a100-40gb": {
+            "memoryGiB": 40, "perNode": 8, "product": "NVIDIA-A100-SXM4-40GB",
+            "hbmGBps": 1555, "bf16TFLOPS": 312, "interconnectGBps": 300,
+        },
+        "l40s": {
+            "memoryGiB": 48, "perNode": 8, "product": "NVIDIA-L40S",
+            "hbmGBps": 864, "bf16TFLOPS": 362, "fp8TFLOPS": 733, "interconnectGBps": 32,
+        },
+        "l4": {
+            "memoryGiB": 24, "perNode": 8, "product": "NVIDIA-L4",
+            "hbmGBps": 300, "bf16TFLOPS": 121, "fp8TFLOPS": 242, "interconnectGBps": 32,
+        },
     }.items()
 }
 

@@ -57,6 +57,51 @@ class PlanSummary(ApiModel):
     )
 
 
+class Prediction(ApiModel):
+    """The planner's prediction of one pod's speed for spec.workload, from its performance model
+    (bandwidth, FLOPs and interconnect of the GPU, with efficiencies calibrated on real vLLM)."""
+
+    prompt_tokens: int = Field(ge=1, description="Workload prompt length the prediction is for.")
+    output_tokens: int = Field(ge=1, description="Workload output length the prediction is for.")
+    concurrency: int = Field(
+        ge=1, description="Sequences per pod the prediction assumes (vLLM --max-num-seqs)."
+    )
+    output_tokens_per_second: float = Field(
+        ge=0, description="Generated tokens/s of one pod at that concurrency (saturated)."
+    )
+    total_tokens_per_second: float = Field(
+        ge=0, description="Prompt plus generated tokens/s of one pod, saturated."
+    )
+    output_tokens_per_second_per_gpu: float = Field(
+        alias="outputTokensPerSecondPerGPU", ge=0, description="outputTokensPerSecond / GPUs."
+    )
+    ttft_millis: float = Field(
+        ge=0, description="Time to first token for one prompt of promptTokens on an idle pod."
+    )
+    itl_millis: float = Field(
+        ge=0, description="Inter-token latency at the planned concurrency, milliseconds."
+    )
+    itl_millis_batch1: float = Field(
+        alias="itlMillisBatch1", ge=0, description="Inter-token latency of a lone request."
+    )
+    max_concurrency_within_slo: int | None = Field(
+        default=None,
+        ge=0,
+        description="Most sequences per pod whose ITL meets spec.slo.itlMillis (with an SLO).",
+    )
+    calibration: str = Field(description="Which measurements calibrated the model.")
+
+
+class Measured(ApiModel):
+    """What the running engines report, to check the plan against."""
+
+    kv_cache_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="KV-cache tokens one engine allocated (vllm:cache_config_info, smallest pod).",
+    )
+
+
 class LLMDeploymentStatus(ApiModel):
     """Observed state of an LLMDeployment."""
 
@@ -75,6 +120,16 @@ class LLMDeploymentStatus(ApiModel):
     )
     plan: PlanSummary | None = Field(
         default=None, description="The planned layout; absent while the spec cannot be planned."
+    )
+    predicted: Prediction | None = Field(
+        default=None,
+        description=(
+            "Predicted speed of one pod of the plan for spec.workload; absent when the GPU "
+            "has no performance constants (spec.gpus.profile) or for CPU-only serving."
+        ),
+    )
+    measured: Measured | None = Field(
+        default=None, description="What the ready engines report (PlanVerified compares)."
     )
     replicas: int | None = Field(
         default=None, ge=0, description="Desired pods (the autoscaler may change it)."

@@ -7,7 +7,20 @@ from typing import Any
 from pydantic import Field
 
 from llmfleet.models.base import ApiModel
-from llmfleet.models.status import PlannedStrategy, PlanSummary
+from llmfleet.models.status import PlannedStrategy, Prediction, PlanSummary
+
+
+class Candidate(ApiModel):
+    """One layout the planner considered, with its memory fit, predicted speed and verdict."""
+
+    strategy: PlannedStrategy = Field(description="SinglePod or MultiPod.")
+    tensor_parallel_size: int = Field(ge=1, description="GPUs per pod (tensor parallel).")
+    replicas: int = Field(ge=0, description="Pods the GPUs make at this size.")
+    kv_cache_tokens_per_replica: int = Field(ge=0, description="KV cache of one pod, tokens.")
+    max_num_seqs: int = Field(ge=0, description="Sequences per pod the plan would allow.")
+    predicted: Prediction | None = Field(default=None, description="Predicted speed of one pod.")
+    chosen: bool = Field(default=False, description="The layout the planner chose.")
+    verdict: str = Field(description="Why it was chosen, or why it lost.")
 
 
 class Plan(ApiModel):
@@ -55,6 +68,19 @@ class Plan(ApiModel):
         default=None,
         alias="cpuMemoryGiB",
         description="CPU-only serving: suggested memory request (weights + KV cache + runtime).",
+    )
+
+    predicted: Prediction | None = Field(
+        default=None,
+        description="Predicted speed of one pod for the workload; None without GPU constants.",
+    )
+    candidates: tuple[Candidate, ...] = Field(
+        default=(), description="Every layout considered, the chosen one included."
+    )
+    target_queue_depth: int = Field(
+        default=1,
+        ge=1,
+        description="HPA target of requests waiting per pod (spec, or derived from concurrency).",
     )
 
     node_selector: dict[str, str] = Field(
