@@ -1,0 +1,286 @@
+"""The planner against real vLLM on real GPUs, from the runs committed under bench/gpu/.
+
+No GPU is needed here: the GPU runs (bench/gpu/run.sh, measure.py) produced the JSON lines this
+reads. It fits the performance model's efficiencies to the calibration runs (the H100 sweep and
+batch-1 TTFTs of 2026-11-23 in reference-h100-2026-11-23.json), compares the model, with the
+constants the planner ships, on every point that was left out of the fit (other concurrencies,
+prompt lengths, a second model shape, an H200), and the planner's KV-cache figure with vLLM's
+for every engine started. Writes bench/gpu/calibration.json and bench/plots/prediction.png.
+
+`python -m bench.gpu_model --fit` prints the fitted constants (copy them into
+operator/src/llmfleet/planner/performance.py); `make bench BENCH=gpu_model` records the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from llmfleet.models.catalog import lookup_architecture
+from llmfleet.models.model_spec import ModelArchitecture
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
+from llmfleet.planner.memory import fit_on_gpu
+from llmfleet.planner.performance import CALIBRATED, Efficiencies, Gpu, PodModel, pod_model
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "gpu"
+REFERENCE = DATA / "reference-h100-2026-11-23.json"
+RUNS = ("h100-2026-11-23-a.jsonl", "h100-2026-11-23-b.jsonl", "h100-2026-11-23-c.jsonl",
+        "h200-2026-11-23.jsonl")
+PLOT = HERE / "plots" / "prediction.png"
+OUTPUT = DATA / "calibration.json"
+
+MODELS = {"llama-3.1-8b": "meta-llama/Llama-3.1-8B", "qwen2.5-7b": "Qwen/Qwen2.5-7B"}
+GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA H200": "h200-141gb"}
+
+
+def _gpu(device: str) -> tuple[Gpu, float]:
+    profile = DEFAULT_GPU_PROFILES[GPUS[device]]
+    assert profile.hbm_gbps and profile.bf16_tflops and profile.interconnect_gbps
+    gpu = Gpu(profile.hbm_gbps, profile.bf16_tflops, profile.fp8_tflops, profile.interconnect_gbps)
+    return gpu, profile.memory_gib
+
+
+def _arch(model: str) -> ModelArchitecture:
+    arch = lookup_architecture(MODELS[model])
+    assert arch is not None
+    return arch
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine the GPU runs started: its configuration and vLLM's KV-cache figure."""
+
+    tag: str
+    model: str
+    device: str
+    utilization: float
+    max_model_len: int
+    max_num_batched_tokens: int
+    kv_tokens: int
+
+    def pod(self, efficiencies: Efficiencies = CALIBRATED) -> PodModel:
+        return pod_model(_arch(self.model), dtype="bfloat16", quantization="none",
+                         tensor_parallel_size=1, gpu=_gpu(self.device)[0],
+                         max_num_batched_tokens=self.max_num_batched_tokens,
+                         efficiencies=efficiencies)
+
+    def planner_kv_tokens(self) -> int:
+        fit = fit_on_gpu(_arch(self.model), dtype="bfloat16", quantization="none",
+                         memory_gib=_gpu(self.device)[1], gpu_memory_utilization=self.utilization,
+                         max_num_batched_tokens=self.max_num_batched_tokens, tensor_parallel_size=1)
+        return fit.kv_tokens
+
+
+@dataclass(frozen=True)
+class Point:
+    """A measured figure and what the model must predict it from."""
+
+    engine: Engine
+    what: str  # itl_ms | out_tok_s | prefill_s | ttft_ms
+    concurrency: int
+    prompt: int
+    output: int
+    measured: float
+
+    def predict(self, efficiencies: Efficiencies = CALIBRATED) -> float:
+        pod = self.engine.pod(efficiencies)
+        c, p, o = self.concurrency, self.prompt, self.output
+        if self.what == "itl_ms":
+            return pod.itl_s(c, p, o) * 1e3
+        if self.what == "out_tok_s":
+            return pod.output_tokens_per_s(c, p, o)
+        if self.what == "prefill_s":
+            return pod.prefill_s(c, p)
+        return pod.ttft_s(p) * 1e3
+
+    def error_pct(self, efficiencies: Efficiencies = CALIBRATED) -> float:
+        return (self.predict(efficiencies) / self.measured - 1) * 100
+
+    def label(self) -> str:
+        gpu = "H200" if "H200" in self.engine.device else "H100"
+        return f"{gpu} {self.engine.model} c{self.concurrency} {self.prompt}/{self.output} {self.what}"
+
+
+def calibration_points() -> list[Point]:
+    ref = json.loads(REFERENCE.read_text())
+    device = ref["machine"]["gpu"]
+    sweep = ref["sweep"]
+    engine = Engine("reference-sweep", "llama-3.1-8b", device, 0.9, 8192, 16384, sweep["kv_tokens"])
+    points = []
+    for row in sweep["rows"]:
+        c, p, o = row["batch"], row["in"], row["out"]
+        points.append(Point(engine, "itl_ms", c, p, o, row["step_ms"]))
+        points.append(Point(engine, "prefill_s", c, p, o, row["prefill_s"]))
+    for run in ref["runs"]:
+        if run.get("ttft_b1_ms") and run.get("max_num_batched_tokens", 16384) == 16384:
+            points.append(Point(engine, "ttft_ms", 1, 512, 1, run["ttft_b1_ms"]))
+    return points
+
+
+def _records() -> list[dict[str, Any]]:
+    rows = []
+    for name in RUNS:
+        rows += [json.loads(line) for line in (DATA / name).read_text().splitlines() if line]
+    return rows
+
+
+def engines() -> dict[str, Engine]:
+    found = {}
+    for r in _records():
+        if r["kind"] == "engine":
+            args = r["engine_args"]
+            found[r["tag"]] = Engine(r["tag"], r["model"], r["gpu"], args["gpu_memory_utilization"],
+                                     args["max_model_len"], r["max_num_batched_tokens"],
+                                     r["kv_tokens"])
+    return found
+
+
+def validation_points() -> list[Point]:
+    known = engines()
+    points = []
+    for r in _records():
+        engine = known.get(r["tag"])
+        if r["kind"] == "point" and engine:
+            c, p, o = r["concurrency"], r["in"], r["out"]
+            points.append(Point(engine, "itl_ms", c, p, o, r["itl_ms"]))
+            points.append(Point(engine, "out_tok_s", c, p, o, r["out_tok_s"]))
+        elif r["kind"] == "ttft" and engine:
+            points.append(Point(engine, "ttft_ms", 1, r["in"], 1, r["ttft_ms"]))
+        elif r["kind"] == "saturate" and r["sampling"] == "greedy" and engine:
+            c = r["max_num_seqs"]
+            points.append(Point(engine, "out_tok_s", c, r["in"], r["out"], r["out_tok_s"]))
+    return points
+
+
+def _loss(points: list[Point], e: Efficiencies) -> float:
+    return sum(math.log(p.predict(e) / p.measured) ** 2 for p in points)
+
+
+def fit(points: list[Point]) -> Efficiencies:
+    """Nelder-Mead over the four fitted efficiencies (log space keeps them positive)."""
+    names = ("memory", "compute", "step_overhead_ms", "sequence_overhead_us")
+    start = [math.log(getattr(CALIBRATED, n)) for n in names]
+
+    def make(x: list[float]) -> Efficiencies:
+        return replace(CALIBRATED, **{n: math.exp(v) for n, v in zip(names, x, strict=True)})
+
+    def f(x: list[float]) -> float:
+        return _loss(points, make(x))
+
+    simplex = [start] + [[v + (0.2 if i == j else 0) for j, v in enumerate(start)]
+                         for i in range(len(start))]
+    for _ in range(400):
+        simplex.sort(key=f)
+        best, worst = simplex[0], simplex[-1]
+        centre = [sum(col) / (len(simplex) - 1) for col in zip(*simplex[:-1], strict=True)]
+        reflected = [c + (c - w) for c, w in zip(centre, worst, strict=True)]
+        if f(reflected) < f(best):
+            expanded = [c + 2 * (c - w) for c, w in zip(centre, worst, strict=True)]
+            simplex[-1] = expanded if f(expanded) < f(reflected) else reflected
+        elif f(reflected) < f(simplex[-2]):
+            simplex[-1] = reflected
+        else:
+            contracted = [c + 0.5 * (w - c) for c, w in zip(centre, worst, strict=True)]
+            if f(contracted) < f(worst):
+                simplex[-1] = contracted
+            else:
+                simplex = [best] + [[b + 0.5 * (v - b) for b, v in zip(best, s, strict=True)]
+                                    for s in simplex[1:]]
+    return make(min(simplex, key=f))
+
+
+def engine_args_ratio() -> dict[str, float]:
+    """The plan's engine arguments (512 sequences for the 512/256 workload on an H100) against
+    the best of vLLM's defaults and --max-num-seqs 256: same workload, same GPU, same session."""
+    sat = {r["tag"]: r["out_tok_s"] for r in _records()
+           if r["kind"] == "saturate" and r["sampling"] == "top_p" and r["in"] == 512}
+    baseline = max(sat["plan-8b"], sat["default-8b"])  # plan-8b ran --max-num-seqs 256
+    return {"plan": sat["seqs512-8b"], "max_num_seqs_256": sat["plan-8b"],
+            "vllm_defaults": sat["default-8b"], "ratio": sat["seqs512-8b"] / baseline}
+
+
+def _plot(points: list[Point]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.6))
+    for ax, what, unit in zip(axes, ("out_tok_s", "itl_ms", "ttft_ms"),
+                              ("output tokens/s", "ITL, ms", "TTFT, ms"), strict=True):
+        chosen = [p for p in points if p.what == what]
+        for device, marker in (("H100", "o"), ("H200", "s")):
+            mine = [p for p in chosen if device in p.engine.device]
+            ax.scatter([p.measured for p in mine], [p.predict() for p in mine], marker=marker,
+                       label=f"{device} ({len(mine)})")
+        values = [p.measured for p in chosen] + [p.predict() for p in chosen]
+        low, high = min(values) * 0.8, max(values) * 1.25
+        ax.plot([low, high], [low, high], color="grey", lw=0.8)
+        ax.fill_between([low, high], [low * 0.85, high * 0.85], [low * 1.15, high * 1.15],
+                        color="grey", alpha=0.15, label="±15 %")
+        ax.set(xscale="log", yscale="log", xlabel=f"measured {unit}", ylabel=f"predicted {unit}",
+               title=unit)
+        ax.legend(fontsize=8)
+    fig.suptitle("Planner performance model vs vLLM 0.26.0 (points not used for calibration; "
+                 "2026-11-23)")
+    fig.tight_layout()
+    PLOT.parent.mkdir(exist_ok=True)
+    fig.savefig(PLOT, dpi=110)
+
+
+def run() -> dict[str, float]:
+    validation = validation_points()
+    errors = [abs(p.error_pct()) for p in validation if p.what in ("out_tok_s", "itl_ms")]
+    kv = []
+    for e in engines().values():
+        planned = e.planner_kv_tokens()
+        kv.append({"tag": e.tag, "gpu": e.device, "model": e.model, "utilization": e.utilization,
+                   "max_model_len": e.max_model_len, "planner": planned, "vllm": e.kv_tokens,
+                   "error_pct": round((planned / e.kv_tokens - 1) * 100, 2)})
+    args = engine_args_ratio()
+    report = {
+        "efficiencies": CALIBRATED.__dict__,
+        "calibration_loss": _loss(calibration_points(), CALIBRATED),
+        "kv": kv,
+        "engine_args": args,
+        "validation": [{"point": p.label(), "measured": p.measured,
+                        "predicted": round(p.predict(), 3), "error_pct": round(p.error_pct(), 1)}
+                       for p in validation],
+        "source": "vLLM 0.26.0 on NVIDIA H100 80GB HBM3 and NVIDIA H200, 2026-11-23 (bench/gpu/)",
+    }
+    OUTPUT.write_text(json.dumps(report, indent=2) + "\n")
+    _plot(validation)
+    return {
+        "gpu_kv_error_max_pct": max(abs(k["error_pct"]) for k in kv),
+        "gpu_engine_args_throughput_ratio": args["ratio"],
+        "gpu_prediction_error_p50_pct": statistics.median(errors),
+        "gpu_prediction_error_max_pct": max(errors),
+        "gpu_prediction_points": float(len(errors)),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--fit", action="store_true", help="fit the efficiencies and print them")
+    args = p.parse_args()
+    if args.fit:
+        points = calibration_points()
+        fitted = fit(points)
+        print(fitted)
+        for point in points:
+            print(f"  {point.label():45s} {point.measured:10.3f} {point.error_pct(fitted):+6.1f} %")
+        return
+    figures = run()
+    print(json.dumps(figures, indent=2))
+    for v in json.loads(OUTPUT.read_text())["validation"]:
+        print(f"  {v['point']:45s} {v['measured']:10.3f} {v['predicted']:10.3f} {v['error_pct']:+6.1f} %")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Predicted speed of one vLLM pod: a roofline model with efficiencies fitted to real vLLM runs.
+
+Per engine step vLLM runs every scheduled token (one per running sequence, plus any prompt
+chunk) through the model once:
+
+* linear layers: read this GPU's weights from HBM, or do 2 x parameters / TP FLOPs per token,
+  whichever takes longer (small batches are bandwidth-bound, large ones compute-bound);
+* attention: read every running sequence's KV cache (context x KV bytes per token per GPU)
+  and, for prompt tokens, the causal QK^T and AV FLOPs (2 x layers x hidden x length^2 / TP);
+* with TP > 1, two all-reduces of the step's activations per layer (ring: 2 (TP-1)/TP of the
+  bytes over the interconnect, plus a fixed latency each);
+* a fixed per-step cost (scheduling, sampling, launches) and a per-sequence one.
+
+Bandwidths and peaks are the GPU profile's datasheet figures; the efficiencies (what fraction
+of them vLLM achieves) are fitted by bench/gpu/calibrate.py to the H100 runs of 2026-11-23
+(bench/gpu/, vLLM 0.26.0) and checked on points left out of the fit and on an H200. Interconnect
+figures are NVIDIA's published NVLink bandwidth with the efficiency NCCL reaches on all-reduce;
+no multi-GPU machine has calibrated them yet.
+
+A request of P prompt and O output tokens costs the pod its prefill (chunked at
+max-num-batched-tokens) and O decode steps at a context of about P + O/2. With C sequences
+running, the pod's throughput is C x O / (prefill of C prompts + O steps at batch C), whether
+prompts arrive together or one by one (chunked prefill mixes them into the same steps).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
+from llmfleet.planner.memory import GIB, kv_bytes_per_token_per_gpu, weights_gib
+
+# Fitted by bench/gpu/calibrate.py (see its output, bench/gpu/calibration.json).
+CALIBRATION_NAME = "NVIDIA H100 80GB HBM3, vLLM 0.26.0, 2026-11-23"
+MEMORY_EFFICIENCY = 0.897
+COMPUTE_EFFICIENCY = 0.728
+STEP_OVERHEAD_MS = 1.25
+SEQUENCE_OVERHEAD_US = 6.18
+# NCCL and vLLM's custom all-reduce reach about 80 % of NVLink's bandwidth on large messages;
+# each all-reduce also costs a few microseconds of latency (published NCCL tests, not measured here).
+INTERCONNECT_EFFICIENCY = 0.8
+ALLREDUCE_LATENCY_US = 8.0
+
+
+@dataclass(frozen=True)
+class Efficiencies:
+    """What fraction of the datasheet vLLM achieves, and its fixed costs."""
+
+    memory: float = MEMORY_EFFICIENCY
+    compute: float = COMPUTE_EFFICIENCY
+    step_overhead_ms: float = STEP_OVERHEAD_MS
+    sequence_overhead_us: float = SEQUENCE_OVERHEAD_US
+    interconnect: float = INTERCONNECT_EFFICIENCY
+    allreduce_latency_us: float = ALLREDUCE_LATENCY_US
+
+
+CALIBRATED = Efficiencies()
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """Datasheet figures of one GPU."""
+
+    hbm_gbps: float
+    bf16_tflops: float
+    fp8_tflops: float | None
+    interconnect_gbps: float
+
+
+@dataclass(frozen=True)
+class PodModel:
+    """One vLLM pod as the model sees it: per-GPU bytes and FLOPs at its tensor-parallel size."""
+
+    gpu: Gpu
+    parameters: float  # count
+    weight_bytes_per_gpu: float
+    kv_bytes_per_token_per_gpu: float
+    layers: int
+    hidden: int
+    tensor_parallel_size: int
+    fp8_compute: bool
+    max_num_batched_tokens: int
+    efficiencies: Efficiencies = CALIBRATED
+
+    @property
+    def _bandwidth(self) -> float:
+        return self.gpu.hbm_gbps * 1e9 * self.efficiencies.memory
+
+    @property
+    def _flops(self) -> float:
+        peak = self.gpu.fp8_tflops if self.fp8_compute and self.gpu.fp8_tflops else None
+        return (peak or self.gpu.bf16_tflops) * 1e12 * self.efficiencies.compute
+
+    def _allreduce_s(self, tokens: float) -> float:
+        tp = self.tensor_parallel_size
+        if tp == 1:
+            return 0.0
+        message = tokens * self.hidden * 2  # bf16 activations
+        ring = 2 * (tp - 1) / tp * message / (self.gpu.interconnect_gbps * 1e9)
+        per_layer = 2 * (ring / self.efficiencies.interconnect)
+        per_layer += 2 * self.efficiencies.allreduce_latency_us * 1e-6
+        return self.layers * per_layer
+
+    def step_s(
+        self, sequences: float, context: float, prompt_tokens: float = 0, prompt_len: float = 0
+    ) -> float:
+        """One engine step: `sequences` decoding at average `context`, plus `prompt_tokens`
+        of prompts `prompt_len` long prefilled in the same step."""
+        tokens = sequences + prompt_tokens
+        linear_flops = tokens * 2 * self.parameters / self.tensor_parallel_size
+        linear = max(self.weight_bytes_per_gpu / self._bandwidth, linear_flops / self._flops)
+        kv_read = sequences * context * self.kv_bytes_per_token_per_gpu / self._bandwidth
+        # Causal attention over a prompt: each token attends to half the prompt on average.
+        attention_flops = 2 * self.layers * self.hidden * prompt_tokens * prompt_len
+        attention = attention_flops / self.tensor_parallel_size / self._flops
+        fixed = self.efficiencies.step_overhead_ms * 1e-3
+        fixed += sequences * self.efficiencies.sequence_overhead_us * 1e-6
+        return fixed + linear + kv_read + attention + self._allreduce_s(tokens)
+
+    def prefill_s(self, prompts: int, prompt_len: int) -> float:
+        """Prefill `prompts` prompts of `prompt_len` tokens, in chunks of max-num-batched-tokens,
+        up to the first token of each."""
+        total = prompts * prompt_len
+        chunk = self.max_num_batched_tokens
+        steps = max(1, math.ceil(total / chunk))
+        per_step = total / steps
+        return steps * self.step_s(0, 0, per_step, prompt_len) + self.step_s(prompts, prompt_len)
+
+    def ttft_s(self, prompt_len: int) -> float:
+        return self.prefill_s(1, prompt_len)
+
+    def itl_s(self, concurrency: int, prompt_len: int, output_len: int) -> float:
+        return self.step_s(concurrency, prompt_len + output_len / 2)
+
+    def batch_wall_s(self, concurrency: int, prompt_len: int, output_len: int) -> float:
+        """`concurrency` requests submitted together, each generating `output_len` tokens."""
+        decode = (output_len - 1) * self.itl_s(concurrency, prompt_len, output_len)
+        return self.prefill_s(concurrency, prompt_len) + decode
+
+    def output_tokens_per_s(self, concurrency: int, prompt_len: int, output_len: int) -> float:
+        return concurrency * output_len / self.batch_wall_s(concurrency, prompt_len, output_len)
+
+    def max_concurrency_within(
+        self, itl_s: float, prompt_len: int, output_len: int, upper: int
+    ) -> int:
+        """Most sequences (up to `upper`) whose inter-token latency stays within `itl_s`; 0 when
+        not even one does."""
+        low, high = 0, upper
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self.itl_s(middle, prompt_len, output_len) <= itl_s:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+
+def pod_model(  # noqa: PLR0913
+    arch: ModelArchitecture,
+    *,
+    dtype: Dtype,
+    quantization: Quantization,
+    tensor_parallel_size: int,
+    gpu: Gpu,
+    max_num_batched_tokens: int,
+    efficiencies: Efficiencies = CALIBRATED,
+) -> PodModel:
+    return PodModel(
+        gpu=gpu,
+        parameters=arch.parameters_billions * 1e9,
+        weight_bytes_per_gpu=weights_gib(arch, dtype, quantization) * GIB / tensor_parallel_size,
+        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(arch, dtype, tensor_parallel_size),
+        layers=arch.num_layers,
+        hidden=arch.num_attention_heads * arch.head_dim,
+        tensor_parallel_size=tensor_parallel_size,
+        fp8_compute=quantization == "fp8",
+        max_num_batched_tokens=max_num_batched_tokens,
+        efficiencies=efficiencies,
+    )
