@@ -46,7 +46,6 @@ from localcluster.metricsstack.load import (
 from localcluster.routerapi import routed_engines
 from localcluster.supervisor import REPO, UPSTREAM_HPA_SYNC_PERIOD, Cluster, ahead_of_workloads
 
-from llmfleet.models.defaults import DEFAULT_TARGET_QUEUE_DEPTH
 
 from . import machinemon, panels
 
@@ -55,9 +54,10 @@ CHART_VALUES = REPO / "charts" / "llmfleet" / "values.yaml"
 PLOT = HERE / "plots" / "autoscaling.png"
 PANELS_PLOT = HERE / "plots" / "dashboard.png"
 NODE_GPUS = 2
-# The reaction run uses the LLMDeployment's shipped target and a sustained queue of 4x it: the
-# engine runs maxNumSeqs requests at once and every other client's request waits.
-TARGET_QUEUE_DEPTH = DEFAULT_TARGET_QUEUE_DEPTH
+# The reaction run uses a target of 5 (the fixed default before targets were derived from the
+# planned concurrency, which for this 2-sequence engine would be 1) and a sustained queue of 4x
+# it: the engine runs maxNumSeqs requests at once and every other client's request waits.
+TARGET_QUEUE_DEPTH = 5
 REACTION_MAX_NUM_SEQS = 2
 REACTION_RUNS = 3
 REACTION_CONCURRENCY = REACTION_MAX_NUM_SEQS + 4 * TARGET_QUEUE_DEPTH
@@ -141,7 +141,8 @@ def reaction(
             max_num_seqs=REACTION_MAX_NUM_SEQS,
             minReplicas=1,
             maxReplicas=2,
-            # (targetQueueDepth: the shipped default.) Shortened so the plot shows the scale-down.
+            targetQueueDepth=TARGET_QUEUE_DEPTH,
+            # Shortened so the plot shows the scale-down.
             scaleDownStabilizationSeconds=20,
         ),
     )

@@ -166,6 +166,21 @@ def _table(item: _Planned) -> str:
         ("Shared memory", f"{p.shm_size_gib} GiB"),
         ("Startup budget", f"{p.startup_budget_seconds} s"),
     ]
+    rows.append(("HPA target", f"{p.target_queue_depth} requests waiting per pod"))
+    if p.predicted is not None:
+        q = p.predicted
+        rows.append(("Workload", f"{q.prompt_tokens} prompt + {q.output_tokens} output tokens"))
+        rows.append(
+            (
+                "Predicted",
+                f"{q.output_tokens_per_second:,.0f} output tok/s per replica "
+                f"({q.output_tokens_per_second_per_gpu:,.0f} per GPU) at {q.concurrency} "
+                f"sequences; TTFT {q.ttft_millis:,.0f} ms; ITL {q.itl_millis_batch1:.1f} ms "
+                f"alone, {q.itl_millis:.1f} ms at {q.concurrency}",
+            )
+        )
+        if q.max_concurrency_within_slo is not None:
+            rows.append(("Within SLO", f"up to {q.max_concurrency_within_slo} sequences per pod"))
     if p.cpu_memory_gib is not None:
         rows.append(("Memory request", f"{p.cpu_memory_gib} GiB"))
     if p.node_selector:
@@ -175,6 +190,39 @@ def _table(item: _Planned) -> str:
     lines += [f"  {name + ':':<{width}}{value}" for name, value in rows]
     lines += ["", "  Reason:"]
     lines += textwrap.wrap(p.reason, width=96, initial_indent="    ", subsequent_indent="    ")
+    if p.candidates and any(c.predicted for c in p.candidates):
+        lines += ["", "  Candidates:", _candidate_table(p)]
     lines += ["", "  vLLM args:"]
     lines += [f"    {' '.join(group.tokens)}" for group in group_args(p.vllm_args)]
     return "\n".join(lines) + "\n"
+
+
+def _candidate_table(p: Plan) -> str:
+    header = ("", "layout", "GPUs", "KV tokens/pod", "seqs", "out tok/s/GPU", "TTFT ms", "ITL ms")
+    rows = [header]
+    verdicts = []
+    for c in p.candidates:
+        q = c.predicted
+        layout = f"{c.replicas} x TP={c.tensor_parallel_size}"
+        rows.append(
+            (
+                "*" if c.chosen else "",
+                layout,
+                str(c.replicas * c.tensor_parallel_size),
+                f"{c.kv_cache_tokens_per_replica:,}",
+                str(c.max_num_seqs),
+                f"{q.output_tokens_per_second_per_gpu:,.0f}" if q else "-",
+                f"{q.ttft_millis:,.0f}" if q else "-",
+                f"{q.itl_millis_batch1:.1f}/{q.itl_millis:.1f}" if q else "-",
+            )
+        )
+        if not c.chosen:
+            verdicts.append(f"    {layout}: {c.verdict}")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    text = [
+        "    " + "  ".join(cell.rjust(w) if i > 1 else cell.ljust(w) for i, (cell, w) in
+                          enumerate(zip(row, widths, strict=True)))
+        for row in rows
+    ]
+    text.append("    (ITL: a lone request / at the planned concurrency; * chosen)")
+    return "\n".join(text + verdicts)

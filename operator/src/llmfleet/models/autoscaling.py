@@ -5,10 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from llmfleet.models.base import ApiModel, CelRule
-from llmfleet.models.defaults import (
-    DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS,
-    DEFAULT_TARGET_QUEUE_DEPTH,
-)
+from llmfleet.models.defaults import DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS
 
 
 class AutoscalingSpec(ApiModel):
@@ -47,13 +44,15 @@ class AutoscalingSpec(ApiModel):
         le=1_000,
         description="Most pods. Default: twice minReplicas.",
     )
-    target_queue_depth: int = Field(
-        default=DEFAULT_TARGET_QUEUE_DEPTH,
+    target_queue_depth: int | None = Field(
+        default=None,
         ge=1,
         le=10_000,
         description=(
             "Requests waiting per pod (vllm:num_requests_waiting, averaged over pods) above "
-            f"which the autoscaler adds pods. Default {DEFAULT_TARGET_QUEUE_DEPTH}."
+            "which the autoscaler adds pods. Default: a quarter of the planned concurrency per "
+            "pod (ceil(maxNumSeqs / 4), at least 1), so a request that queues at the target "
+            "waits about a quarter of one request's time (each finishing sequence admits one)."
         ),
     )
     scale_down_stabilization_seconds: int = Field(

@@ -9,7 +9,6 @@ DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.32.0"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_GPUS_PER_NODE = 8
 DEFAULT_CPU_KV_CACHE_GIB = 4.0
-DEFAULT_TARGET_QUEUE_DEPTH = 5
 DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS = 300
 
 # The planner's default context length when spec.engine.maxModelLen is unset: long enough for

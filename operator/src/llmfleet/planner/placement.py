@@ -7,8 +7,9 @@ from typing import Any
 
 from llmfleet.models.defaults import DEFAULT_GPUS_PER_NODE
 from llmfleet.models.gpus import GpuSpec
-from llmfleet.models.profiles import GpuProfiles
+from llmfleet.models.profiles import GpuProfile, GpuProfiles
 from llmfleet.planner.errors import PlanError
+from llmfleet.planner.performance import Gpu
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,32 @@ class Gpus:
     product: str | None
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[dict[str, Any], ...] = ()
+    # Datasheet figures for the performance model, and the profile they came from; None when
+    # neither spec.gpus.profile nor spec.gpus.product names a GPU the operator has figures for
+    # (then the layout is chosen by memory alone and spec.slo is refused).
+    performance: Gpu | None = None
+    performance_profile: str | None = None
+
+
+def _performance(
+    gpus: GpuSpec, profiles: GpuProfiles, profile: GpuProfile | None
+) -> tuple[Gpu | None, str | None]:
+    if profile is not None and gpus.profile is not None:
+        name: str | None = gpus.profile
+        source = profile
+    elif gpus.product is not None:
+        named = [n for n, p in sorted(profiles.items()) if p.product == gpus.product]
+        name = next((n for n in named if profiles[n].has_performance), named[0] if named else None)
+        source = profiles[name] if name else None
+    else:
+        return None, None
+    if source is None or not source.has_performance:
+        return None, None
+    assert source.hbm_gbps and source.bf16_tflops and source.interconnect_gbps
+    return (
+        Gpu(source.hbm_gbps, source.bf16_tflops, source.fp8_tflops, source.interconnect_gbps),
+        name,
+    )
 
 
 def resolve_gpus(gpus: GpuSpec, profiles: GpuProfiles) -> Gpus:
@@ -43,6 +70,7 @@ def resolve_gpus(gpus: GpuSpec, profiles: GpuProfiles) -> Gpus:
             "spec.gpus.memoryGiB", "required unless spec.gpus.profile names a GPU profile"
         )
     per_node = gpus.per_node or (profile.per_node if profile else DEFAULT_GPUS_PER_NODE)
+    performance, performance_profile = _performance(gpus, profiles, profile)
     return Gpus(
         count=gpus.count,
         memory_gib=memory,
@@ -50,4 +78,6 @@ def resolve_gpus(gpus: GpuSpec, profiles: GpuProfiles) -> Gpus:
         product=gpus.product or (profile.product if profile else None),
         node_selector=dict(profile.node_selector) if profile else {},
         tolerations=profile.tolerations if profile else (),
+        performance=performance,
+        performance_profile=performance_profile,
     )

@@ -38,6 +38,18 @@ from llmfleet.planner.engine_args import (
     parse_fraction_override,
     parse_int_override,
 )
+from llmfleet.models.workload import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
+from llmfleet.planner.candidates import (
+    MAX_NUM_SEQS_CAP,
+    MIN_CONCURRENT_SEQUENCES,
+    Evaluated,
+    Workload,
+    choose_by_prediction,
+    concurrency_for,
+    meets,
+    predict,
+    why_lost,
+)
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.memory import (
     GIB,
@@ -48,16 +60,22 @@ from llmfleet.planner.memory import (
     weights_gib,
 )
 from llmfleet.planner.parallelism import counts_that_split, splits_evenly, tensor_parallel_sizes
+from llmfleet.planner.performance import pod_model
 from llmfleet.planner.placement import Gpus, resolve_gpus
-from llmfleet.planner.result import Plan
+from llmfleet.planner.result import Candidate, Plan
 
-MIN_CONCURRENT_SEQUENCES = 4
-MAX_NUM_SEQS_CAP = 256
-# Sequences are assumed to use 1/EXPECTED_LENGTH_DIVISOR of maxModelLen on average.
-EXPECTED_LENGTH_DIVISOR = 2
 DEFAULT_MAX_MODEL_LEN = 8192
-THROUGHPUT_BATCHED_TOKENS = 8192
-LATENCY_BATCHED_TOKENS = 2048
+KNOWN_PRODUCTS = tuple(
+    sorted(f"{p.product} ({n})" for n, p in DEFAULT_GPU_PROFILES.items() if p.has_performance)
+)
+# Prefill chunk per engine step. On GPUs, vLLM's own offline default for large GPUs (16384);
+# Latency halves it so a prompt arriving mid-stream delays running sequences' next token less.
+# CPU pods keep smaller chunks: their steps are slow enough already.
+GPU_BATCHED_TOKENS = {"Throughput": 16384, "Latency": 8192}
+CPU_BATCHED_TOKENS = {"Throughput": 8192, "Latency": 2048}
+# HPA target: a request that queues behind this many others waits about a quarter of one
+# request's service time, as every finishing sequence admits one waiting request.
+QUEUE_DEPTH_PER_CONCURRENT_SEQUENCE = 0.25
 # NCCL and vLLM's custom all-reduce exchange through /dev/shm; 15 GiB at TP=8 matches what
 # vLLM's multi-GPU deployment examples use.
 SHM_BASE_GIB = 1
@@ -79,6 +97,7 @@ class _Settings:
     gpu_memory_utilization: float
     max_num_seqs: int | None
     max_num_batched_tokens: int
+    workload: Workload
 
 
 @dataclass(frozen=True)
@@ -132,21 +151,37 @@ def _settings(
     batched = parse_int_override(extra, "--max-num-batched-tokens", 1)
     batched = batched or engine.max_num_batched_tokens
     if batched is None:
-        default = (
-            THROUGHPUT_BATCHED_TOKENS if spec.objective == "Throughput" else LATENCY_BATCHED_TOKENS
-        )
-        batched = max(default, max_num_seqs or 0)
+        defaults = GPU_BATCHED_TOKENS if spec.gpus is not None else CPU_BATCHED_TOKENS
+        batched = max(defaults[spec.objective], max_num_seqs or 0)
     elif max_num_seqs is not None and batched < max_num_seqs:
         raise PlanError(
             EXTRA_ARGS_FIELD,
             f"--max-num-batched-tokens {batched} must be at least --max-num-seqs {max_num_seqs}",
         )
     utilization = parse_fraction_override(extra, "--gpu-memory-utilization")
+    given = spec.workload
+    workload = Workload(
+        given.prompt_tokens if given else DEFAULT_PROMPT_TOKENS,
+        given.output_tokens if given else DEFAULT_OUTPUT_TOKENS,
+    )
+    if given is None and workload.tokens > max_model_len:
+        # The default workload, shrunk to a short context in the same 2:1 proportion.
+        prompt = max(1, max_model_len * DEFAULT_PROMPT_TOKENS // workload.tokens)
+        workload = Workload(prompt, max(1, max_model_len - prompt))
+    if workload.tokens > max_model_len:
+        raise PlanError(
+            "spec.workload",
+            f"promptTokens {workload.prompt_tokens} + outputTokens {workload.output_tokens} = "
+            f"{workload.tokens} tokens, longer than maxModelLen {max_model_len}; shorten the "
+            f"workload or raise spec.engine.maxModelLen (up to "
+            f"{arch.max_position_embeddings})",
+        )
     return _Settings(
         max_model_len=max_model_len,
         gpu_memory_utilization=utilization or engine.gpu_memory_utilization,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=batched,
+        workload=workload,
     )
 
 
@@ -186,43 +221,188 @@ def _plan_gpus(
 ) -> Plan:
     sizes = tensor_parallel_sizes(arch, gpus.per_node)
     fits = {size: _fit(spec, gpus, arch, settings, size) for size in sizes}
-    layout = _choose_layout(spec, gpus=gpus, arch=arch, settings=settings, sizes=sizes, fits=fits)
-    chosen = fits[layout.tensor_parallel_size]
-    replicas = gpus.count // layout.tensor_parallel_size
-    max_num_seqs = _max_num_seqs(settings, chosen.kv_tokens)
+    by_memory = _choose_layout(
+        spec, gpus=gpus, arch=arch, settings=settings, sizes=sizes, fits=fits
+    )
+    candidates = _evaluate(spec, gpus, arch, settings, sizes, fits, by_memory)
+    chosen, why = _choose(spec, candidates, by_memory)
+    tp = chosen.tensor_parallel_size
+    fit = fits[tp]
     reason = " ".join(
         (
-            _explain_sizing(spec, gpus, arch, settings, chosen),
-            _explain_smaller_sizes(settings, sizes, fits, layout.tensor_parallel_size),
-            layout.why,
-            _explain_batching(settings, max_num_seqs, chosen.kv_tokens),
+            _explain_sizing(spec, gpus, arch, settings, fit),
+            _explain_smaller_sizes(settings, sizes, fits, tp),
+            why,
+            _explain_batching(settings, chosen, spec.slo is not None),
         )
     )
+    replicas = chosen.replicas
     min_replicas, max_replicas = _autoscaling_bounds(spec, replicas)
     total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
     return Plan(
-        strategy=layout.strategy,
+        strategy=chosen.strategy,
         replicas=replicas,
-        gpus_per_replica=layout.tensor_parallel_size,
-        tensor_parallel_size=layout.tensor_parallel_size,
-        weights_gib_per_gpu=chosen.weights_gib,
-        kv_cache_tokens_per_replica=chosen.kv_tokens,
-        max_concurrent_sequences=max_num_seqs,
-        vllm_args=_vllm_args(spec, settings, layout.tensor_parallel_size, max_num_seqs, extra),
+        gpus_per_replica=tp,
+        tensor_parallel_size=tp,
+        weights_gib_per_gpu=fit.weights_gib,
+        kv_cache_tokens_per_replica=fit.kv_tokens,
+        max_concurrent_sequences=chosen.max_num_seqs,
+        vllm_args=_vllm_args(spec, settings, tp, chosen.max_num_seqs, extra),
         reason=reason,
         min_replicas=min_replicas,
         max_replicas=max_replicas,
-        total_gpus=replicas * layout.tensor_parallel_size,
+        total_gpus=replicas * tp,
         weights_gib=round(total_weights, 2),
-        kv_cache_gib_per_gpu=chosen.kv_cache_gib,
-        reserve_gib_per_gpu=chosen.reserve_gib,
+        kv_cache_gib_per_gpu=fit.kv_cache_gib,
+        reserve_gib_per_gpu=fit.reserve_gib,
         max_model_len=settings.max_model_len,
         max_num_batched_tokens=settings.max_num_batched_tokens,
-        shm_size_gib=SHM_BASE_GIB + SHM_GIB_PER_EXTRA_GPU * (layout.tensor_parallel_size - 1),
+        shm_size_gib=SHM_BASE_GIB + SHM_GIB_PER_EXTRA_GPU * (tp - 1),
         startup_budget_seconds=_startup_budget(total_weights),
         node_selector=_node_selector(gpus),
         tolerations=gpus.tolerations,
+        predicted=chosen.prediction,
+        candidates=tuple(_candidate(spec, c, chosen, why) for c in candidates),
+        target_queue_depth=_target_queue_depth(spec, chosen.max_num_seqs),
     )
+
+
+def _candidate(spec: LLMDeploymentSpec, c: Evaluated, chosen: Evaluated, why: str) -> Candidate:
+    return Candidate(
+        strategy=c.strategy,
+        tensor_parallel_size=c.tensor_parallel_size,
+        replicas=c.replicas,
+        kv_cache_tokens_per_replica=c.fit.kv_tokens,
+        max_num_seqs=c.max_num_seqs,
+        predicted=c.prediction,
+        chosen=c is chosen,
+        verdict=why if c is chosen else why_lost(c, chosen, spec.objective, spec.slo),
+    )
+
+
+def _allowed_sizes(
+    spec: LLMDeploymentSpec,
+    gpus: Gpus,
+    sizes: tuple[int, ...],
+    fits: dict[int, GpuFit],
+    length: int,
+) -> list[int]:
+    """Sizes the strategy permits that hold at least one full-length sequence."""
+    count = gpus.count
+    allowed = []
+    for size in sizes:
+        if size > count or fits[size].sequences(length) < 1:
+            continue
+        if not splits_evenly(count, size, gpus.per_node):
+            continue
+        pods = count // size
+        if spec.strategy == "SinglePod" and size != count:
+            continue
+        if spec.strategy == "MultiPod" and pods < 2:  # noqa: PLR2004
+            continue
+        allowed.append(size)
+    return allowed
+
+
+def _evaluate(  # noqa: PLR0913, PLR0917
+    spec: LLMDeploymentSpec,
+    gpus: Gpus,
+    arch: ModelArchitecture,
+    settings: _Settings,
+    sizes: tuple[int, ...],
+    fits: dict[int, GpuFit],
+    by_memory: _Layout,
+) -> list[Evaluated]:
+    allowed = _allowed_sizes(spec, gpus, sizes, fits, settings.max_model_len)
+    if gpus.performance is None:
+        # Memory rules alone: the only candidate is the one they choose.
+        allowed = [by_memory.tensor_parallel_size]
+    out = []
+    for size in allowed:
+        fit = fits[size]
+        seqs = concurrency_for(fit.kv_tokens, settings.workload, settings.max_num_seqs)
+        pod = None
+        prediction = None
+        if gpus.performance is not None:
+            pod = pod_model(
+                arch,
+                dtype=spec.model.dtype,
+                quantization=spec.model.quantization,
+                tensor_parallel_size=size,
+                gpu=gpus.performance,
+                max_num_batched_tokens=settings.max_num_batched_tokens,
+            )
+            prediction = predict(pod, seqs, settings.workload, spec.slo)
+            within = prediction.max_concurrency_within_slo
+            if within and settings.max_num_seqs is None and within < seqs:
+                # The SLO caps concurrency: more sequences would stretch every token past it.
+                seqs = within
+                prediction = predict(pod, seqs, settings.workload, spec.slo)
+        out.append(Evaluated(size, gpus.count // size, fit, seqs, pod, prediction))
+    return out
+
+
+def _choose(
+    spec: LLMDeploymentSpec, candidates: list[Evaluated], by_memory: _Layout
+) -> tuple[Evaluated, str]:
+    predicted = [c for c in candidates if c.prediction is not None]
+    if not predicted:
+        gpus = spec.gpus
+        what = (
+            f"GPU profile {gpus.profile!r}"
+            if gpus and gpus.profile
+            else f"GPU product {gpus.product!r}"
+            if gpus and gpus.product
+            else "a GPU given by memoryGiB alone"
+        )
+        known = "; known: " + ", ".join(KNOWN_PRODUCTS)
+        if spec.slo is not None:
+            raise PlanError(
+                "spec.gpus.profile" if gpus and gpus.profile else "spec.gpus.product",
+                f"spec.slo needs the planner's speed predictions, and {what} has no "
+                "performance constants (hbmGBps, bf16TFLOPS, interconnectGBps in the Helm value "
+                "gpuProfiles); name a GPU the operator has figures for" + known,
+            )
+        chosen = next(
+            c for c in candidates if c.tensor_parallel_size == by_memory.tensor_parallel_size
+        )
+        return chosen, (
+            f"{by_memory.why} Speed is not predicted: {what} has no performance constants "
+            "(add hbmGBps, bf16TFLOPS and interconnectGBps to its gpuProfiles entry)."
+        )
+    if spec.slo is not None and not any(meets(c, spec.slo) for c in predicted):
+        raise _slo_unmet(spec, predicted)
+    return choose_by_prediction(predicted, spec.objective, spec.slo)
+
+
+def _slo_unmet(spec: LLMDeploymentSpec, candidates: list[Evaluated]) -> PlanError:
+    slo = spec.slo
+    assert slo is not None
+    predictions = [(c, c.prediction) for c in candidates if c.prediction is not None]
+    first_c, first = min(predictions, key=lambda cp: cp[1].ttft_millis)
+    token_c, token = min(predictions, key=lambda cp: cp[1].itl_millis_batch1)
+    wanted = []
+    if slo.ttft_millis is not None:
+        wanted.append(f"ttftMillis {slo.ttft_millis}")
+    if slo.itl_millis is not None:
+        wanted.append(f"itlMillis {slo.itl_millis}")
+    gpus = spec.gpus.count if spec.gpus else 0
+    return PlanError(
+        "spec.slo",
+        f"no layout of {gpus} GPUs meets {' and '.join(wanted)} for {spec.model.name} with "
+        f"{first.prompt_tokens}-token prompts: the best predicted TTFT is "
+        f"{first.ttft_millis:.0f} ms (TP={first_c.tensor_parallel_size}) and the best ITL "
+        f"{token.itl_millis_batch1:.1f} ms for a lone request "
+        f"(TP={token_c.tensor_parallel_size}); relax spec.slo, use fp8 "
+        "(spec.model.quantization), more GPUs or faster ones",
+    )
+
+
+def _target_queue_depth(spec: LLMDeploymentSpec, max_num_seqs: int) -> int:
+    given = spec.autoscaling.target_queue_depth
+    if given is not None:
+        return given
+    return max(1, math.ceil(max_num_seqs * QUEUE_DEPTH_PER_CONCURRENT_SEQUENCE))
 
 
 def _choose_layout(
@@ -434,25 +614,36 @@ def _explain_smaller_sizes(
     return f"At TP={below.tensor_parallel_size}, {shortfall}. {text}"
 
 
-def _explain_batching(settings: _Settings, max_num_seqs: int, kv_tokens: int) -> str:
-    source = (
-        "as set"
-        if settings.max_num_seqs is not None
-        else f"from {kv_tokens:,} KV tokens, assuming sequences average 1/"
-        f"{EXPECTED_LENGTH_DIVISOR} of maxModelLen, at most {MAX_NUM_SEQS_CAP}"
+def _explain_batching(settings: _Settings, chosen: Evaluated, by_slo: bool) -> str:
+    workload = settings.workload
+    if settings.max_num_seqs is not None:
+        source = "as set"
+    elif by_slo and chosen.prediction and chosen.prediction.max_concurrency_within_slo:
+        source = "the most whose predicted ITL meets spec.slo"
+    else:
+        source = _kv_bound_source(chosen.fit.kv_tokens, workload)
+    return (
+        f"Each pod runs up to {chosen.max_num_seqs} sequences at once ({source}) and batches up "
+        f"to {settings.max_num_batched_tokens:,} tokens per step."
+    )
+
+
+def _kv_bound_source(kv_tokens: int, workload: Workload) -> str:
+    return (
+        f"what {kv_tokens:,} KV tokens hold of {workload.prompt_tokens}+"
+        f"{workload.output_tokens}-token requests, at most {MAX_NUM_SEQS_CAP}; vLLM preempts "
+        "beyond that, so fewer would only throttle it"
+    )
+
+
+def _explain_cpu_batching(settings: _Settings, max_num_seqs: int, kv_tokens: int) -> str:
+    source = "as set" if settings.max_num_seqs is not None else _kv_bound_source(
+        kv_tokens, settings.workload
     )
     return (
         f"Each pod runs up to {max_num_seqs} sequences at once ({source}) and batches up to "
         f"{settings.max_num_batched_tokens:,} tokens per step."
     )
-
-
-def _max_num_seqs(settings: _Settings, kv_tokens: int) -> int:
-    if settings.max_num_seqs is not None:
-        return settings.max_num_seqs
-    expected_length = max(16, settings.max_model_len // EXPECTED_LENGTH_DIVISOR)
-    by_capacity = max(1, kv_tokens // expected_length)
-    return min(MAX_NUM_SEQS_CAP, settings.max_num_batched_tokens, by_capacity)
 
 
 def _autoscaling_bounds(spec: LLMDeploymentSpec, replicas: int) -> tuple[int, int]:
@@ -521,7 +712,7 @@ def _plan_cpu(
         )
     total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
     memory = math.ceil(total_weights + cache_gib + CPU_RUNTIME_GIB)
-    max_num_seqs = _max_num_seqs(settings, tokens)
+    max_num_seqs = concurrency_for(tokens, settings.workload, settings.max_num_seqs)
     sequences = tokens // length
     reason = (
         f"No spec.gpus, so one vLLM CPU pod. {spec.model.name} has {total_weights:.1f} GiB of "
@@ -529,7 +720,7 @@ def _plan_cpu(
         f"memory; the {cache_gib:g} GiB KV cache (engine.cpuKVCacheGiB) holds {tokens:,} "
         f"tokens, {_plural(sequences, 'sequence')} of {length:,} tokens. "
         f"Suggested memory request: {memory} GiB (weights + KV cache + {CPU_RUNTIME_GIB} GiB "
-        f"runtime). {_explain_batching(settings, max_num_seqs, tokens)}"
+        f"runtime). {_explain_cpu_batching(settings, max_num_seqs, tokens)}"
     )
     min_replicas, max_replicas = _autoscaling_bounds(spec, 1)
     return Plan(
@@ -553,6 +744,7 @@ def _plan_cpu(
         shm_size_gib=SHM_BASE_GIB,
         startup_budget_seconds=_startup_budget(total_weights),
         cpu_memory_gib=memory,
+        target_queue_depth=_target_queue_depth(spec, max_num_seqs),
     )
 
 

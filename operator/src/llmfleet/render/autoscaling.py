@@ -33,7 +33,7 @@ def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, A
                         "metric": {"name": QUEUE_METRIC},
                         "target": {
                             "type": "AverageValue",
-                            "averageValue": str(spec.autoscaling.target_queue_depth),
+                            "averageValue": str(plan.target_queue_depth),
                         },
                     },
                 }
