@@ -70,6 +70,23 @@ FIGURES: dict[str, tuple[str, str]] = {
         "x",
     ),
     "router_skew_throughput_ratio": ("… generated tokens/s, power_of_two ÷ round_robin", "x"),
+    "gpu_kv_error_max_pct": (
+        "Planner KV-cache tokens vs vLLM's, worst of 9 engines (2 shapes, utilization 0.8/0.9/"
+        "0.95, context 8k/16k/32k; H100 80GB HBM3 and H200, vLLM 0.26.0, 2026-11-23)",
+        "%",
+    ),
+    "gpu_engine_args_throughput_ratio": (
+        "The plan's engine arguments (512 seqs) ÷ the best of vLLM's defaults and "
+        "--max-num-seqs 256: output tok/s, Llama-3.1-8B shape, 512/256 tokens, H100, 2026-11-23",
+        "x",
+    ),
+    "gpu_prediction_error_p50_pct": (
+        "Predicted vs measured output tok/s and ITL, median |error| over the points left out "
+        "of calibration (H100 and H200, 2 shapes, vLLM 0.26.0, 2026-11-23)",
+        "%",
+    ),
+    "gpu_prediction_error_max_pct": ("… the worst of those points", "%"),
+    "gpu_prediction_points": ("… how many (tok/s and ITL counted apart)", "points"),
 }
 
 
