@@ -88,10 +88,10 @@ class LLMDeploymentSpec(ApiModel):
         default="Auto",
         description=(
             "Layout. SinglePod: one pod using all gpus.count GPUs with tensor parallelism. "
-            "MultiPod: gpus.count / N pods of the smallest tensor-parallel size N that fits. "
-            "Auto: MultiPod for objective Throughput unless the model needs every GPU, "
-            "SinglePod (widest tensor parallelism) for Latency. One of Auto, SinglePod, "
-            "MultiPod. Default Auto."
+            "MultiPod: at least two pods, their size chosen as for Auto. "
+            "Auto: whichever layout spec.slo or the objective prefers by the planner's "
+            "predictions (by memory alone for GPUs without performance constants). One of "
+            "Auto, SinglePod, MultiPod. Default Auto."
         ),
     )
     objective: Objective = Field(

@@ -68,11 +68,12 @@ DEFAULT_MAX_MODEL_LEN = 8192
 KNOWN_PRODUCTS = tuple(
     sorted(f"{p.product} ({n})" for n, p in DEFAULT_GPU_PROFILES.items() if p.has_performance)
 )
-# Prefill chunk per engine step. On GPUs, vLLM's own offline default for large GPUs (16384);
-# Latency halves it so a prompt arriving mid-stream delays running sequences' next token less.
-# CPU pods keep smaller chunks: their steps are slow enough already.
-GPU_BATCHED_TOKENS = {"Throughput": 16384, "Latency": 8192}
-CPU_BATCHED_TOKENS = {"Throughput": 8192, "Latency": 2048}
+# Prefill chunk per engine step, by vLLM's own rule for its defaults: 16384 on GPUs of 70 GiB and
+# more, 8192 on smaller ones and CPUs. Latency takes a smaller chunk so a prompt arriving
+# mid-stream delays running sequences' next token less.
+LARGE_GPU_GIB = 70
+LARGE_GPU_BATCHED_TOKENS = {"Throughput": 16384, "Latency": 8192}
+SMALL_BATCHED_TOKENS = {"Throughput": 8192, "Latency": 2048}
 # HPA target: a request that queues behind this many others waits about a quarter of one
 # request's service time, as every finishing sequence admits one waiting request.
 QUEUE_DEPTH_PER_CONCURRENT_SEQUENCE = 0.25
@@ -112,10 +113,11 @@ def plan(spec: LLMDeploymentSpec, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) 
     field to change."""
     arch = _architecture(spec)
     extra = group_args(spec.engine.extra_args)
-    settings = _settings(spec, arch, extra)
     if spec.gpus is None:
-        return _plan_cpu(spec, arch, settings, extra)
-    return _plan_gpus(spec, resolve_gpus(spec.gpus, profiles), arch, settings, extra)
+        return _plan_cpu(spec, arch, _settings(spec, arch, extra, SMALL_BATCHED_TOKENS), extra)
+    gpus = resolve_gpus(spec.gpus, profiles)
+    chunks = LARGE_GPU_BATCHED_TOKENS if gpus.memory_gib >= LARGE_GPU_GIB else SMALL_BATCHED_TOKENS
+    return _plan_gpus(spec, gpus, arch, _settings(spec, arch, extra, chunks), extra)
 
 
 def _architecture(spec: LLMDeploymentSpec) -> ModelArchitecture:
@@ -132,7 +134,10 @@ def _architecture(spec: LLMDeploymentSpec) -> ModelArchitecture:
 
 
 def _settings(
-    spec: LLMDeploymentSpec, arch: ModelArchitecture, extra: tuple[ArgGroup, ...]
+    spec: LLMDeploymentSpec,
+    arch: ModelArchitecture,
+    extra: tuple[ArgGroup, ...],
+    chunks: dict[str, int],
 ) -> _Settings:
     engine = spec.engine
     from_args = parse_int_override(extra, "--max-model-len", 16)
@@ -151,8 +156,7 @@ def _settings(
     batched = parse_int_override(extra, "--max-num-batched-tokens", 1)
     batched = batched or engine.max_num_batched_tokens
     if batched is None:
-        defaults = GPU_BATCHED_TOKENS if spec.gpus is not None else CPU_BATCHED_TOKENS
-        batched = max(defaults[spec.objective], max_num_seqs or 0)
+        batched = max(chunks[spec.objective], max_num_seqs or 0)
     elif max_num_seqs is not None and batched < max_num_seqs:
         raise PlanError(
             EXTRA_ARGS_FIELD,
