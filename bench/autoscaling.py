@@ -46,7 +46,6 @@ from localcluster.metricsstack.load import (
 from localcluster.routerapi import routed_engines
 from localcluster.supervisor import REPO, UPSTREAM_HPA_SYNC_PERIOD, Cluster, ahead_of_workloads
 
-
 from . import machinemon, panels
 
 HERE = Path(__file__).resolve().parent

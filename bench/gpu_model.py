@@ -30,8 +30,12 @@ from llmfleet.planner.performance import CALIBRATED, Efficiencies, Gpu, PodModel
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "gpu"
 REFERENCE = DATA / "reference-h100-2026-11-23.json"
-RUNS = ("h100-2026-11-23-a.jsonl", "h100-2026-11-23-b.jsonl", "h100-2026-11-23-c.jsonl",
-        "h200-2026-11-23.jsonl")
+RUNS = (
+    "h100-2026-11-23-a.jsonl",
+    "h100-2026-11-23-b.jsonl",
+    "h100-2026-11-23-c.jsonl",
+    "h200-2026-11-23.jsonl",
+)
 PLOT = HERE / "plots" / "prediction.png"
 OUTPUT = DATA / "calibration.json"
 
@@ -41,7 +45,9 @@ GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA H200": "h200-141gb"}
 
 def _gpu(device: str) -> tuple[Gpu, float]:
     profile = DEFAULT_GPU_PROFILES[GPUS[device]]
-    assert profile.hbm_gbps and profile.bf16_tflops and profile.interconnect_gbps
+    assert profile.hbm_gbps
+    assert profile.bf16_tflops
+    assert profile.interconnect_gbps
     gpu = Gpu(profile.hbm_gbps, profile.bf16_tflops, profile.fp8_tflops, profile.interconnect_gbps)
     return gpu, profile.memory_gib
 
@@ -65,15 +71,26 @@ class Engine:
     kv_tokens: int
 
     def pod(self, efficiencies: Efficiencies = CALIBRATED) -> PodModel:
-        return pod_model(_arch(self.model), dtype="bfloat16", quantization="none",
-                         tensor_parallel_size=1, gpu=_gpu(self.device)[0],
-                         max_num_batched_tokens=self.max_num_batched_tokens,
-                         efficiencies=efficiencies)
+        return pod_model(
+            _arch(self.model),
+            dtype="bfloat16",
+            quantization="none",
+            tensor_parallel_size=1,
+            gpu=_gpu(self.device)[0],
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            efficiencies=efficiencies,
+        )
 
     def planner_kv_tokens(self) -> int:
-        fit = fit_on_gpu(_arch(self.model), dtype="bfloat16", quantization="none",
-                         memory_gib=_gpu(self.device)[1], gpu_memory_utilization=self.utilization,
-                         max_num_batched_tokens=self.max_num_batched_tokens, tensor_parallel_size=1)
+        fit = fit_on_gpu(
+            _arch(self.model),
+            dtype="bfloat16",
+            quantization="none",
+            memory_gib=_gpu(self.device)[1],
+            gpu_memory_utilization=self.utilization,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            tensor_parallel_size=1,
+        )
         return fit.kv_tokens
 
 
@@ -104,7 +121,9 @@ class Point:
 
     def label(self) -> str:
         gpu = "H200" if "H200" in self.engine.device else "H100"
-        return f"{gpu} {self.engine.model} c{self.concurrency} {self.prompt}/{self.output} {self.what}"
+        return (
+            f"{gpu} {self.engine.model} c{self.concurrency} {self.prompt}/{self.output} {self.what}"
+        )
 
 
 def calibration_points() -> list[Point]:
@@ -135,9 +154,15 @@ def engines() -> dict[str, Engine]:
     for r in _records():
         if r["kind"] == "engine":
             args = r["engine_args"]
-            found[r["tag"]] = Engine(r["tag"], r["model"], r["gpu"], args["gpu_memory_utilization"],
-                                     args["max_model_len"], r["max_num_batched_tokens"],
-                                     r["kv_tokens"])
+            found[r["tag"]] = Engine(
+                r["tag"],
+                r["model"],
+                r["gpu"],
+                args["gpu_memory_utilization"],
+                args["max_model_len"],
+                r["max_num_batched_tokens"],
+                r["kv_tokens"],
+            )
     return found
 
 
@@ -173,8 +198,9 @@ def fit(points: list[Point]) -> Efficiencies:
     def f(x: list[float]) -> float:
         return _loss(points, make(x))
 
-    simplex = [start] + [[v + (0.2 if i == j else 0) for j, v in enumerate(start)]
-                         for i in range(len(start))]
+    simplex = [start] + [
+        [v + (0.2 if i == j else 0) for j, v in enumerate(start)] for i in range(len(start))
+    ]
     for _ in range(400):
         simplex.sort(key=f)
         best, worst = simplex[0], simplex[-1]
@@ -190,19 +216,27 @@ def fit(points: list[Point]) -> Efficiencies:
             if f(contracted) < f(worst):
                 simplex[-1] = contracted
             else:
-                simplex = [best] + [[b + 0.5 * (v - b) for b, v in zip(best, s, strict=True)]
-                                    for s in simplex[1:]]
+                simplex = [best] + [
+                    [b + 0.5 * (v - b) for b, v in zip(best, s, strict=True)] for s in simplex[1:]
+                ]
     return make(min(simplex, key=f))
 
 
 def engine_args_ratio() -> dict[str, float]:
     """The plan's engine arguments (512 sequences for the 512/256 workload on an H100) against
     the best of vLLM's defaults and --max-num-seqs 256: same workload, same GPU, same session."""
-    sat = {r["tag"]: r["out_tok_s"] for r in _records()
-           if r["kind"] == "saturate" and r["sampling"] == "top_p" and r["in"] == 512}
+    sat = {
+        r["tag"]: r["out_tok_s"]
+        for r in _records()
+        if r["kind"] == "saturate" and r["sampling"] == "top_p" and r["in"] == 512
+    }
     baseline = max(sat["plan-8b"], sat["default-8b"])  # plan-8b ran --max-num-seqs 256
-    return {"plan": sat["seqs512-8b"], "max_num_seqs_256": sat["plan-8b"],
-            "vllm_defaults": sat["default-8b"], "ratio": sat["seqs512-8b"] / baseline}
+    return {
+        "plan": sat["seqs512-8b"],
+        "max_num_seqs_256": sat["plan-8b"],
+        "vllm_defaults": sat["default-8b"],
+        "ratio": sat["seqs512-8b"] / baseline,
+    }
 
 
 def _plot(points: list[Point]) -> None:
@@ -212,23 +246,43 @@ def _plot(points: list[Point]) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.6))
-    for ax, what, unit in zip(axes, ("out_tok_s", "itl_ms", "ttft_ms"),
-                              ("output tokens/s", "ITL, ms", "TTFT, ms"), strict=True):
+    for ax, what, unit in zip(
+        axes,
+        ("out_tok_s", "itl_ms", "ttft_ms"),
+        ("output tokens/s", "ITL, ms", "TTFT, ms"),
+        strict=True,
+    ):
         chosen = [p for p in points if p.what == what]
         for device, marker in (("H100", "o"), ("H200", "s")):
             mine = [p for p in chosen if device in p.engine.device]
-            ax.scatter([p.measured for p in mine], [p.predict() for p in mine], marker=marker,
-                       label=f"{device} ({len(mine)})")
+            ax.scatter(
+                [p.measured for p in mine],
+                [p.predict() for p in mine],
+                marker=marker,
+                label=f"{device} ({len(mine)})",
+            )
         values = [p.measured for p in chosen] + [p.predict() for p in chosen]
         low, high = min(values) * 0.8, max(values) * 1.25
         ax.plot([low, high], [low, high], color="grey", lw=0.8)
-        ax.fill_between([low, high], [low * 0.85, high * 0.85], [low * 1.15, high * 1.15],
-                        color="grey", alpha=0.15, label="±15 %")
-        ax.set(xscale="log", yscale="log", xlabel=f"measured {unit}", ylabel=f"predicted {unit}",
-               title=unit)
+        ax.fill_between(
+            [low, high],
+            [low * 0.85, high * 0.85],
+            [low * 1.15, high * 1.15],
+            color="grey",
+            alpha=0.15,
+            label="±15 %",
+        )
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel=f"measured {unit}",
+            ylabel=f"predicted {unit}",
+            title=unit,
+        )
         ax.legend(fontsize=8)
-    fig.suptitle("Planner performance model vs vLLM 0.26.0 (points not used for calibration; "
-                 "2026-11-23)")
+    fig.suptitle(
+        "Planner performance model vs vLLM 0.26.0 (points not used for calibration; 2026-11-23)"
+    )
     fig.tight_layout()
     PLOT.parent.mkdir(exist_ok=True)
     fig.savefig(PLOT, dpi=110)
@@ -240,18 +294,33 @@ def run() -> dict[str, float]:
     kv = []
     for e in engines().values():
         planned = e.planner_kv_tokens()
-        kv.append({"tag": e.tag, "gpu": e.device, "model": e.model, "utilization": e.utilization,
-                   "max_model_len": e.max_model_len, "planner": planned, "vllm": e.kv_tokens,
-                   "error_pct": round((planned / e.kv_tokens - 1) * 100, 2)})
+        kv.append(
+            {
+                "tag": e.tag,
+                "gpu": e.device,
+                "model": e.model,
+                "utilization": e.utilization,
+                "max_model_len": e.max_model_len,
+                "planner": planned,
+                "vllm": e.kv_tokens,
+                "error_pct": round((planned / e.kv_tokens - 1) * 100, 2),
+            }
+        )
     args = engine_args_ratio()
     report = {
         "efficiencies": CALIBRATED.__dict__,
         "calibration_loss": _loss(calibration_points(), CALIBRATED),
         "kv": kv,
         "engine_args": args,
-        "validation": [{"point": p.label(), "measured": p.measured,
-                        "predicted": round(p.predict(), 3), "error_pct": round(p.error_pct(), 1)}
-                       for p in validation],
+        "validation": [
+            {
+                "point": p.label(),
+                "measured": p.measured,
+                "predicted": round(p.predict(), 3),
+                "error_pct": round(p.error_pct(), 1),
+            }
+            for p in validation
+        ],
         "source": "vLLM 0.26.0 on NVIDIA H100 80GB HBM3 and NVIDIA H200, 2026-11-23 (bench/gpu/)",
     }
     OUTPUT.write_text(json.dumps(report, indent=2) + "\n")
@@ -279,7 +348,10 @@ def main() -> None:
     figures = run()
     print(json.dumps(figures, indent=2))
     for v in json.loads(OUTPUT.read_text())["validation"]:
-        print(f"  {v['point']:45s} {v['measured']:10.3f} {v['predicted']:10.3f} {v['error_pct']:+6.1f} %")
+        print(
+            f"  {v['point']:45s} {v['measured']:10.3f} {v['predicted']:10.3f} "
+            f"{v['error_pct']:+6.1f} %"
+        )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".gpu-bundle", "gpu"))
 
-from common import emit, engine_args, parser, prompt_maker, sampling, start, timed_generate  # noqa: E402
+from common import emit, engine_args, parser, prompt_maker, sampling, start, timed_generate
 
 
 def _triples(text: str) -> list[tuple[int, int, int]]:
@@ -49,29 +49,68 @@ def main() -> None:
         emit({"tag": a.tag, "engine_args": kw, "points": _triples(a.points)})
         return
     llm, info = start(kw)
-    base = {"tag": a.tag, "model": os.path.basename(a.model.rstrip("/")), "gpu": info["gpu"],
-            "vllm": info["vllm"]}
+    base = {
+        "tag": a.tag,
+        "model": os.path.basename(a.model.rstrip("/")),
+        "gpu": info["gpu"],
+        "vllm": info["vllm"],
+    }
     emit({**base, "kind": "engine", "engine_args": kw, **info}, a.results)
     make = prompt_maker(a.model, a.seed)
     timed_generate(llm, make(4, 256), sampling(kw, 8))  # warm-up
     for length in [int(x) for x in filter(None, a.ttft.split(","))]:
-        times = [timed_generate(llm, make(1, length), sampling(kw, 1, temperature=0))[0] for _ in range(3)]
-        emit({**base, "kind": "ttft", "in": length, "ttft_ms": round(statistics.median(times) * 1e3, 2)},
-             a.results)
+        times = [
+            timed_generate(llm, make(1, length), sampling(kw, 1, temperature=0))[0]
+            for _ in range(3)
+        ]
+        emit(
+            {
+                **base,
+                "kind": "ttft",
+                "in": length,
+                "ttft_ms": round(statistics.median(times) * 1e3, 2),
+            },
+            a.results,
+        )
     for c, lin, lout in _triples(a.points):
         prefill, _ = timed_generate(llm, make(c, lin), sampling(kw, 1, temperature=0))
         wall, n = timed_generate(llm, make(c, lin), sampling(kw, lout, temperature=0))
-        emit({**base, "kind": "point", "concurrency": c, "in": lin, "out": lout,
-              "prefill_s": round(prefill, 4), "wall_s": round(wall, 4), "out_tok_s": round(n / wall, 1),
-              "itl_ms": round((wall - prefill) / max(1, lout - 1) * 1e3, 3)}, a.results)
-    runs = [(t, "top_p") for t in _triples(a.saturate)] + [(t, "greedy") for t in _triples(a.saturate_greedy)]
+        emit(
+            {
+                **base,
+                "kind": "point",
+                "concurrency": c,
+                "in": lin,
+                "out": lout,
+                "prefill_s": round(prefill, 4),
+                "wall_s": round(wall, 4),
+                "out_tok_s": round(n / wall, 1),
+                "itl_ms": round((wall - prefill) / max(1, lout - 1) * 1e3, 3),
+            },
+            a.results,
+        )
+    runs = [(t, "top_p") for t in _triples(a.saturate)] + [
+        (t, "greedy") for t in _triples(a.saturate_greedy)
+    ]
     for (n_req, lin, lout), how in runs:
         extra = {"temperature": 0.8, "top_p": 0.95} if how == "top_p" else {"temperature": 0}
         wall, n = timed_generate(llm, make(n_req, lin), sampling(kw, lout, **extra))
-        emit({**base, "kind": "saturate", "sampling": how, "nreq": n_req, "in": lin, "out": lout, "wall_s": round(wall, 3),
-              "out_tok_s": round(n / wall, 1), "total_tok_s": round((n + n_req * lin) / wall, 1),
-              "max_num_seqs": info["max_num_seqs"], "max_num_batched_tokens": info["max_num_batched_tokens"]},
-             a.results)
+        emit(
+            {
+                **base,
+                "kind": "saturate",
+                "sampling": how,
+                "nreq": n_req,
+                "in": lin,
+                "out": lout,
+                "wall_s": round(wall, 3),
+                "out_tok_s": round(n / wall, 1),
+                "total_tok_s": round((n + n_req * lin) / wall, 1),
+                "max_num_seqs": info["max_num_seqs"],
+                "max_num_batched_tokens": info["max_num_batched_tokens"],
+            },
+            a.results,
+        )
 
 
 if __name__ == "__main__":

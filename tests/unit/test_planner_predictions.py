@@ -36,7 +36,9 @@ def refusal(s: LLMDeploymentSpec) -> PlanError:
 
 def _gpu(profile: str) -> Gpu:
     p = DEFAULT_GPU_PROFILES[profile]
-    assert p.hbm_gbps and p.bf16_tflops and p.interconnect_gbps
+    assert p.hbm_gbps
+    assert p.bf16_tflops
+    assert p.interconnect_gbps
     return Gpu(p.hbm_gbps, p.bf16_tflops, p.fp8_tflops, p.interconnect_gbps)
 
 
@@ -48,18 +50,12 @@ def _chosen(p: Plan) -> tuple[int, int]:
     ("deployment", "layout"),
     [
         pytest.param(spec(L70), (2, 4), id="70b-throughput-two-tp4-pods-beat-one-tp8"),
-        pytest.param(
-            spec(L70, objective="Latency"), (1, 8), id="70b-latency-one-tp8-pod"
-        ),
+        pytest.param(spec(L70, objective="Latency"), (1, 8), id="70b-latency-one-tp8-pod"),
         pytest.param(spec(L8, count=4), (4, 1), id="8b-throughput-one-gpu-per-pod"),
-        pytest.param(
-            spec(L8, count=4, objective="Latency"), (1, 4), id="8b-latency-widest"
-        ),
+        pytest.param(spec(L8, count=4, objective="Latency"), (1, 4), id="8b-latency-widest"),
         # On a 24 GiB L4 one GPU's KV cache holds ~50 sequences of the workload; pairs hold
         # ~250 and batch more than the PCIe all-reduce costs them.
-        pytest.param(
-            spec(L8, count=4, profile="l4"), (2, 2), id="8b-on-l4-kv-bound-pairs"
-        ),
+        pytest.param(spec(L8, count=4, profile="l4"), (2, 2), id="8b-on-l4-kv-bound-pairs"),
     ],
 )
 def test_objective_picks_the_layout_with_the_best_prediction(
@@ -72,39 +68,33 @@ def test_objective_picks_the_layout_with_the_best_prediction(
     winner = next(c for c in result.candidates if c.chosen)
     assert winner.predicted == result.predicted
     for other in scored:
-        assert other.predicted is not None and result.predicted is not None
+        assert other.predicted is not None
+        assert result.predicted is not None
         if deployment.objective == "Throughput":
             assert other.predicted.output_tokens_per_second_per_gpu <= (
                 result.predicted.output_tokens_per_second_per_gpu
             )
         else:
-            assert (
-                other.predicted.itl_millis_batch1 >= result.predicted.itl_millis_batch1
-            )
+            assert other.predicted.itl_millis_batch1 >= result.predicted.itl_millis_batch1
         if not other.chosen:
             assert other.verdict
 
 
 def test_max_num_seqs_is_what_the_kv_cache_holds_of_the_workload() -> None:
     short = plan(spec(L8, count=1))
-    assert (
-        short.max_concurrent_sequences == 512
-    )  # 8B on an H100 holds ~580 of 768 tokens
-    long = plan(
-        spec(L8, count=1, workload={"promptTokens": 3000, "outputTokens": 1000})
-    )
+    assert short.max_concurrent_sequences == 512  # 8B on an H100 holds ~580 of 768 tokens
+    long = plan(spec(L8, count=1, workload={"promptTokens": 3000, "outputTokens": 1000}))
     assert long.max_concurrent_sequences == long.kv_cache_tokens_per_replica // 4000
     assert "--max-num-seqs" in long.vllm_args
     assert long.vllm_args[long.vllm_args.index("--max-num-seqs") + 1] == str(
         long.max_concurrent_sequences
     )
-    assert long.predicted is not None and long.predicted.prompt_tokens == 3000
+    assert long.predicted is not None
+    assert long.predicted.prompt_tokens == 3000
 
 
 def test_default_queue_target_follows_the_planned_concurrency() -> None:
-    derived = plan(
-        spec(L8, count=1, workload={"promptTokens": 3000, "outputTokens": 1000})
-    )
+    derived = plan(spec(L8, count=1, workload={"promptTokens": 3000, "outputTokens": 1000}))
     assert derived.target_queue_depth == -(-derived.max_concurrent_sequences // 4)
     fixed = plan(spec(L8, count=1, autoscaling={"targetQueueDepth": 3}))
     assert fixed.target_queue_depth == 3
@@ -116,9 +106,7 @@ def test_slo_picks_concurrency_that_keeps_itl_within_it() -> None:
     result = plan(spec(L70, slo={"itlMillis": 25}))
     assert result.predicted is not None
     assert result.predicted.itl_millis <= 25
-    assert (
-        result.predicted.max_concurrency_within_slo == result.max_concurrent_sequences
-    )
+    assert result.predicted.max_concurrency_within_slo == result.max_concurrent_sequences
     assert result.max_concurrent_sequences < unconstrained.max_concurrent_sequences
     assert "spec.slo" in result.reason
 
@@ -201,7 +189,8 @@ def test_plan_json_carries_candidates_and_prediction(
         assert key in out["predicted"]
     assert main(["plan", "-f", str(manifest)]) == 0
     table = capsys.readouterr().out
-    assert "Candidates:" in table and "Predicted:" in table
+    assert "Candidates:" in table
+    assert "Predicted:" in table
 
 
 def test_model_physics() -> None:
@@ -223,9 +212,7 @@ def test_model_physics() -> None:
     assert h200.itl_s(1, 512, 256) < h100.itl_s(1, 512, 256)
     # A bigger batch costs each token more, but yields more tokens per second.
     assert h100.itl_s(256, 512, 256) > h100.itl_s(1, 512, 256)
-    assert h100.output_tokens_per_s(256, 512, 256) > 10 * h100.output_tokens_per_s(
-        1, 512, 256
-    )
+    assert h100.output_tokens_per_s(256, 512, 256) > 10 * h100.output_tokens_per_s(1, 512, 256)
     # Each prompt token costs more the longer the prompt (causal attention).
     assert h100.ttft_s(8000) - h100.ttft_s(6000) > h100.ttft_s(4000) - h100.ttft_s(2000)
 
@@ -236,7 +223,7 @@ def test_shipped_constants_predict_the_held_out_gpu_runs(
     """The committed H100/H200 runs (bench/gpu/) that the fit never saw: tok/s and ITL within 30 %,
     half within 15 %. Fails when the shipped efficiencies drift from the evidence."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
-    from bench.gpu_model import validation_points  # noqa: PLC0415
+    from bench.gpu_model import validation_points
 
     points = [p for p in validation_points() if p.what in ("out_tok_s", "itl_ms")]
     assert len(points) >= 6

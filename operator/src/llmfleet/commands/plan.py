@@ -220,8 +220,11 @@ def _candidate_table(p: Plan) -> str:
             verdicts.append(f"    {layout}: {c.verdict}")
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     text = [
-        "    " + "  ".join(cell.rjust(w) if i > 1 else cell.ljust(w) for i, (cell, w) in
-                          enumerate(zip(row, widths, strict=True)))
+        "    "
+        + "  ".join(
+            cell.rjust(w) if i > 1 else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
         for row in rows
     ]
     text.append("    (ITL: a lone request / at the planned concurrency; * chosen)")

@@ -79,9 +79,7 @@ def concurrency_for(kv_tokens: int, workload: Workload, set_by_user: int | None)
     return max(1, min(MAX_NUM_SEQS_CAP, kv_tokens // workload.tokens))
 
 
-def predict(
-    pod: PodModel, concurrency: int, workload: Workload, slo: SloSpec | None
-) -> Prediction:
+def predict(pod: PodModel, concurrency: int, workload: Workload, slo: SloSpec | None) -> Prediction:
     p, o = workload.prompt_tokens, workload.output_tokens
     out = pod.output_tokens_per_s(concurrency, p, o)
     within = None
@@ -125,8 +123,10 @@ def choose_by_prediction(
     if objective == "Latency":
         best = min(
             candidates,
-            key=lambda c: (c.prediction.itl_millis_batch1 if c.prediction else math.inf,
-                           -c.per_gpu),
+            key=lambda c: (
+                c.prediction.itl_millis_batch1 if c.prediction else math.inf,
+                -c.per_gpu,
+            ),
         )
         assert best.prediction is not None
         return best, (

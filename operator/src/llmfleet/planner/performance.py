@@ -38,7 +38,7 @@ COMPUTE_EFFICIENCY = 0.728
 STEP_OVERHEAD_MS = 1.25
 SEQUENCE_OVERHEAD_US = 6.18
 # NCCL and vLLM's custom all-reduce reach about 80 % of NVLink's bandwidth on large messages;
-# each all-reduce also costs a few microseconds of latency (published NCCL tests, not measured here).
+# each all-reduce also costs a few microseconds (published NCCL tests, not measured here).
 INTERCONNECT_EFFICIENCY = 0.8
 ALLREDUCE_LATENCY_US = 8.0
 
@@ -156,7 +156,7 @@ class PodModel:
         return low
 
 
-def pod_model(  # noqa: PLR0913
+def pod_model(
     arch: ModelArchitecture,
     *,
     dtype: Dtype,

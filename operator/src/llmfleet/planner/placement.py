@@ -32,7 +32,7 @@ def _performance(
 ) -> tuple[Gpu | None, str | None]:
     if profile is not None and gpus.profile is not None:
         name: str | None = gpus.profile
-        source = profile
+        source: GpuProfile | None = profile
     elif gpus.product is not None:
         named = [n for n, p in sorted(profiles.items()) if p.product == gpus.product]
         name = next((n for n in named if profiles[n].has_performance), named[0] if named else None)
@@ -41,7 +41,9 @@ def _performance(
         return None, None
     if source is None or not source.has_performance:
         return None, None
-    assert source.hbm_gbps and source.bf16_tflops and source.interconnect_gbps
+    assert source.hbm_gbps
+    assert source.bf16_tflops
+    assert source.interconnect_gbps
     return (
         Gpu(source.hbm_gbps, source.bf16_tflops, source.fp8_tflops, source.interconnect_gbps),
         name,

@@ -30,14 +30,6 @@ from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.models.model_spec import ModelArchitecture
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import PlannedStrategy
-from llmfleet.planner.engine_args import (
-    EXTRA_ARGS_FIELD,
-    ArgGroup,
-    group_args,
-    merge_args,
-    parse_fraction_override,
-    parse_int_override,
-)
 from llmfleet.models.workload import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 from llmfleet.planner.candidates import (
     MAX_NUM_SEQS_CAP,
@@ -49,6 +41,14 @@ from llmfleet.planner.candidates import (
     meets,
     predict,
     why_lost,
+)
+from llmfleet.planner.engine_args import (
+    EXTRA_ARGS_FIELD,
+    ArgGroup,
+    group_args,
+    merge_args,
+    parse_fraction_override,
+    parse_int_override,
 )
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.memory import (
@@ -302,13 +302,13 @@ def _allowed_sizes(
         pods = count // size
         if spec.strategy == "SinglePod" and size != count:
             continue
-        if spec.strategy == "MultiPod" and pods < 2:  # noqa: PLR2004
+        if spec.strategy == "MultiPod" and pods < 2:
             continue
         allowed.append(size)
     return allowed
 
 
-def _evaluate(  # noqa: PLR0913, PLR0917
+def _evaluate(  # noqa: PLR0917
     spec: LLMDeploymentSpec,
     gpus: Gpus,
     arch: ModelArchitecture,
@@ -641,8 +641,10 @@ def _kv_bound_source(kv_tokens: int, workload: Workload) -> str:
 
 
 def _explain_cpu_batching(settings: _Settings, max_num_seqs: int, kv_tokens: int) -> str:
-    source = "as set" if settings.max_num_seqs is not None else _kv_bound_source(
-        kv_tokens, settings.workload
+    source = (
+        "as set"
+        if settings.max_num_seqs is not None
+        else _kv_bound_source(kv_tokens, settings.workload)
     )
     return (
         f"Each pod runs up to {max_num_seqs} sequences at once ({source}) and batches up to "

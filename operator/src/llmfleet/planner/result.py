@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from llmfleet.models.base import ApiModel
-from llmfleet.models.status import PlannedStrategy, Prediction, PlanSummary
+from llmfleet.models.status import PlannedStrategy, PlanSummary, Prediction
 
 
 class Candidate(ApiModel):
