@@ -157,10 +157,22 @@ def test_gpu_profiles_configmap_is_mounted_with_the_default_products() -> None:
     profiles = yaml.safe_load(configmap["data"]["gpu-profiles.yaml"])
     assert {name: (p["memoryGiB"], p["perNode"], p["product"]) for name, p in profiles.items()} == {
         "h100-80gb": (80, 8, "NVIDIA-H100-80GB-HBM3"),
+        "h200-141gb": (140, 8, "NVIDIA-H200"),
         "a100-80gb": (80, 8, "NVIDIA-A100-SXM4-80GB"),
         "a100-40gb": (40, 8, "NVIDIA-A100-SXM4-40GB"),
         "l40s": (48, 8, "NVIDIA-L40S"),
         "l4": (24, 8, "NVIDIA-L4"),
+    }
+    # Every default profile carries the performance model's constants (fp8 only where the GPU
+    # has fp8 tensor cores), so the planner predicts speed on each of them.
+    performance = ("hbmGBps", "bf16TFLOPS", "fp8TFLOPS", "interconnectGBps")
+    assert {name: tuple(p.get(k) for k in performance) for name, p in profiles.items()} == {
+        "h100-80gb": (3350, 989, 1979, 450),
+        "h200-141gb": (4800, 989, 1979, 450),
+        "a100-80gb": (2039, 312, None, 300),
+        "a100-40gb": (1555, 312, None, 300),
+        "l40s": (864, 362, 733, 32),
+        "l4": (300, 121, 242, 32),
     }
     pod = operator_deployment(docs)["spec"]["template"]["spec"]
     (volume,) = [v for v in pod["volumes"] if "configMap" in v]

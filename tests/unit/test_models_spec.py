@@ -29,12 +29,14 @@ def test_minimal_spec_gets_documented_defaults() -> None:
     assert spec.gpus is None
     assert (spec.strategy, spec.objective) == ("Auto", "Throughput")
     assert (spec.model.dtype, spec.model.quantization) == ("auto", "none")
+    assert (spec.workload, spec.slo) == (None, None)
     assert spec.engine.image == DEFAULT_ENGINE_IMAGE == "vllm/vllm-openai:v0.32.0"
     assert spec.engine.gpu_memory_utilization == 0.9
     assert spec.engine.max_model_len is None
     assert spec.engine.cpu_kv_cache_gib == 4
     assert spec.autoscaling.enabled
-    assert spec.autoscaling.target_queue_depth == 5
+    # Unset: the planner derives it from the planned concurrency (Plan.target_queue_depth).
+    assert spec.autoscaling.target_queue_depth is None
     assert spec.autoscaling.scale_down_stabilization_seconds == 300
 
 

@@ -75,7 +75,24 @@ def test_table_is_the_default_and_shows_reason_and_args(
     assert out.startswith("LLMDeployment llama-70b\n")
     assert re.search(r"^  Strategy:\s+MultiPod$", out, re.MULTILINE)
     assert re.search(r"^  Reason:\n    meta-llama/Llama-3.1-70B-Instruct has", out, re.MULTILINE)
-    assert "2 pods of TP=4" in " ".join(out.split())
+    # The product has performance constants, so the layout is chosen by predicted speed.
+    reason = " ".join(out.split())
+    assert "Objective Throughput takes the most predicted output tokens/s per GPU" in reason
+    assert "2 pod(s) of TP=4" in reason
+    # 512 sequences per pod (466,864 KV tokens // 768, capped at 512): ceil(512 / 4) = 128.
+    assert re.search(r"^  HPA target:\s+128 requests waiting per pod$", out, re.MULTILINE)
+    assert re.search(r"^  Workload:\s+512 prompt \+ 256 output tokens$", out, re.MULTILINE)
+    assert re.search(
+        r"^  Predicted:\s+[\d,]+ output tok/s per replica \([\d,]+ per GPU\) at 512 sequences; "
+        r"TTFT [\d,]+ ms; ITL [\d.]+ ms alone, [\d.]+ ms at 512$",
+        out,
+        re.MULTILINE,
+    )
+    # Every layout of the 8 GPUs, the chosen one starred, the others with why they lost.
+    assert re.search(r"^  Candidates:$", out, re.MULTILINE)
+    assert re.search(r"^    \*  2 x TP=4\s+8\s+466,864\s+512\s", out, re.MULTILINE)
+    for layout in ("4 x TP=2", "1 x TP=8"):
+        assert re.search(rf"^    {re.escape(layout)}: [\d,]+ out tok/s per GPU", out, re.MULTILINE)
     assert "    --tensor-parallel-size 4\n" in out
 
 

@@ -30,8 +30,8 @@ def test_derived_args_in_fixed_order() -> None:
         "--tensor-parallel-size", "1",
         "--max-model-len", "8192",
         "--gpu-memory-utilization", "0.9",
-        "--max-num-seqs", "110",
-        "--max-num-batched-tokens", "8192",
+        "--max-num-seqs", "512",
+        "--max-num-batched-tokens", "16384",
         "--scheduling-policy", "fcfs",
     ]  # fmt: skip
 
@@ -66,10 +66,22 @@ def test_derived_args_in_fixed_order() -> None:
             id="explicit-batched-tokens-win",
         ),
         pytest.param(
+            {}, "--max-num-batched-tokens", "16384", id="throughput-uses-16k-prefill-chunks-on-gpus"
+        ),
+        pytest.param(
             {"objective": "Latency"},
             "--max-num-batched-tokens",
+            "8192",
+            id="latency-uses-half-the-prefill-chunk-on-gpus",
+        ),
+        pytest.param(
+            {"gpus": None}, "--max-num-batched-tokens", "8192", id="cpu-throughput-uses-8k-chunks"
+        ),
+        pytest.param(
+            {"gpus": None, "objective": "Latency"},
+            "--max-num-batched-tokens",
             "2048",
-            id="latency-uses-small-prefill-chunks",
+            id="cpu-latency-uses-small-prefill-chunks",
         ),
         pytest.param(
             {"engine": {"maxModelLen": 2048}},
@@ -98,6 +110,58 @@ def test_flag(kwargs: dict[str, Any], flag: str, value: str | None) -> None:
     assert flag_value(args_for(**kwargs), flag) == value
 
 
+@pytest.mark.parametrize(
+    ("gpus", "chunks"),
+    [
+        pytest.param({"count": 1, "memoryGiB": 80}, (16384, 8192), id="gpu-of-70-gib-or-more"),
+        pytest.param({"count": 1, "memoryGiB": 48}, (8192, 2048), id="smaller-gpu"),
+        pytest.param(None, (8192, 2048), id="cpu"),
+    ],
+)
+def test_latency_prefills_in_smaller_chunks_than_throughput(
+    gpus: dict[str, Any] | None, chunks: tuple[int, int]
+) -> None:
+    def chunk(objective: str) -> int:
+        manifest: dict[str, Any] = {"model": {"name": L8}, "objective": objective}
+        if gpus is not None:
+            manifest["gpus"] = gpus
+        return plan(LLMDeploymentSpec.model_validate(manifest)).max_num_batched_tokens
+
+    assert (chunk("Throughput"), chunk("Latency")) == chunks
+    assert chunk("Latency") < chunk("Throughput")
+
+
+@pytest.mark.parametrize(
+    ("memory_gib", "spec", "seqs"),
+    [
+        # 80 GiB: 72.00 usable - 14.96 weights - 2.50 reserve (16384 batched tokens) = 54.54 GiB
+        # of KV cache at 128 KiB per token = 446,784 tokens; // 768 = 581, capped at 512.
+        pytest.param(80, {}, 512, id="capped-at-512-cuda-graph-batches"),
+        # 24 GiB (below 70 GiB: 8192 batched tokens, a 2.00 GiB reserve): 21.60 - 14.96 - 2.00
+        # = 4.64 GiB = 38,000 tokens; // (512 + 256) = 49.
+        pytest.param(24, {}, 49, id="kv-bound-default-512-plus-256-workload"),
+        # 446,784 // (4096 + 1024) = 87.
+        pytest.param(
+            80,
+            {"workload": {"promptTokens": 4096, "outputTokens": 1024}},
+            87,
+            id="kv-bound-by-a-longer-workload",
+        ),
+        # maxModelLen 512 < 768: the default workload shrinks to 341 + 171 = 512 tokens, so
+        # 38,000 // 512 = 74 (not 38,000 // 768 = 49).
+        pytest.param(24, {"engine": {"maxModelLen": 512}}, 74, id="workload-shrinks-to-context"),
+    ],
+)
+def test_max_num_seqs_is_what_the_kv_cache_holds_of_the_workload(
+    memory_gib: int, spec: dict[str, Any], seqs: int
+) -> None:
+    manifest = {"model": {"name": L8}, "gpus": {"count": 1, "memoryGiB": memory_gib}, **spec}
+    result = plan(LLMDeploymentSpec.model_validate(manifest))
+
+    assert result.max_concurrent_sequences == seqs
+    assert flag_value(list(result.vllm_args), "--max-num-seqs") == str(seqs)
+
+
 PINNED = [
     "--model", L8,
     "--dtype", "auto",
@@ -105,7 +169,7 @@ PINNED = [
     "--max-model-len", "8192",
     "--gpu-memory-utilization", "0.9",
     "--max-num-seqs", "16",
-    "--max-num-batched-tokens", "8192",
+    "--max-num-batched-tokens", "16384",
     "--scheduling-policy", "fcfs",
 ]  # fmt: skip
 

@@ -208,6 +208,29 @@ def test_hpa_scales_on_queue_depth_fast_up_stabilised_down() -> None:
     assert hpa["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 120
 
 
+@pytest.mark.parametrize(
+    ("overrides", "seqs", "target"),
+    [
+        # 8B on an 80 GiB H100: 446,784 KV tokens // (512 + 256) = 581, capped at 512 sequences.
+        pytest.param({}, 512, "128", id="gpu-pod-at-the-512-sequence-cap"),
+        # opt-125m on the default 4 GiB CPU KV cache: 116,496 tokens // 768 = 151 sequences.
+        pytest.param(
+            {"gpus": None, "model": {"name": "facebook/opt-125m"}}, 151, "38", id="cpu-pod"
+        ),
+    ],
+)
+def test_hpa_target_defaults_to_a_quarter_of_the_planned_concurrency(
+    overrides: dict[str, Any], seqs: int, target: str
+) -> None:
+    s = spec(**overrides)
+    result = plan(s)
+    assert s.autoscaling.target_queue_depth is None
+    assert result.max_concurrent_sequences == seqs
+    assert result.target_queue_depth == int(target)  # ceil(seqs / 4)
+    (metric,) = rendered(s)["HorizontalPodAutoscaler/chat"]["spec"]["metrics"]
+    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": target}
+
+
 def test_service_spans_every_layout_of_the_deployment() -> None:
     svc = rendered(spec())["Service/chat"]["spec"]
     assert svc["selector"] == {
