@@ -4,20 +4,18 @@ Rules, in the order they apply:
 
 * Tensor-parallel (TP) sizes are powers of two up to gpus.perNode that divide the attention
   heads (see `parallelism`). Pods never span nodes.
-* A size *fits* when one GPU's share of the weights, the runtime reserve and the KV cache for
-  MIN_CONCURRENT_SEQUENCES full-length (maxModelLen) sequences fit in memoryGiB x
-  gpuMemoryUtilization (see `memory`). When no size within gpus.count reaches that, the
-  smallest size holding one full sequence is used and the reason says so; when none holds one,
-  the spec is refused with the numbers and what would fit.
-* strategy Auto: objective Throughput takes the smallest fitting size and runs
-  gpus.count / size pods (SinglePod when that is one pod); objective Latency takes the largest
-  fitting size that splits gpus.count evenly. SinglePod uses TP = gpus.count; MultiPod the
-  smallest fitting size, and needs at least two pods.
-* Derived vLLM settings: maxModelLen = min(8192, maxPositionEmbeddings);
-  maxNumBatchedTokens = 8192 (Throughput) or 2048 (Latency), at least maxNumSeqs -- vLLM
-  always prefills in chunks, so it may be below maxModelLen; maxNumSeqs = min(256,
-  maxNumBatchedTokens, KV tokens / (maxModelLen / 2)), i.e. sized for sequences that average
-  half their maximum length -- vLLM preempts rather than fails when that guess is wrong.
+* A size is a candidate when one GPU's share of the weights, the runtime reserve and the KV
+  cache for at least one full-length (maxModelLen) sequence fit in memoryGiB x
+  gpuMemoryUtilization (see `memory`), and the GPUs split evenly into pods of it. When none
+  holds one sequence, the spec is refused with the numbers and what would fit.
+* Each candidate gets --max-num-seqs = what its KV cache holds of spec.workload's requests, at
+  most 512, and a predicted speed (see `candidates` and `performance`); the choice follows
+  spec.slo or the objective. SinglePod allows only TP = gpus.count, MultiPod at least two pods.
+  GPUs without performance constants fall back to memory rules: Throughput takes the smallest
+  size holding MIN_CONCURRENT_SEQUENCES full-length sequences, Latency the widest.
+* Derived vLLM settings: maxModelLen = min(8192, maxPositionEmbeddings); maxNumBatchedTokens =
+  vLLM's own defaults by GPU size (16384 from 70 GiB, else 8192; Latency smaller), at least
+  maxNumSeqs -- vLLM always prefills in chunks, so it may be below maxModelLen.
 """
 
 from __future__ import annotations
