@@ -209,6 +209,11 @@ def ready_status(
         "observedGeneration": g,
         "conditions": keep_transition_times(conds, old.get("conditions") or []),
         "plan": plan.summary().model_dump(by_alias=True, mode="json"),
+        **(
+            {"predicted": plan.predicted.model_dump(by_alias=True, mode="json")}
+            if plan.predicted is not None
+            else {}
+        ),
         "replicas": desired,
         "currentReplicas": current,
         "readyReplicas": ready,
