@@ -624,9 +624,13 @@ def _explain_batching(settings: _Settings, chosen: Evaluated, by_slo: bool) -> s
         source = "the most whose predicted ITL meets spec.slo"
     else:
         source = _kv_bound_source(chosen.fit.kv_tokens, workload)
+    return _batching_sentence(settings, chosen.max_num_seqs, source)
+
+
+def _batching_sentence(settings: _Settings, max_num_seqs: int, source: str) -> str:
     return (
-        f"Each pod runs up to {chosen.max_num_seqs} sequences at once ({source}) and batches up "
-        f"to {settings.max_num_batched_tokens:,} tokens per step."
+        f"Each pod runs up to {max_num_seqs} sequences at once ({source}) and batches up to "
+        f"{settings.max_num_batched_tokens:,} tokens per step."
     )
 
 
@@ -644,10 +648,7 @@ def _explain_cpu_batching(settings: _Settings, max_num_seqs: int, kv_tokens: int
         if settings.max_num_seqs is not None
         else _kv_bound_source(kv_tokens, settings.workload)
     )
-    return (
-        f"Each pod runs up to {max_num_seqs} sequences at once ({source}) and batches up to "
-        f"{settings.max_num_batched_tokens:,} tokens per step."
-    )
+    return _batching_sentence(settings, max_num_seqs, source)
 
 
 def _autoscaling_bounds(spec: LLMDeploymentSpec, replicas: int) -> tuple[int, int]:
