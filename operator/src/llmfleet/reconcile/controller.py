@@ -23,9 +23,10 @@ from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.reconcile.apply import Applier, ApplyResult, ref
 from llmfleet.reconcile.errors import api_error
 from llmfleet.reconcile.events import EventRecorder
-from llmfleet.reconcile.status import Observed, invalid_status, ready_status
+from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
+from llmfleet.reconcile.status import Observed, invalid_status, newly_unverified, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
-from llmfleet.render.names import DEPLOYMENT_LABEL, MANAGED_BY
+from llmfleet.render.names import DEPLOYMENT_LABEL, HTTP_PORT, MANAGED_BY
 from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_url
 from llmfleet.render.service import endpoint_url
 
@@ -47,6 +48,7 @@ class Controller:
         self.profiles = profiles
         self.applier = Applier(api)
         self.events = EventRecorder(api)
+        self.kv_cache = EngineKVCache(HTTP_PORT)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._queued: set[tuple[str, str]] = set()
@@ -93,6 +95,7 @@ class Controller:
             body = self.fetch(namespace, name)
             if body is None or body["metadata"].get("deletionTimestamp"):
                 m.forget(namespace, name)
+                self.kv_cache.forget(namespace, name)
                 return ApplyResult()
             start = time.monotonic()
             outcome = "error"
@@ -163,13 +166,15 @@ class Controller:
         )
         still_old = tuple(d for d in old_engines if ref(d) in hold)
 
+        pods = tuple(p for p in self.applier.list("v1", "Pod", ns, selector) if not _is_router(p))
+        template = ((engine or {}).get("spec") or {}).get("template")
         observed = Observed(
             engine=engine,
             old_engines=still_old,
             hpa=live.get(f"HorizontalPodAutoscaler/{name}"),
-            pods=tuple(
-                p for p in self.applier.list("v1", "Pod", ns, selector) if not _is_router(p)
-            ),
+            pods=pods,
+            # Read once per pod (cached by uid): an idle resync dials no engine.
+            kv_cache_tokens=self.kv_cache.measure(ns, name, reporting_engines(pods, template)),
         )
         new = ready_status(
             old=old_status,
@@ -179,7 +184,10 @@ class Controller:
             endpoint=router_url(owner) if router_enabled(spec, planned) else endpoint_url(owner),
         )
         self._announce(body, old_status, planned, result)
-        self._write_status(body, old_status, new)
+        unverified = newly_unverified(old_status, new)
+        if self._write_status(body, old_status, new) and unverified is not None:
+            # Once, when PlanVerified turns False; not on every resync while it stays so.
+            self.events.emit(body, "Warning", "PlanNotVerified", unverified)
         m.set_planned(ns, name, planned)
         m.record_planner_decision(ns, name, spec, planned)
         m.set_conditions(ns, name, new["conditions"])

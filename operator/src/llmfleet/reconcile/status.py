@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from llmfleet.models.status import Measured
 from llmfleet.planner import Plan
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
+# How far the KV cache an engine allocated may be from the planner's figure for PlanVerified.
+KV_TOLERANCE = 0.10
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,8 @@ class Observed:
     old_engines: tuple[dict[str, Any], ...]  # Deployments of a previous layout still running
     hpa: dict[str, Any] | None
     pods: tuple[dict[str, Any], ...]
+    # KV-cache tokens each ready engine of the current layout reported (vllm:cache_config_info).
+    kv_cache_tokens: tuple[int, ...] = ()
 
 
 def now() -> str:
@@ -100,13 +105,72 @@ def invalid_status(
     conds = [condition("Planned", FALSE, reason, message, generation)]
     # The children of the last good spec keep serving; say so instead of hiding them.
     for c in old.get("conditions") or []:
-        if c.get("type") in ("Available", "Progressing", "Degraded", "ScalingLimited"):
+        if c.get("type") in (
+            "Available",
+            "Progressing",
+            "Degraded",
+            "ScalingLimited",
+            "PlanVerified",
+        ):
             conds.append({k: v for k, v in c.items() if k != "lastTransitionTime"})
     return {
         **{k: v for k, v in old.items() if k not in ("conditions", "observedGeneration")},
         "observedGeneration": generation,
         "conditions": keep_transition_times(conds, old.get("conditions") or []),
     }
+
+
+def plan_verified(measured: int | None, planned: int, generation: int) -> dict[str, Any]:
+    """PlanVerified: does the smallest KV cache a ready engine allocated match the plan's
+    kvCacheTokensPerReplica within KV_TOLERANCE? Unknown until an engine has reported."""
+    if measured is None:
+        return condition(
+            "PlanVerified",
+            UNKNOWN,
+            "NoEngineReported",
+            "no ready engine of the current layout has reported its KV cache yet "
+            "(vllm:cache_config_info)",
+            generation,
+        )
+    deviation = (measured - planned) / planned if planned else (0.0 if measured == 0 else 1.0)
+    numbers = (
+        f"engines allocated {measured:,} KV-cache tokens (the smallest pod), "
+        f"the plan {planned:,} per pod: {deviation:+.1%}"
+    )
+    if abs(deviation) <= KV_TOLERANCE:
+        return condition(
+            "PlanVerified",
+            TRUE,
+            "KVCacheMatchesPlan",
+            f"{numbers}, within {KV_TOLERANCE:.0%}",
+            generation,
+        )
+    return condition(
+        "PlanVerified",
+        FALSE,
+        "KVCacheDiffersFromPlan",
+        f"{numbers}, more than {KV_TOLERANCE:.0%} off: the plan's memory figures "
+        "(spec.gpus.memoryGiB, engine.gpuMemoryUtilization, engine.extraArgs) do not describe "
+        "what the engine found",
+        generation,
+    )
+
+
+def _find(status: dict[str, Any], ctype: str) -> dict[str, Any]:
+    for c in status.get("conditions") or []:
+        if c.get("type") == ctype:
+            return dict(c)
+    return {}
+
+
+def newly_unverified(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """PlanVerified's message when it turns False from `old` to `new` status (the moment for one
+    Warning Event), else None: a resync while it stays False says nothing again."""
+    before = _find(old, "PlanVerified")
+    after = _find(new, "PlanVerified")
+    if after.get("status") == FALSE and before.get("status") != FALSE:
+        return str(after.get("message") or "")
+    return None
 
 
 def ready_status(
@@ -205,7 +269,10 @@ def ready_status(
         else:
             conds.append(condition("Degraded", FALSE, "AsPlanned", "no problem observed", g))
 
-    return {
+    measured = min(observed.kv_cache_tokens) if observed.kv_cache_tokens else None
+    conds.append(plan_verified(measured, plan.kv_cache_tokens_per_replica, g))
+
+    status: dict[str, Any] = {
         "observedGeneration": g,
         "conditions": keep_transition_times(conds, old.get("conditions") or []),
         "plan": plan.summary().model_dump(by_alias=True, mode="json"),
@@ -220,3 +287,8 @@ def ready_status(
         "gpus": desired * plan.gpus_per_replica,
         "endpoint": endpoint,
     }
+    if measured is not None:
+        status["measured"] = Measured(kv_cache_tokens=measured).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
+    return status
