@@ -95,7 +95,9 @@ def test_apply_creates_owned_children_on_gpu_nodes_and_reports_the_plan(
     assert managed
     assert all("f:replicas" not in json.dumps(f.fields_v1.get("f:spec", {})) for f in managed)
     assert hpa.spec.metrics[0].pods.metric.name == "vllm_num_requests_waiting"
-    assert hpa.spec.metrics[0].pods.target.average_value == "5"
+    # The default target is a quarter of the planned concurrency per pod (ceil(maxNumSeqs / 4)).
+    seqs = status["plan"]["maxConcurrentSequences"]
+    assert hpa.spec.metrics[0].pods.target.average_value == str(-(-seqs // 4))
     assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (2, 4)
 
     engines = "llmfleet.dev/deployment=chat,app.kubernetes.io/component=engine"
