@@ -46,7 +46,6 @@ class Evaluated:
     replicas: int
     fit: GpuFit
     max_num_seqs: int
-    pod: PodModel | None
     prediction: Prediction | None
 
     @property
@@ -56,19 +55,6 @@ class Evaluated:
     @property
     def per_gpu(self) -> float:
         return self.prediction.output_tokens_per_second_per_gpu if self.prediction else 0.0
-
-    def describe(self) -> str:
-        pods = "1 pod" if self.replicas == 1 else f"{self.replicas} pods"
-        text = f"{pods} x TP={self.tensor_parallel_size} ({self.fit.kv_tokens:,} KV tokens"
-        p = self.prediction
-        if p is None:
-            return text + ")"
-        return (
-            f"{text}, {self.max_num_seqs} seqs: {p.output_tokens_per_second:,.0f} out tok/s per "
-            f"pod, {p.output_tokens_per_second_per_gpu:,.0f} per GPU, TTFT {p.ttft_millis:.0f} "
-            f"ms, ITL {p.itl_millis_batch1:.1f} ms alone / {p.itl_millis:.1f} ms at "
-            f"{p.concurrency})"
-        )
 
 
 def concurrency_for(kv_tokens: int, workload: Workload, set_by_user: int | None) -> int:

@@ -315,15 +315,15 @@ def _evaluate(  # noqa: PLR0917
     fits: dict[int, GpuFit],
     by_memory: _Layout,
 ) -> list[Evaluated]:
-    allowed = _allowed_sizes(spec, gpus, sizes, fits, settings.max_model_len)
     if gpus.performance is None:
         # Memory rules alone: the only candidate is the one they choose.
         allowed = [by_memory.tensor_parallel_size]
+    else:
+        allowed = _allowed_sizes(spec, gpus, sizes, fits, settings.max_model_len)
     out = []
     for size in allowed:
         fit = fits[size]
         seqs = concurrency_for(fit.kv_tokens, settings.workload, settings.max_num_seqs)
-        pod = None
         prediction = None
         if gpus.performance is not None:
             pod = pod_model(
@@ -340,7 +340,7 @@ def _evaluate(  # noqa: PLR0917
                 # The SLO caps concurrency: more sequences would stretch every token past it.
                 seqs = within
                 prediction = predict(pod, seqs, settings.workload, spec.slo)
-        out.append(Evaluated(size, gpus.count // size, fit, seqs, pod, prediction))
+        out.append(Evaluated(size, gpus.count // size, fit, seqs, prediction))
     return out
 
 
