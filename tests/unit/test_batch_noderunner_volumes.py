@@ -115,5 +115,9 @@ def test_a_checkout_under_tmp_stays_importable_beside_a_pods_tmp_emptydir(
     monkeypatch.setattr(adaptations, "LLMFLEET_SRC", checkout_src)
     mounts = PodVolumes(paths={"/tmp": "/host/volumes/u1/tmp"})
     env = pods.process_env({"PYTHONPATH": "/tmp/pod-libs", "TMPDIR": "/tmp"}, mounts)
-    assert env["PYTHONPATH"].split(":") == [str(checkout_src), "/host/volumes/u1/tmp/pod-libs"]
+    assert env["PYTHONPATH"].split(":") == [
+        str(checkout_src),
+        str(adaptations.AMX_SITE),
+        "/host/volumes/u1/tmp/pod-libs",
+    ]
     assert env["TMPDIR"] == "/host/volumes/u1/tmp"

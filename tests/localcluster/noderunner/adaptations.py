@@ -20,6 +20,8 @@ VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 BATCH_RUNNER_MODULE = "llmfleet.batch.runner"
 # The image installs the llmfleet wheel; here the pod's python imports it from the checkout.
 LLMFLEET_SRC = Path(__file__).resolve().parents[3] / "operator" / "src"
+# Holds the sitecustomize that asks Linux for AMX tile state (item 16; the module says why).
+AMX_SITE = Path(__file__).resolve().parent / "site"
 PYTHON_NAMES = ("python3", "python")
 # On CPU the KV cache is VLLM_CPU_KVCACHE_SPACE GiB (vLLM's own default is 4 GiB).
 DEFAULT_KVCACHE_GIB = "1"
@@ -46,6 +48,7 @@ ADAPTATIONS: tuple[tuple[str, str], ...] = (
     ("router-identity", "in-cluster config -> KUBECONFIG with a pod-bound ServiceAccount token"),
     # vLLM server pods (pods.py MODEL_NICE): no flag or env changes, CPU scheduling only.
     ("priority", "a vLLM server's engine core and workers at nice 10, its API server at 0"),
+    ("amx-permission", "env PYTHONPATH gains a sitecustomize that requests AMX tile state"),
 )
 
 _VALUE_FLAGS = {
@@ -100,7 +103,8 @@ def adapt_command(command: Sequence[str], args: Sequence[str], ctx: Context) -> 
 def adapt_env(env: Mapping[str, str]) -> dict[str, str]:
     out = dict(env)
     out.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_KVCACHE_GIB)
-    paths = [str(LLMFLEET_SRC), *filter(None, out.get("PYTHONPATH", "").split(":"))]
+    pod_paths = filter(None, out.get("PYTHONPATH", "").split(":"))
+    paths = [str(LLMFLEET_SRC), str(AMX_SITE), *pod_paths]
     out["PYTHONPATH"] = ":".join(paths)
     return out
 
