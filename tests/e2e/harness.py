@@ -20,13 +20,27 @@ from typing import Any
 
 import yaml
 from kubernetes import client
-from localcluster.metricsstack.load import GROUP, PLURAL, VERSION
+from localcluster.metricsstack.load import GROUP, PLURAL, PRODUCT, VERSION
 from localcluster.supervisor import REPO, Cluster, bindir
 
 CHART = REPO / "charts" / "llmfleet"
 OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
 E2E_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3-E2E"
+# The node runner's emulated GPU as a profile with speed figures, added through the chart's
+# gpuProfiles value as a user adds their own GPU: the plans of tiny-model LLMDeployments then
+# carry a prediction, and the dashboards' measured-vs-predicted panels have both sides. The
+# figures are a 2-core VM's order of magnitude (memory bandwidth, AVX-512 bf16); the planner's
+# efficiencies are calibrated on GPUs, so no test here expects the prediction to be accurate.
+LOCAL_GPU_PROFILE = "local-cpu-emulated"
+LOCAL_GPU_FIGURES = {
+    "memoryGiB": 16,
+    "perNode": 4,
+    "product": PRODUCT,
+    "hbmGBps": 20,
+    "bf16TFLOPS": 1,
+    "interconnectGBps": 10,
+}
 
 
 def wait_for(
@@ -86,6 +100,10 @@ class Operator:
     def log_path(self) -> Path:
         return self.cluster.state_dir / "operator.log"
 
+    @property
+    def gpu_profiles(self) -> Path:
+        return self.cluster.state_dir / "operator-gpu-profiles.yaml"
+
     def install_identity(self) -> None:
         """The chart, installed with Helm as users do (all but the operator pod: kwok nodes run no
         containers), and a kubeconfig holding its ServiceAccount's token."""
@@ -107,11 +125,25 @@ class Operator:
                 "--take-ownership",
                 "--set",
                 "replicas=0",
+                "--set-json",
+                f"gpuProfiles.{LOCAL_GPU_PROFILE}={json.dumps(LOCAL_GPU_FIGURES)}",
                 "--wait",
             ],
             check=True,
             capture_output=True,
             text=True,
+        )
+        # What the chart's operator pod would mount at --gpu-profiles.
+        self.gpu_profiles.write_text(
+            k(
+                "get",
+                "configmap",
+                f"{RELEASE}-gpu-profiles",
+                "-n",
+                OPERATOR_NAMESPACE,
+                "-o",
+                "jsonpath={.data.gpu-profiles\\.yaml}",
+            )
         )
         token = k("create", "token", RELEASE, "-n", OPERATOR_NAMESPACE, "--duration=24h").strip()
         cfg = yaml.safe_load(self.cluster.kubeconfig.read_text())
@@ -140,6 +172,8 @@ class Operator:
                 str(self.resync_seconds),
                 "--log-level",
                 "INFO",
+                "--gpu-profiles",
+                str(self.gpu_profiles),
             ],
             stdout=logf,
             stderr=subprocess.STDOUT,

@@ -428,6 +428,17 @@ def test_queue_depth_scales_engines_up_under_load_and_down_draining(
             "the second engine Ready",
         )
         ready_at = time.time()
+        # The plan's prediction (the emulated GPU's profile has speed figures) reached
+        # Prometheus as status says it, and the loaded engine is held against it.
+        predicted = get_llmd(api, namespace)["status"]["predicted"]["outputTokensPerSecond"]
+        ids = f'namespace="{namespace}", llmdeployment="{NAME}"'
+        gauge = metrics_stack.value(f"llmfleet_predicted_output_tokens_per_second{{{ids}}}")
+        assert gauge == pytest.approx(predicted), (gauge, predicted)
+        ratio = observe.panel(metrics_stack, "Throughput: measured / predicted", namespace, NAME)
+        ours = [r for r in ratio if r["metric"].get("llmdeployment") == NAME]
+        assert ours, ratio
+        assert float(ours[0]["value"][1]) > 0, ratio
+        print(f"measured / predicted output tokens/s under load: {ours[0]['value'][1]}")
         # From Prometheus (every scrape, not the monitor's samples): the queue one engine had.
         waiting = f'avg(vllm:num_requests_waiting{{namespace="{namespace}"}})'
         peak_one_pod = metrics_stack.value(

@@ -140,6 +140,7 @@ def test_the_llmdeployment_dashboard_follows_the_selected_llmdeployment() -> Non
         "llmfleet_reconcile_errors_total",
         "llmfleet_condition",
         "llmfleet_planner_decisions_total",
+        "llmfleet_predicted_output_tokens_per_second",
     ],
 )
 def test_signal_is_charted(needle: str) -> None:
@@ -197,3 +198,63 @@ def test_expression_parses(pq: d.PanelQuery, tmp_path: Path) -> None:
         [promtool(), "check", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, f"{pq.panel}: {expr}\n{result.stdout}{result.stderr}"
+
+
+def test_throughput_ratio_counts_only_engines_with_a_queue(tmp_path: Path) -> None:
+    """The Operator dashboard's measured/predicted panel on series Prometheus evaluates: pod a
+    had requests waiting and made 100 tokens/s, pod b (idle, 10 tokens/s) is left out, the plan
+    predicts 200 per pod: 0.5 for the LLMDeployment, nothing for one without a prediction."""
+    (expr,) = [pq.expr for pq in QUERIES if pq.panel == "Throughput: measured / predicted"]
+    engine = 'namespace="ns", llmdeployment="{d}", pod="{p}", model_name="m", engine="0"'
+
+    def series(metric: str, d: str, p: str, values: str) -> dict[str, str]:
+        return {"series": f"{metric}{{{engine.format(d=d, p=p)}}}", "values": values}
+
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": [
+                    series("vllm:generation_tokens_total", "chat", "a", "0+1500x40"),
+                    series("vllm:generation_tokens_total", "chat", "b", "0+150x40"),
+                    series("vllm:num_requests_waiting", "chat", "a", "3x40"),
+                    series("vllm:num_requests_waiting", "chat", "b", "0x40"),
+                    series("vllm:generation_tokens_total", "other", "c", "0+1500x40"),
+                    series("vllm:num_requests_waiting", "other", "c", "3x40"),
+                    {
+                        "series": 'llmfleet_predicted_output_tokens_per_second{namespace="ns", '
+                        'llmdeployment="chat", job="llmfleet", instance="op:9090"}',
+                        "values": "200x40",
+                    },
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": "llmfleet_dashboard_check",
+                        "eval_time": "5m",
+                        "exp_samples": [
+                            {
+                                "labels": 'llmfleet_dashboard_check{namespace="ns", '
+                                'llmdeployment="chat"}',
+                                "value": 0.5,
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    rule = {"record": "llmfleet_dashboard_check", "expr": promql.substitute(expr, {})}
+    (tmp_path / "rules.yaml").write_text(
+        yaml.safe_dump({"groups": [{"name": "one", "rules": [rule]}]})
+    )
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
+    result = subprocess.run(
+        [promtool(), "test", "rules", "test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -173,6 +173,28 @@ def test_planned_layout_and_forget() -> None:
     assert value("llmfleet_plan_replicas", **labels) is None
 
 
+def test_the_plans_speed_prediction_is_published_and_goes_when_the_gpu_has_no_constants() -> None:
+    ids = {"namespace": NS, "llmdeployment": NAME}
+    predicted = plan(spec(gpus={"count": 8, "profile": "h100-80gb"}))
+    assert predicted.predicted is not None
+    m.set_planned(NS, NAME, predicted)
+    tps = value("llmfleet_predicted_output_tokens_per_second", **ids)
+    assert tps == predicted.predicted.output_tokens_per_second
+    assert tps is not None
+    assert tps > 1000  # an 8B model on an H100 makes thousands of tokens/s
+    assert value("llmfleet_predicted_concurrency", **ids) == predicted.predicted.concurrency
+
+    unknown = plan(spec())  # memoryGiB without a product or profile: no speed constants
+    assert unknown.predicted is None
+    m.set_planned(NS, NAME, unknown)
+    assert value("llmfleet_predicted_output_tokens_per_second", **ids) is None
+    assert value("llmfleet_predicted_concurrency", **ids) is None
+
+    m.set_planned(NS, NAME, predicted)
+    m.forget(NS, NAME)
+    assert value("llmfleet_predicted_output_tokens_per_second", **ids) is None
+
+
 # --- engine startup --------------------------------------------------------------------------
 
 

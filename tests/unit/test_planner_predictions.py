@@ -12,8 +12,8 @@ import pytest
 from llmfleet.cli import main
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.catalog import lookup_architecture
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
-from llmfleet.planner import Plan, PlanError, plan
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfile
+from llmfleet.planner import MIN_CONCURRENT_SEQUENCES, Plan, PlanError, plan
 from llmfleet.planner.performance import Gpu, pod_model
 
 L70 = "meta-llama/Llama-3.1-70B-Instruct"
@@ -78,6 +78,24 @@ def test_objective_picks_the_layout_with_the_best_prediction(
             assert other.predicted.itl_millis_batch1 >= result.predicted.itl_millis_batch1
         if not other.chosen:
             assert other.verdict
+
+
+def test_a_faster_layout_that_holds_few_full_length_requests_loses() -> None:
+    # 8B at a 128k context on 8 H100s: one GPU per pod predicts the most tokens/s per GPU for
+    # 512/256-token requests, but its KV cache holds 3 requests of 131,072 tokens; pairs hold 7.
+    long_context = spec(L8, engine={"maxModelLen": 131072})
+    result = plan(long_context)
+    assert _chosen(result) == (4, 2)
+    tp1 = next(c for c in result.candidates if c.tensor_parallel_size == 1)
+    assert tp1.predicted is not None
+    assert result.predicted is not None
+    assert tp1.predicted.output_tokens_per_second_per_gpu > (
+        result.predicted.output_tokens_per_second_per_gpu
+    )
+    assert tp1.kv_cache_tokens_per_replica // 131072 < MIN_CONCURRENT_SEQUENCES
+    assert "holds 3 full-length (maxModelLen) sequences, fewer than the 4" in tp1.verdict
+    # At the default context every layout holds plenty, and the fastest per GPU wins.
+    assert _chosen(plan(spec(L8))) == (8, 1)
 
 
 def test_max_num_seqs_is_what_the_kv_cache_holds_of_the_workload() -> None:
@@ -165,6 +183,23 @@ def test_gpu_without_constants_is_planned_by_memory_and_says_so() -> None:
     )
     assert result.predicted is None
     assert "Speed is not predicted" in result.reason
+
+
+def test_a_users_profile_without_figures_borrows_those_of_its_gpu_product() -> None:
+    # A site's own H100 profile (a node pool, tolerations) gives memory and placement only.
+    site = GpuProfile.model_validate(
+        {"memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"}
+    )
+    profiles = {**DEFAULT_GPU_PROFILES, "pool-a": site}
+    borrowed = plan(spec(L8, count=1, profile="pool-a"), profiles)
+    builtin = plan(spec(L8, count=1, profile="h100-80gb"))
+    assert borrowed.predicted is not None
+    assert borrowed.predicted == builtin.predicted
+    # A product nobody has figures for stays unpredicted.
+    unknown = GpuProfile.model_validate({"memoryGiB": 80, "perNode": 8, "product": "X-GPU"})
+    alone = plan(spec(L8, count=1, profile="x"), {**DEFAULT_GPU_PROFILES, "x": unknown})
+    assert alone.predicted is None
+    assert "Speed is not predicted" in alone.reason
 
 
 def test_plan_json_carries_candidates_and_prediction(

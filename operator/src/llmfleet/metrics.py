@@ -11,6 +11,7 @@ reconciler calls them with what it already has in hand. Where to call each is in
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -33,6 +34,20 @@ PLANNED_REPLICAS = Gauge(
     "llmfleet_plan_replicas",
     "Planned pods of an LLMDeployment, by layout",
     ["namespace", "llmdeployment", "strategy", "tensor_parallel_size", "gpus_per_replica"],
+)
+# The plan's speed prediction for one engine pod (status.predicted), so dashboards can hold
+# vLLM's measured throughput against it; absent when the GPU has no performance constants.
+PREDICTED_OUTPUT_TPS = Gauge(
+    "llmfleet_predicted_output_tokens_per_second",
+    "Generated tokens/s the planner predicts for one engine pod saturated at the planned "
+    "concurrency, for spec.workload (status.predicted.outputTokensPerSecond)",
+    ["namespace", "llmdeployment"],
+)
+PREDICTED_CONCURRENCY = Gauge(
+    "llmfleet_predicted_concurrency",
+    "Sequences per engine pod the prediction assumes (vLLM --max-num-seqs; "
+    "status.predicted.concurrency)",
+    ["namespace", "llmdeployment"],
 )
 CONDITIONS = Gauge(
     "llmfleet_condition",
@@ -84,6 +99,14 @@ def set_planned(namespace: str, name: str, plan: Plan | None) -> None:
             layout = (plan.strategy, str(plan.tensor_parallel_size), str(plan.gpus_per_replica))
             PLANNED_REPLICAS.labels(namespace, name, *layout).set(plan.replicas)
             _layouts[key] = layout
+        predicted = plan.predicted if plan is not None else None
+        if predicted is None:
+            for gauge in (PREDICTED_OUTPUT_TPS, PREDICTED_CONCURRENCY):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, name)
+        else:
+            PREDICTED_OUTPUT_TPS.labels(namespace, name).set(predicted.output_tokens_per_second)
+            PREDICTED_CONCURRENCY.labels(namespace, name).set(predicted.concurrency)
 
 
 def set_conditions(namespace: str, name: str, conditions: Iterable[Mapping[str, Any]]) -> None:

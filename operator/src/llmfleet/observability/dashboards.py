@@ -243,6 +243,26 @@ LLMDEPLOYMENT_ROWS = (
                 unit="tokens/s",
             ),
             Panel(
+                "Generated tokens/s per pod vs predicted",
+                "Tokens each engine pod generates per second (vllm:generation_tokens_total) "
+                "and what the plan predicts for one pod saturated at its planned concurrency "
+                "with spec.workload (llmfleet_predicted_output_tokens_per_second, "
+                "status.predicted). A pod with requests waiting and well below the line is "
+                "slower than planned (longer prompts or outputs than spec.workload, or a slower "
+                "GPU); no line when the GPU profile has no speed figures.",
+                (
+                    Query(
+                        f"sum by (pod) (rate({q.engine(q.VLLM_GENERATION_TOKENS)}[{q.RATE}]))",
+                        "{{pod}}",
+                    ),
+                    Query(
+                        f"max({q.operator('llmfleet_predicted_output_tokens_per_second')})",
+                        "predicted (saturated)",
+                    ),
+                ),
+                unit="tokens/s",
+            ),
+            Panel(
                 "Finished requests by reason",
                 "Requests finished per second, by finish reason (vllm:request_success_total: "
                 "stop, length, abort...). Many `length` means max_tokens or --max-model-len cut "
@@ -256,7 +276,6 @@ LLMDEPLOYMENT_ROWS = (
                 ),
                 unit="reqps",
                 stacked=True,
-                width=24,
             ),
         ),
     ),
@@ -361,6 +380,19 @@ LLMDEPLOYMENT_ROWS = (
 
 # --- LLMFleet / Operator ---------------------------------------------------------------------
 
+# Generated tokens/s of each engine pod that had requests waiting in the interval (so it ran a
+# full batch, the state the prediction is for), over the plan's prediction for one such pod.
+_BY_POD = "namespace, llmdeployment, pod"
+_SATURATED_POD_TPS = (
+    f"sum by ({_BY_POD}) (rate({q.VLLM_GENERATION_TOKENS}[{q.RATE}]))"
+    f" and on ({_BY_POD}) (sum by ({_BY_POD}) (max_over_time({q.VLLM_WAITING}[{q.RATE}])) > 0)"
+)
+_MEASURED_OVER_PREDICTED = (
+    f"avg by (namespace, llmdeployment) ({_SATURATED_POD_TPS})"
+    " / on (namespace, llmdeployment)"
+    " max by (namespace, llmdeployment) (llmfleet_predicted_output_tokens_per_second)"
+)
+
 OPERATOR_ROWS = (
     Row(
         "Reconciles",
@@ -452,6 +484,26 @@ OPERATOR_ROWS = (
                     ),
                 ),
                 kind="table",
+                width=24,
+            ),
+        ),
+    ),
+    Row(
+        "Plans against engines",
+        (
+            Panel(
+                "Throughput: measured / predicted",
+                "For each LLMDeployment, the generated tokens/s of its engine pods that had "
+                "requests waiting (running a full batch, what the plan predicts for), averaged "
+                "over those pods and divided by the plan's prediction for one pod "
+                "(vllm:generation_tokens_total over llmfleet_predicted_output_tokens_per_second, "
+                "status.predicted). Near 1: the plan holds. Well below 1 under sustained load: "
+                "the requests are longer than spec.workload, or the engines are slower than the "
+                "GPU profile says. Empty while no engine has a queue, and for GPUs without "
+                "speed figures.",
+                (Query(_MEASURED_OVER_PREDICTED, "{{namespace}}/{{llmdeployment}}"),),
+                unit="percentunit",
+                min=0,
                 width=24,
             ),
         ),

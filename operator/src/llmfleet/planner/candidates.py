@@ -7,6 +7,8 @@ Choosing, when the GPU has performance constants:
   ITL within the SLO (the cheapest per token); that concurrency becomes --max-num-seqs.
 * objective Throughput: the most predicted output tokens/s per GPU; ties go to the narrower pod.
 * objective Latency: the lowest predicted ITL of a lone request; ties go to more tokens/s.
+Each rule picks among the layouts whose KV cache holds MIN_CONCURRENT_SEQUENCES full-length
+(maxModelLen) sequences when there are any.
 Without constants (a GPU given by memoryGiB alone) the rules are by memory: Throughput takes the
 narrowest layout that holds MIN_CONCURRENT_SEQUENCES full-length sequences, Latency the widest.
 """
@@ -47,6 +49,8 @@ class Evaluated:
     fit: GpuFit
     max_num_seqs: int
     prediction: Prediction | None
+    # Sequences of maxModelLen tokens its KV cache holds at once.
+    full_length_sequences: int
 
     @property
     def strategy(self) -> PlannedStrategy:
@@ -94,18 +98,30 @@ def meets(candidate: Evaluated, slo: SloSpec) -> bool:
     return slo.itl_millis is None or (p.max_concurrency_within_slo or 0) >= 1
 
 
+def roomy(candidates: list[Evaluated]) -> list[Evaluated]:
+    """Those holding MIN_CONCURRENT_SEQUENCES full-length sequences, when any does: a layout
+    that fits two requests of maxModelLen looks fast for short ones and queues long ones."""
+    enough = [c for c in candidates if c.full_length_sequences >= MIN_CONCURRENT_SEQUENCES]
+    return enough or candidates
+
+
+def pods(n: int) -> str:
+    return f"{n} pod" if n == 1 else f"{n} pods"
+
+
 def choose_by_prediction(
     candidates: list[Evaluated], objective: str, slo: SloSpec | None
 ) -> tuple[Evaluated, str]:
     """The winner and why, by the rules in the module docstring."""
     if slo is not None:
         meeting = [c for c in candidates if meets(c, slo)]
-        best = max(meeting, key=lambda c: (c.per_gpu, -c.tensor_parallel_size))
+        best = max(roomy(meeting), key=lambda c: (c.per_gpu, -c.tensor_parallel_size))
         return best, (
             f"spec.slo ({_slo_text(slo)}) is met by {len(meeting)} of {len(candidates)} "
-            f"layouts; {best.replicas} pod(s) of TP={best.tensor_parallel_size} give the most "
+            f"layouts; {pods(best.replicas)} of TP={best.tensor_parallel_size} give the most "
             f"output tokens/s per GPU within it ({best.per_gpu:,.0f})."
         )
+    candidates = roomy(candidates)
     if objective == "Latency":
         best = min(
             candidates,
@@ -123,7 +139,7 @@ def choose_by_prediction(
     best = max(candidates, key=lambda c: (c.per_gpu, -c.tensor_parallel_size))
     return best, (
         f"Objective Throughput takes the most predicted output tokens/s per GPU: "
-        f"{best.replicas} pod(s) of TP={best.tensor_parallel_size} at {best.per_gpu:,.0f} per "
+        f"{pods(best.replicas)} of TP={best.tensor_parallel_size} at {best.per_gpu:,.0f} per "
         "GPU."
     )
 
@@ -132,6 +148,15 @@ def why_lost(candidate: Evaluated, winner: Evaluated, objective: str, slo: SloSp
     p, w = candidate.prediction, winner.prediction
     if p is None or w is None:
         return "not chosen by the memory rules"
+    if (
+        candidate.full_length_sequences < MIN_CONCURRENT_SEQUENCES
+        and winner.full_length_sequences >= MIN_CONCURRENT_SEQUENCES
+    ):
+        return (
+            f"its KV cache holds {candidate.full_length_sequences} full-length (maxModelLen) "
+            f"sequence{'' if candidate.full_length_sequences == 1 else 's'}, fewer than the "
+            f"{MIN_CONCURRENT_SEQUENCES} the planner wants"
+        )
     if slo is not None and not meets(candidate, slo):
         return f"misses spec.slo ({_slo_text(slo)}): TTFT {p.ttft_millis:.0f} ms, ITL " + (
             f"{p.itl_millis_batch1:.1f} ms alone"

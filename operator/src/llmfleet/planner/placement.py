@@ -30,11 +30,14 @@ class Gpus:
 def _performance(
     gpus: GpuSpec, profiles: GpuProfiles, profile: GpuProfile | None
 ) -> tuple[Gpu | None, str | None]:
-    if profile is not None and gpus.profile is not None:
+    product = gpus.product or (profile.product if profile else None)
+    if profile is not None and gpus.profile is not None and profile.has_performance:
         name: str | None = gpus.profile
         source: GpuProfile | None = profile
-    elif gpus.product is not None:
-        named = [n for n, p in sorted(profiles.items()) if p.product == gpus.product]
+    elif product is not None:
+        # A profile without figures (memory and placement only) borrows those of another
+        # profile of the same GPU product, such as the built-in one.
+        named = [n for n, p in sorted(profiles.items()) if p.product == product]
         name = next((n for n in named if profiles[n].has_performance), named[0] if named else None)
         source = profiles[name] if name else None
     else:

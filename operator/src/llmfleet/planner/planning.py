@@ -340,7 +340,8 @@ def _evaluate(  # noqa: PLR0917
                 # The SLO caps concurrency: more sequences would stretch every token past it.
                 seqs = within
                 prediction = predict(pod, seqs, settings.workload, spec.slo)
-        out.append(Evaluated(size, gpus.count // size, fit, seqs, prediction))
+        full = fit.sequences(settings.max_model_len)
+        out.append(Evaluated(size, gpus.count // size, fit, seqs, prediction, full))
     return out
 
 
