@@ -7,8 +7,8 @@ export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
 VENV      := .venv
 PY        := $(VENV)/bin/python
 PIP_STAMP := $(VENV)/.installed
-TOOLS     := tests/localcluster/build-tools.sh
-LOCALCLUSTER := PYTHONPATH=tests $(PY) -m localcluster
+TOOLS     := dev/localcluster/build-tools.sh
+LOCALCLUSTER := PYTHONPATH=dev $(PY) -m localcluster
 KUBECTL    = $$($(TOOLS) --bindir kubernetes)/kubectl
 HELM       = $$($(TOOLS) --bindir helm)/helm
 PYTEST_ARGS ?=
@@ -45,7 +45,7 @@ tools: ## Build the pinned cluster and metrics components (etcd, kubernetes, kwo
 
 .PHONY: vllm
 vllm: ## Install the pinned vLLM CPU build (its own virtualenv in ~/.cache/llmfleet) and the tiny test model
-	tests/dataplane/install-vllm.sh
+	dev/dataplane/install-vllm.sh
 
 .PHONY: dashboards
 dashboards: venv ## Generate the Grafana dashboards (charts/llmfleet/dashboards) from code
@@ -53,13 +53,13 @@ dashboards: venv ## Generate the Grafana dashboards (charts/llmfleet/dashboards)
 
 .PHONY: lint
 lint: venv ## ruff (lint + format check) and mypy --strict
-	cd operator && ../$(VENV)/bin/ruff check src ../tests ../bench
-	cd operator && ../$(VENV)/bin/ruff format --check src ../tests ../bench
-	cd operator && ../$(VENV)/bin/mypy src ../tests/localcluster
+	cd operator && ../$(VENV)/bin/ruff check src ../tests ../dev ../bench
+	cd operator && ../$(VENV)/bin/ruff format --check src ../tests ../dev ../bench
+	cd operator && ../$(VENV)/bin/mypy src ../dev/localcluster
 
 .PHONY: fmt
 fmt: venv ## Format the Python code
-	cd operator && ../$(VENV)/bin/ruff format src ../tests ../bench && ../$(VENV)/bin/ruff check --fix src ../tests ../bench
+	cd operator && ../$(VENV)/bin/ruff format src ../tests ../dev ../bench && ../$(VENV)/bin/ruff check --fix src ../tests ../dev ../bench
 
 .PHONY: crds
 crds: venv ## Generate crds/ from the pydantic models
@@ -95,7 +95,7 @@ demo: cluster-up vllm ## Local cluster + chart + examples + plans + a real vLLM 
 
 .PHONY: bench
 bench: venv tools ## Run every benchmark; writes bench/results.json and the README table
-	PYTHONPATH=tests:. $(PY) -m bench.run $(BENCH)
+	PYTHONPATH=dev:. $(PY) -m bench.run $(BENCH)
 
 .PHONY: lock
 lock: ## Re-pin operator/requirements.lock from operator/pyproject.toml

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from e2e.harness import Operator
 from kubernetes import client
 from kubernetes import config as k8s_config
 from localcluster.metricsstack import MetricsStack
@@ -43,6 +42,7 @@ from localcluster.metricsstack.load import (
     tiny_llmd,
     wait_until,
 )
+from localcluster.operator_process import Operator
 from localcluster.routerapi import routed_engines
 from localcluster.supervisor import REPO, UPSTREAM_HPA_SYNC_PERIOD, Cluster, ahead_of_workloads
 
@@ -72,7 +72,7 @@ ROUTER = "app.kubernetes.io/component=router"
 
 
 def _vllm_python() -> Path:
-    install = REPO / "tests" / "dataplane" / "install-vllm.sh"
+    install = REPO / "dev" / "dataplane" / "install-vllm.sh"
     out = subprocess.run([str(install)], check=True, stdout=subprocess.PIPE, text=True).stdout
     return Path(out.strip().splitlines()[-1]) / "bin" / "python"
 

@@ -8,7 +8,7 @@ generated tokens per second of each (model loading and server start-up excluded)
   tokens from `usage` over the wall time from the first request to the last answer.
 
 Both runs generate exactly MAX_TOKENS per request (`ignore_eos`), with the same --max-num-seqs,
-one engine at a time, in the vLLM CPU virtualenv (tests/dataplane/install-vllm.sh).
+one engine at a time, in the vLLM CPU virtualenv (dev/dataplane/install-vllm.sh).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-INSTALL = REPO / "tests" / "dataplane" / "install-vllm.sh"
-TINY_MODEL = REPO / "tests" / "dataplane" / "tiny_model.py"
+INSTALL = REPO / "dev" / "dataplane" / "install-vllm.sh"
+TINY_MODEL = REPO / "dev" / "dataplane" / "tiny_model.py"
 REQUESTS = 1000
 MAX_TOKENS = 64
 CONCURRENCY = 256

@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from e2e.harness import Operator, utcnow, wait_for
 from kubernetes import client, watch
 from kubernetes import config as k8s_config
+from localcluster.operator_process import Operator, utcnow, wait_for
 from localcluster.supervisor import Cluster
 
 GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"

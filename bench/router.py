@@ -1,7 +1,7 @@
 """vLLM Router figures: what the router adds per request, how many requests it passes, and what
 its default policy (power_of_two) buys over round_robin under a skewed load.
 
-The router is the same `vllm-router` the operator renders (tests/dataplane/install-vllm-router.sh)
+The router is the same `vllm-router` the operator renders (dev/dataplane/install-vllm-router.sh)
 with the operator's flags, but with static `--worker-urls` instead of Kubernetes discovery, in
 front of real vLLM CPU engines (the tiny test model) run as plain processes on loopback: the
 figures are about the router, not the cluster, and the cluster's engine pods are the same
@@ -43,9 +43,9 @@ from localcluster.supervisor import REPO
 from llmfleet.render.router import ROUTER_LOG
 
 HERE = Path(__file__).resolve().parent
-INSTALL_VLLM = REPO / "tests" / "dataplane" / "install-vllm.sh"
-INSTALL_ROUTER = REPO / "tests" / "dataplane" / "install-vllm-router.sh"
-TINY_MODEL = REPO / "tests" / "dataplane" / "tiny_model.py"
+INSTALL_VLLM = REPO / "dev" / "dataplane" / "install-vllm.sh"
+INSTALL_ROUTER = REPO / "dev" / "dataplane" / "install-vllm-router.sh"
+TINY_MODEL = REPO / "dev" / "dataplane" / "tiny_model.py"
 HOST = "127.0.0.1"
 OVERHEAD_PAIRS = 200
 RPS_SECONDS = 10

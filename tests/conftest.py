@@ -2,8 +2,10 @@
 
 `cluster` reuses a healthy running cluster (e.g. from `make cluster-up`) or starts one and stops it
 at the end of the session; each test gets a fresh namespace of its own. `metrics_stack`
-(tests/localcluster/metricsstack) runs Prometheus, prometheus-adapter and kube-state-metrics
-against it and hands out the Prometheus URL.
+(dev/localcluster/metricsstack) runs Prometheus, prometheus-adapter and kube-state-metrics
+against it and hands out the Prometheus URL: a stack already running on the cluster is reused and
+left running; one the fixture started is stopped at the end of the session (`Cluster.down()`
+stops it either way). LLMFLEET_KEEP_CLUSTER=1 keeps what the session started running.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client, config
-from localcluster.metricsstack.fixture import metrics_stack  # noqa: F401 - session fixture
+from localcluster.metricsstack import MetricsStack
 from localcluster.supervisor import Cluster
 
 
@@ -45,3 +47,13 @@ def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture(scope="session")
+def metrics_stack(cluster: Cluster) -> Iterator[MetricsStack]:
+    stack = MetricsStack(cluster)
+    was_running = stack.running()
+    stack.start()
+    yield stack
+    if not was_running and not os.environ.get("LLMFLEET_KEEP_CLUSTER"):
+        stack.stop()

@@ -10,7 +10,7 @@ from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
 
 from . import localnode
-from .harness import E2E_GPU_PRODUCT, Operator
+from .harness import E2E_GPU_PRODUCT, Operator, e2e_operator
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +42,7 @@ def e2e_gpu_pool(cluster: Cluster) -> str:
 
 @pytest.fixture(scope="session")
 def operator(cluster: Cluster, e2e_gpu_pool: str) -> Iterator[Operator]:
-    op = Operator(cluster)
+    op = e2e_operator(cluster)
     op.install_identity()
     op.start()
     yield op

@@ -1,253 +1,56 @@
-"""The operator under test: the real `llmfleet run` process, authenticated as the chart's
-ServiceAccount (a token from the TokenRequest API), so every e2e test also proves the chart's RBAC
-is enough. Plus helpers to count its API writes from the API server's audit log."""
+"""What the e2e tests run the operator with: the local cluster's operator process
+(dev/localcluster/operator_process.py) and the tests' own GPU configuration."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from localcluster.metricsstack.load import PRODUCT
+from localcluster.operator_process import (
+    CHART,
+    OPERATOR_NAMESPACE,
+    RELEASE,
+    Operator,
+    condition,
+    free_port,
+    get_llmd,
+    helm_template,
+    utcnow,
+    wait_for,
+)
+from localcluster.supervisor import Cluster
 
-import yaml
-from kubernetes import client
-from localcluster.metricsstack.load import GROUP, PLURAL, PRODUCT, VERSION
-from localcluster.supervisor import REPO, Cluster, bindir
+__all__ = [
+    "CHART",
+    "E2E_GPU_PRODUCT",
+    "OPERATOR_NAMESPACE",
+    "RELEASE",
+    "Operator",
+    "condition",
+    "e2e_operator",
+    "free_port",
+    "get_llmd",
+    "helm_template",
+    "utcnow",
+    "wait_for",
+]
 
-CHART = REPO / "charts" / "llmfleet"
-OPERATOR_NAMESPACE = "llmfleet-system"
-RELEASE = "llmfleet"
 E2E_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3-E2E"
 # The node runner's emulated GPU as a profile with speed figures, added through the chart's
 # gpuProfiles value as a user adds their own GPU: the plans of tiny-model LLMDeployments then
 # carry a prediction, and the dashboards' measured-vs-predicted panels have both sides. The
 # figures are a 2-core VM's order of magnitude (memory bandwidth, AVX-512 bf16); the planner's
 # efficiencies are calibrated on GPUs, so no test here expects the prediction to be accurate.
-LOCAL_GPU_PROFILE = "local-cpu-emulated"
-LOCAL_GPU_FIGURES = {
-    "memoryGiB": 16,
-    "perNode": 4,
-    "product": PRODUCT,
-    "hbmGBps": 20,
-    "bf16TFLOPS": 1,
-    "interconnectGBps": 10,
+LOCAL_GPU_PROFILES = {
+    "local-cpu-emulated": {
+        "memoryGiB": 16,
+        "perNode": 4,
+        "product": PRODUCT,
+        "hbmGBps": 20,
+        "bf16TFLOPS": 1,
+        "interconnectGBps": 10,
+    }
 }
 
 
-def wait_for(
-    predicate: Callable[[], Any],
-    timeout: float = 60,
-    interval: float = 0.5,
-    what: str = "condition",
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def helm_template(*args: str) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [
-            str(bindir("helm") / "helm"),
-            "template",
-            RELEASE,
-            str(CHART),
-            "--namespace",
-            OPERATOR_NAMESPACE,
-            *args,
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
-@dataclass
-class Operator:
-    cluster: Cluster
-    resync_seconds: float = 5.0
-    proc: subprocess.Popen[bytes] | None = None
-    metrics_port: int = field(default_factory=free_port)
-    username: str = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.cluster.state_dir / "operator-sa.kubeconfig"
-
-    @property
-    def log_path(self) -> Path:
-        return self.cluster.state_dir / "operator.log"
-
-    @property
-    def gpu_profiles(self) -> Path:
-        return self.cluster.state_dir / "operator-gpu-profiles.yaml"
-
-    def install_identity(self) -> None:
-        """The chart, installed with Helm as users do (all but the operator pod: kwok nodes run no
-        containers), and a kubeconfig holding its ServiceAccount's token."""
-        k = self.cluster.kubectl
-        # Helm never upgrades CRDs it installed; a long-lived dev cluster gets the current ones.
-        k("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-        k("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.dev")
-        subprocess.run(
-            [
-                str(bindir("helm") / "helm"),
-                f"--kubeconfig={self.cluster.kubeconfig}",
-                "upgrade",
-                "--install",
-                RELEASE,
-                str(CHART),
-                "--namespace",
-                OPERATOR_NAMESPACE,
-                "--create-namespace",
-                "--take-ownership",
-                "--set",
-                "replicas=0",
-                "--set-json",
-                f"gpuProfiles.{LOCAL_GPU_PROFILE}={json.dumps(LOCAL_GPU_FIGURES)}",
-                "--wait",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        # What the chart's operator pod would mount at --gpu-profiles.
-        self.gpu_profiles.write_text(
-            k(
-                "get",
-                "configmap",
-                f"{RELEASE}-gpu-profiles",
-                "-n",
-                OPERATOR_NAMESPACE,
-                "-o",
-                "jsonpath={.data.gpu-profiles\\.yaml}",
-            )
-        )
-        token = k("create", "token", RELEASE, "-n", OPERATOR_NAMESPACE, "--duration=24h").strip()
-        cfg = yaml.safe_load(self.cluster.kubeconfig.read_text())
-        cfg["users"] = [{"name": "operator", "user": {"token": token}}]
-        cfg["contexts"][0]["context"]["user"] = "operator"
-        self.kubeconfig.write_text(yaml.safe_dump(cfg))
-
-    def start(self) -> None:
-        # One operator per cluster: two standalone operators would fight over every resource.
-        self.cluster.stop("operator")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        logf = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "llmfleet"),
-                "run",
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--metrics-host",
-                "127.0.0.1",
-                "--metrics-port",
-                str(self.metrics_port),
-                "--liveness",
-                f"http://127.0.0.1:{free_port()}/healthz",
-                "--resync-seconds",
-                str(self.resync_seconds),
-                "--log-level",
-                "INFO",
-                "--gpu-profiles",
-                str(self.gpu_profiles),
-            ],
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        logf.close()
-        (self.cluster.state_dir / "operator.pid").write_text(str(self.proc.pid))
-        wait_for(self._serving_metrics, timeout=30, what="operator metrics endpoint")
-
-    def _serving_metrics(self) -> bool:
-        try:
-            self.metrics()
-        except OSError:
-            return False
-        return True
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(timeout=30)
-        self.proc = None
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
-        ) as r:
-            text: str = r.read().decode()
-            return text
-
-    def metric(self, name: str, **labels: str) -> float:
-        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        total = 0.0
-        for line in self.metrics().splitlines():
-            if line.startswith("#"):
-                continue
-            key, _, value = line.rpartition(" ")
-            metric, _, label_text = key.partition("{")
-            if metric == name and all(p in label_text for p in want.split(",") if p):
-                total += float(value)
-        return total
-
-    def writes_since(self, since: datetime, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Write requests the operator made since `since` (from the audit log)."""
-        out = []
-        for path in sorted(self.cluster.state_dir.glob("audit*.log")):
-            for line in path.read_text().splitlines():
-                e = json.loads(line)
-                if e["user"]["username"] != self.username:
-                    continue
-                t = datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00"))
-                if t < since:
-                    continue
-                if namespace and (e.get("objectRef") or {}).get("namespace") != namespace:
-                    continue
-                out.append(e)
-        return out
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def get_llmd(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    """An LLMDeployment as the API server has it."""
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name
-    )
-    return obj
-
-
-def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
-    """The status condition of type `ctype` ({} when there is none)."""
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c["type"] == ctype:
-            return dict(c)
-    return {}
+def e2e_operator(cluster: Cluster) -> Operator:
+    """The operator as the e2e session runs it (not started)."""
+    return Operator(cluster, gpu_profiles_extra=LOCAL_GPU_PROFILES)

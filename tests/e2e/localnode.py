@@ -16,8 +16,8 @@ from localcluster.noderunner.runner import FEATURES, FEATURES_ANNOTATION
 from localcluster.supervisor import REPO, Cluster
 
 NODE = "local-gpu-0"
-INSTALL_VLLM = REPO / "tests" / "dataplane" / "install-vllm.sh"
-INSTALL_ROUTER = REPO / "tests" / "dataplane" / "install-vllm-router.sh"
+INSTALL_VLLM = REPO / "dev" / "dataplane" / "install-vllm.sh"
+INSTALL_ROUTER = REPO / "dev" / "dataplane" / "install-vllm-router.sh"
 
 
 def vllm_python() -> Path:

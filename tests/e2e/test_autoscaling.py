@@ -231,7 +231,7 @@ class RouterSampler:
                 "vllm_router_cb_outcomes_total",
                 "vllm_router_running_requests",
             ],
-            env={**os.environ, "PYTHONPATH": str(REPO / "tests")},
+            env={**os.environ, "PYTHONPATH": str(REPO / "dev")},
         )
         return self
 

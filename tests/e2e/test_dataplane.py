@@ -2,7 +2,7 @@
 vLLM's OpenAI server on the CPU, from the pod's own command and args, bound to the pod's loopback
 IP; readiness follows the real /health; deletion drains in-flight requests.
 
-The first run installs vLLM for CPU (tests/dataplane/install-vllm.sh: ~6 GB, a few minutes);
+The first run installs vLLM for CPU (dev/dataplane/install-vllm.sh: ~6 GB, a few minutes);
 later runs reuse it. Each test starts a vLLM process (~35-90 s on 2 cores).
 """
 

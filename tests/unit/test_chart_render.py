@@ -16,7 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "llmfleet"
-BUILD_TOOLS = REPO / "tests" / "localcluster" / "build-tools.sh"
+BUILD_TOOLS = REPO / "dev" / "localcluster" / "build-tools.sh"
 RELEASE = "fleet"
 MONITORING_API = "monitoring.coreos.com/v1"
 MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}

@@ -1,4 +1,4 @@
-"""The node runner's router adaptations (tests/localcluster/noderunner/router.py): which pods it
+"""The node runner's router adaptations (dev/localcluster/noderunner/router.py): which pods it
 admits without a GPU, and how their command line is bound to the pod IP."""
 
 from __future__ import annotations

@@ -241,9 +241,9 @@ def test_chart_rbac_lets_the_operator_manage_the_router_and_grant_its_role() -> 
 
 def test_default_router_image_is_the_locked_vllm_router() -> None:
     repo = Path(__file__).resolve().parents[2]
-    lock = (repo / "tests" / "dataplane" / "vllm-router.lock").read_text()
+    lock = (repo / "dev" / "dataplane" / "vllm-router.lock").read_text()
     (version,) = re.findall(r"^vllm-router==(\S+)$", lock, re.MULTILINE)
     assert DEFAULT_ROUTER_IMAGE.endswith(f":{version}")
     dockerfile = (repo / "images" / "router" / "Dockerfile").read_text()
-    assert "tests/dataplane/vllm-router.lock" in dockerfile
+    assert "dev/dataplane/vllm-router.lock" in dockerfile
     assert f"-t {DEFAULT_ROUTER_IMAGE} " in dockerfile

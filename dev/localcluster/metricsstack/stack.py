@@ -213,7 +213,7 @@ class MetricsStack:
             "apiservices": config.apiservice_names(),
         }
         self.spec_file.write_text(json.dumps(spec, indent=2) + "\n")
-        tests_dir = Path(__file__).resolve().parents[2]
+        dev_dir = Path(__file__).resolve().parents[2]
         with open(self.log(NAME), "ab") as logf:
             proc = ahead_of_workloads(
                 [
@@ -226,7 +226,7 @@ class MetricsStack:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.home,
-                env={**os.environ, "PYTHONPATH": str(tests_dir)},
+                env={**os.environ, "PYTHONPATH": str(dev_dir)},
             )
         self.pidfile.write_text(str(proc.pid))
 

@@ -177,7 +177,7 @@ class Cluster:
             return False
         return True
 
-    # --- node runner: optional local node whose pods really run (tests/localcluster/noderunner) -
+    # --- node runner: optional local node whose pods really run (dev/localcluster/noderunner) -
     # One block, owned by the data-plane tests. down() stops the runner through its pidfile, and
     # every pod process goes with it (they share its process group).
 
@@ -189,7 +189,7 @@ class Cluster:
         import sys
 
         name, node = "node-runner", "local-gpu-0"
-        install = REPO / "tests" / "dataplane" / "install-vllm.sh"
+        install = REPO / "dev" / "dataplane" / "install-vllm.sh"
         venv = subprocess.run([str(install)], check=True, stdout=subprocess.PIPE, text=True)
         if not self._alive(name):
             cmd = [
@@ -234,7 +234,7 @@ class Cluster:
     # --- end of node runner block -----------------------------------------------------------
 
     # --- metrics stack: Prometheus, prometheus-adapter, kube-state-metrics --------------------
-    # One block, owned by the autoscaling tests (tests/localcluster/metricsstack). down() stops
+    # One block, owned by the autoscaling tests (dev/localcluster/metricsstack). down() stops
     # the stack through its pidfile (metrics-stack.pid); on SIGTERM the stack removes its
     # custom.metrics.k8s.io APIServices before its processes exit.
 

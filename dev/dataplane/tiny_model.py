@@ -2,7 +2,7 @@
 
 Run with the vLLM virtualenv's python (it needs torch, transformers and tokenizers):
 
-    $(tests/dataplane/install-vllm.sh) /bin/python tests/dataplane/tiny_model.py [--print-path]
+    $(dev/dataplane/install-vllm.sh) /bin/python dev/dataplane/tiny_model.py [--print-path]
 
 Prints the model directory, `${LLMFLEET_CACHE:-~/.cache/llmfleet}/models/tiny-llama-<VERSION>`.
 The model is made once (deterministically: fixed seed, fixed training text) and reused; bump

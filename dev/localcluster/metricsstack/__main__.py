@@ -1,4 +1,4 @@
-"""`python -m localcluster.metricsstack up|down|status|url` (PYTHONPATH=tests), on the running
+"""`python -m localcluster.metricsstack up|down|status|url` (PYTHONPATH=dev), on the running
 local cluster."""
 
 from __future__ import annotations

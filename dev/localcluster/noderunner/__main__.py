@@ -1,4 +1,4 @@
-"""`python -m localcluster.noderunner --state-dir .cluster` (PYTHONPATH=tests).
+"""`python -m localcluster.noderunner --state-dir .cluster` (PYTHONPATH=dev).
 
 Usually started by `Cluster.start_node_runner()`, which writes its pidfile so `Cluster.down()`
 stops it; stop it alone with SIGTERM (its pod processes go with it).
@@ -16,7 +16,7 @@ from types import FrameType
 
 from .runner import NODE_NAME, POD_NETWORK, REPO, Config, Runner
 
-INSTALL_VLLM = REPO / "tests" / "dataplane" / "install-vllm.sh"
+INSTALL_VLLM = REPO / "dev" / "dataplane" / "install-vllm.sh"
 
 
 def main(argv: list[str] | None = None) -> int:

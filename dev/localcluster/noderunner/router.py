@@ -1,6 +1,6 @@
 """Router pods on the local node: the vLLM Router the operator renders in front of the engines
 (operator/src/llmfleet/render/router.py) runs here for real, as `vllm-router` from a virtualenv
-of its own (tests/dataplane/install-vllm-router.sh).
+of its own (dev/dataplane/install-vllm-router.sh).
 
 A router pod is admitted although it requests no GPU: it is identified by the operator's labels
 (managed-by llmfleet, component router), no GPU request, and a single container whose command is

@@ -1,4 +1,4 @@
-"""`python -m localcluster up|down|status|wipe|kubeconfig` (run with PYTHONPATH=tests)."""
+"""`python -m localcluster up|down|status|wipe|kubeconfig` (run with PYTHONPATH=dev)."""
 
 from __future__ import annotations
 

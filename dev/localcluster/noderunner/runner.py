@@ -105,8 +105,8 @@ def requests_gpu(pod: dict[str, Any]) -> bool:
 
 
 def tiny_model(python: Path) -> str:
-    """The tiny test model's directory (made once by tests/dataplane/tiny_model.py)."""
-    script = REPO / "tests" / "dataplane" / "tiny_model.py"
+    """The tiny test model's directory (made once by dev/dataplane/tiny_model.py)."""
+    script = REPO / "dev" / "dataplane" / "tiny_model.py"
     out = subprocess.run([str(python), str(script)], check=True, capture_output=True, text=True)
     return out.stdout.strip().splitlines()[-1]
 
