@@ -1,7 +1,7 @@
-"""The metrics path of a production cluster, on the local cluster: Prometheus (Debian's binary)
-discovering and scraping the engine pods, kube-state-metrics and the operator;
-prometheus-adapter serving `custom.metrics.k8s.io` to the HPA controller through the
-aggregation layer. See docs/autoscaling.md."""
+"""The metrics path of a production cluster, on the local cluster: Prometheus (built from its Go
+module by build-tools.sh; Debian supplies only promtool) discovering and scraping the engine pods,
+kube-state-metrics and the operator; prometheus-adapter serving `custom.metrics.k8s.io` to the HPA
+controller through the aggregation layer. See docs/autoscaling.md."""
 
 from .stack import ADAPTER_RULES, NAMESPACE, MetricsStack
 
