@@ -76,6 +76,8 @@ class FakeApi:
     events: list[tuple[str, str, str]] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    # Kinds whose server-side apply the API server refuses, with what it says.
+    refuse: dict[str, ApiException] = field(default_factory=dict)
     _uids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +136,8 @@ class _Resource:
     def server_side_apply(
         self, *, body: dict[str, Any], name: str, namespace: str, **_: Any
     ) -> Any:
+        if self.kind in self.api.refuse:
+            raise self.api.refuse[self.kind]
         key = (self.api_version, self.kind, namespace, name)
         live = self.api.objects.get(key)
         obj = copy.deepcopy(body)

@@ -76,21 +76,22 @@ def cond(
     }
 
 
-def age_conditions(api: FakeApi, kind_key: tuple[str, str, str, str]) -> None:
+def age_conditions(fake: FakeApi, kind_key: tuple[str, str, str, str]) -> None:
     """Make the stored conditions look written long ago, so kept ones are told from new ones."""
-    for c in api.get(*kind_key)["status"]["conditions"]:
+    for c in fake.get(*kind_key)["status"]["conditions"]:
         c["lastTransitionTime"] = EARLIER
 
 
-def reconcile_later(api: FakeApi, controller: Any, stored: tuple[str, str, str, str]) -> None:
+def reconcile_later(fake: FakeApi, controller: Any, stored: tuple[str, str, str, str]) -> None:
     """Reconcile `stored` again, its conditions now looking old and the Events so far read."""
-    age_conditions(api, stored)
-    api.events.clear()
+    age_conditions(fake, stored)
+    fake.events.clear()
     controller.reconcile_by_name(NS, stored[3])
 
 
 @pytest.fixture
-def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    """The in-memory API server; not `api`, the cluster tests' fixture of a real one."""
     return install(monkeypatch)
 
 
@@ -100,9 +101,9 @@ CHAT = ("llmfleet.dev/v1alpha1", "LLMDeployment", NS, "chat")
 
 
 def llmdeployment(
-    api: FakeApi, spec: dict[str, Any], name: str = "chat", generation: int = 1
+    fake: FakeApi, spec: dict[str, Any], name: str = "chat", generation: int = 1
 ) -> None:
-    api.put(
+    fake.put(
         {
             "apiVersion": "llmfleet.dev/v1alpha1",
             "kind": "LLMDeployment",
@@ -112,15 +113,15 @@ def llmdeployment(
     )
 
 
-def written(api: FakeApi, count: int) -> list[dict[str, Any]]:
-    assert len(api.status_patches) == count, api.status_patches
-    return [normalised(body) for _, _, body in api.status_patches]
+def written(fake: FakeApi, count: int) -> list[dict[str, Any]]:
+    assert len(fake.status_patches) == count, fake.status_patches
+    return [normalised(body) for _, _, body in fake.status_patches]
 
 
-def test_a_new_llmdeployment_is_progressing(api: FakeApi) -> None:
-    llmdeployment(api, CHAT_SPEC)
+def test_a_new_llmdeployment_is_progressing(fake: FakeApi) -> None:
+    llmdeployment(fake, CHAT_SPEC)
     Controller(k8s.ApiClient()).reconcile_by_name(NS, "chat")
-    (body,) = written(api, 1)
+    (body,) = written(fake, 1)
     assert body == {
         "status": {
             "observedGeneration": 1,
@@ -141,28 +142,28 @@ def test_a_new_llmdeployment_is_progressing(api: FakeApi) -> None:
             "endpoint": "http://chat-router.ml.svc:8000/v1",
         }
     }
-    assert [e[:2] for e in api.events] == [("Normal", "Planned"), ("Normal", "Applied")]
+    assert [e[:2] for e in fake.events] == [("Normal", "Planned"), ("Normal", "Applied")]
 
 
-def ready(api: FakeApi) -> None:
+def ready(fake: FakeApi) -> None:
     """The engine Deployment's two pods ready, the HPA reading its metric."""
-    engine = api.get("apps/v1", "Deployment", NS, "chat-tp1")
+    engine = fake.get("apps/v1", "Deployment", NS, "chat-tp1")
     engine["status"] = {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 2}
-    api.get("autoscaling/v2", "HorizontalPodAutoscaler", NS, "chat")["status"] = {
+    fake.get("autoscaling/v2", "HorizontalPodAutoscaler", NS, "chat")["status"] = {
         "desiredReplicas": 2,
         "conditions": [{"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound"}],
     }
 
 
 def test_an_llmdeployment_whose_pods_are_ready_is_available(
-    api: FakeApi,
+    fake: FakeApi,
 ) -> None:
-    llmdeployment(api, CHAT_SPEC)
+    llmdeployment(fake, CHAT_SPEC)
     controller = Controller(k8s.ApiClient())
     controller.reconcile_by_name(NS, "chat")
-    ready(api)
-    reconcile_later(api, controller, CHAT)
-    _, body = written(api, 2)
+    ready(fake)
+    reconcile_later(fake, controller, CHAT)
+    _, body = written(fake, 2)
     assert body == {
         "status": {
             "observedGeneration": 1,
@@ -185,20 +186,20 @@ def test_an_llmdeployment_whose_pods_are_ready_is_available(
             "endpoint": "http://chat-router.ml.svc:8000/v1",
         }
     }
-    assert api.events == []
+    assert fake.events == []
 
 
-def test_an_unplannable_spec_is_refused_and_the_last_good_status_kept(api: FakeApi) -> None:
-    llmdeployment(api, CHAT_SPEC)
+def test_an_unplannable_spec_is_refused_and_the_last_good_status_kept(fake: FakeApi) -> None:
+    llmdeployment(fake, CHAT_SPEC)
     controller = Controller(k8s.ApiClient())
     controller.reconcile_by_name(NS, "chat")
-    ready(api)
+    ready(fake)
     controller.reconcile_by_name(NS, "chat")
-    stored = api.get(*CHAT)
+    stored = fake.get(*CHAT)
     stored["spec"] = {**CHAT_SPEC, "gpus": {**H100, "count": 1, "memoryGiB": 16}}
     stored["metadata"]["generation"] = 2
-    reconcile_later(api, controller, CHAT)
-    *_, body = written(api, 3)
+    reconcile_later(fake, controller, CHAT)
+    *_, body = written(fake, 3)
     message = body["status"]["conditions"][3]["message"]
     assert message.startswith("spec.gpus.count")
     assert body == {
@@ -230,13 +231,13 @@ def test_an_unplannable_spec_is_refused_and_the_last_good_status_kept(api: FakeA
             "endpoint": "http://chat-router.ml.svc:8000/v1",
         }
     }
-    assert api.events == [("Warning", "PlanningFailed", message)]
+    assert fake.events == [("Warning", "PlanningFailed", message)]
 
 
-def test_an_invalid_new_spec_is_refused_naming_the_field(api: FakeApi) -> None:
-    llmdeployment(api, {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "gpus": {}})
+def test_an_invalid_new_spec_is_refused_naming_the_field(fake: FakeApi) -> None:
+    llmdeployment(fake, {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "gpus": {}})
     Controller(k8s.ApiClient()).reconcile_by_name(NS, "chat")
-    (body,) = written(api, 1)
+    (body,) = written(fake, 1)
     message = body["status"]["conditions"][0]["message"]
     assert message.startswith("spec.gpus")
     assert body == {
@@ -245,8 +246,8 @@ def test_an_invalid_new_spec_is_refused_naming_the_field(api: FakeApi) -> None:
             "conditions": [cond("Planned", "False", "InvalidSpec", message)],
         }
     }
-    assert api.events == [("Warning", "InvalidSpec", message)]
-    assert api.applied == []
+    assert fake.events == [("Warning", "InvalidSpec", message)]
+    assert fake.applied == []
 
 
 # --- LLMBatchJob ---------------------------------------------------------------------------------
@@ -274,8 +275,8 @@ GONE = {"tokensPerSecond": None, "eta": None}
 SAME_JOB = {"plan": TINY_PLAN, "jobName": "tiny", "shards": 2}
 
 
-def batchjob(api: FakeApi, spec: dict[str, Any], name: str = "tiny", created: str = "") -> None:
-    api.put(
+def batchjob(fake: FakeApi, spec: dict[str, Any], name: str = "tiny", created: str = "") -> None:
+    fake.put(
         {
             "apiVersion": "llmfleet.dev/v1alpha1",
             "kind": "LLMBatchJob",
@@ -311,10 +312,10 @@ def shard(
 
 
 def shard_pod(
-    api: FakeApi, index: int, phase: str, ip: str = "", terminated: dict[str, Any] | None = None
+    fake: FakeApi, index: int, phase: str, ip: str = "", terminated: dict[str, Any] | None = None
 ) -> None:
     state = {"terminated": terminated} if terminated else {"running": {}}
-    api.put(
+    fake.put(
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -365,20 +366,20 @@ PAGES = {
 }
 
 
-def running_job(api: FakeApi) -> BatchJobController:
-    batchjob(api, BATCH_SPEC)
+def running_job(fake: FakeApi) -> BatchJobController:
+    batchjob(fake, BATCH_SPEC)
     controller = BatchJobController(k8s.ApiClient(), scraper=PAGES.get)
     controller.reconcile_by_name(NS, "tiny")  # creates the Job
-    api.get(*JOB)["status"] = {"startTime": STARTED, "active": 2}
-    shard_pod(api, 0, "Running", "10.0.0.1")
-    shard_pod(api, 1, "Running", "10.0.0.2")
+    fake.get(*JOB)["status"] = {"startTime": STARTED, "active": 2}
+    shard_pod(fake, 0, "Running", "10.0.0.1")
+    shard_pod(fake, 1, "Running", "10.0.0.2")
     return controller
 
 
-def test_a_running_batch_job_shows_its_shards_progress(api: FakeApi) -> None:
-    controller = running_job(api)
-    reconcile_later(api, controller, BATCH)
-    first, body = written(api, 2)
+def test_a_running_batch_job_shows_its_shards_progress(fake: FakeApi) -> None:
+    controller = running_job(fake)
+    reconcile_later(fake, controller, BATCH)
+    first, body = written(fake, 2)
     assert first == {
         "status": {
             "observedGeneration": 1,
@@ -429,13 +430,13 @@ def test_a_running_batch_job_shows_its_shards_progress(api: FakeApi) -> None:
             ],
         }
     }
-    assert api.events == []
+    assert fake.events == []
 
 
-def test_a_batch_job_that_succeeded_is_complete(api: FakeApi) -> None:
-    controller = running_job(api)
+def test_a_batch_job_that_succeeded_is_complete(fake: FakeApi) -> None:
+    controller = running_job(fake)
     controller.reconcile_by_name(NS, "tiny")
-    api.get(*JOB)["status"] = {
+    fake.get(*JOB)["status"] = {
         "startTime": STARTED,
         "completionTime": "2026-01-01T12:30:00Z",
         "completedIndexes": "0-1",
@@ -443,9 +444,9 @@ def test_a_batch_job_that_succeeded_is_complete(api: FakeApi) -> None:
     }
     for i, (succeeded, failed) in enumerate(((148, 2), (150, 0))):
         done = {"exitCode": 0, "message": summary(i, 150, succeeded, failed)}
-        shard_pod(api, i, "Succeeded", terminated=done)
-    reconcile_later(api, controller, BATCH)
-    *_, body = written(api, 3)
+        shard_pod(fake, i, "Succeeded", terminated=done)
+    reconcile_later(fake, controller, BATCH)
+    *_, body = written(fake, 3)
     counts = "298 answered, 2 failed of 300 lines"
     assert body == {
         "status": {
@@ -472,13 +473,13 @@ def test_a_batch_job_that_succeeded_is_complete(api: FakeApi) -> None:
             ],
         }
     }
-    assert api.events == [("Normal", "Complete", f"every line has a record: {counts}")]
+    assert fake.events == [("Normal", "Complete", f"every line has a record: {counts}")]
 
 
-def test_a_batch_job_that_failed_says_why(api: FakeApi) -> None:
-    controller = running_job(api)
+def test_a_batch_job_that_failed_says_why(fake: FakeApi) -> None:
+    controller = running_job(fake)
     controller.reconcile_by_name(NS, "tiny")
-    api.get(*JOB)["status"] = {
+    fake.get(*JOB)["status"] = {
         "startTime": STARTED,
         "failedIndexes": "0",
         "completedIndexes": "1",
@@ -493,10 +494,10 @@ def test_a_batch_job_that_failed_says_why(api: FakeApi) -> None:
         ],
     }
     crash = {"exitCode": 1, "message": "Loading model...\nRuntimeError: out of memory\n"}
-    shard_pod(api, 0, "Failed", terminated=crash)
-    shard_pod(api, 1, "Succeeded", terminated={"exitCode": 0, "message": summary(1, 150, 150, 0)})
-    reconcile_later(api, controller, BATCH)
-    *_, body = written(api, 3)
+    shard_pod(fake, 0, "Failed", terminated=crash)
+    shard_pod(fake, 1, "Succeeded", terminated={"exitCode": 0, "message": summary(1, 150, 150, 0)})
+    reconcile_later(fake, controller, BATCH)
+    *_, body = written(fake, 3)
     why = "shard 0: exit code 1: RuntimeError: out of memory (190 answered, 2 failed of 300 lines)"
     assert body == {
         "status": {
@@ -523,14 +524,14 @@ def test_a_batch_job_that_failed_says_why(api: FakeApi) -> None:
             ],
         }
     }
-    assert api.events == [("Warning", "Failed", why)]
+    assert fake.events == [("Warning", "Failed", why)]
 
 
-def test_a_batch_job_writing_another_jobs_output_is_refused(api: FakeApi) -> None:
-    batchjob(api, BATCH_SPEC, name="older", created="2026-01-01T10:00:00Z")
-    batchjob(api, BATCH_SPEC)
+def test_a_batch_job_writing_another_jobs_output_is_refused(fake: FakeApi) -> None:
+    batchjob(fake, BATCH_SPEC, name="older", created="2026-01-01T10:00:00Z")
+    batchjob(fake, BATCH_SPEC)
     BatchJobController(k8s.ApiClient()).reconcile_by_name(NS, "tiny")
-    (body,) = written(api, 1)
+    (body,) = written(fake, 1)
     message = (
         "spec.output.persistentVolumeClaim: claim results path run-1 is the output of "
         "LLMBatchJob older; choose another path"
@@ -546,5 +547,5 @@ def test_a_batch_job_writing_another_jobs_output_is_refused(api: FakeApi) -> Non
             ],
         }
     }
-    assert api.events == [("Warning", "OutputConflict", message)]
-    assert api.applied == []
+    assert fake.events == [("Warning", "OutputConflict", message)]
+    assert fake.applied == []

@@ -51,7 +51,12 @@ def run_operator(cfg: OperatorConfig) -> None:
     main.install()
     controller = Controller(api_client(cfg.kubeconfig), profiles)
     # Level-based safety net: reverts drift nobody told us about and retries what failed.
-    resyncer = Resyncer(controller, cfg.namespaces, cfg.resync_seconds)
+    resyncer = Resyncer(
+        "resync",
+        lambda: controller.names(cfg.namespaces),
+        controller.reconcile_by_name,
+        cfg.resync_seconds,
+    )
     resyncer.start()
     kopf.run(
         standalone=not cfg.peering_name,

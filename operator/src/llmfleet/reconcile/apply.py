@@ -68,8 +68,9 @@ class Applier:
             return None
 
     def list(
-        self, api_version: str, kind: str, namespace: str, selector: str
+        self, api_version: str, kind: str, namespace: str | None, selector: str
     ) -> list[dict[str, Any]]:
+        """Objects matching `selector` in `namespace` (every namespace when None)."""
         items = self.resource(api_version, kind).get(namespace=namespace, label_selector=selector)
         return [i.to_dict() for i in items.items]
 

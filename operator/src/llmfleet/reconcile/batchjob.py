@@ -11,28 +11,23 @@ created again and resumes from the output files.
 from __future__ import annotations
 
 import contextlib
-import logging
 import posixpath
-import threading
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
-from pydantic import ValidationError
 
-from llmfleet import API_GROUP, API_VERSION
 from llmfleet.batch.progress import METRICS_PORT, ShardReport, parse_metrics, parse_summary
-from llmfleet.models import describe_validation_error
 from llmfleet.models.batchjob import KIND, LLMBatchJobSpec
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
-from llmfleet.planner import PlanError, plan
-from llmfleet.reconcile.apply import Applier, ApplyResult
-from llmfleet.reconcile.events import EventRecorder
+from llmfleet.planner import Plan, plan
+from llmfleet.reconcile.apply import ApplyResult
+from llmfleet.reconcile.base import Reconciler, generation
+from llmfleet.reconcile.resync import Resyncer
 from llmfleet.reconcile.status import FALSE, TRUE, condition, keep_transition_times
 from llmfleet.render.batchjob import (
     CONTAINER,
@@ -44,19 +39,12 @@ from llmfleet.render.batchjob import (
     shard_count,
 )
 
-log = logging.getLogger(__name__)
-API = f"{API_GROUP}/{API_VERSION}"
-COMPONENT = "llmfleet-operator"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 SCRAPE_TIMEOUT_SECONDS = 2.0
 # How often running jobs' progress is read (their pods change no object while they work).
 POLL_SECONDS = 10.0
 
 Scraper = Callable[[str], str | None]
-
-
-class InvalidBatchJobError(Exception):
-    """The spec cannot run as it is; retrying will not help until the user changes it."""
 
 
 def scrape(pod_ip: str) -> str | None:
@@ -356,67 +344,49 @@ def output_conflict(
 # --- the controller ------------------------------------------------------------------------------
 
 
-class BatchJobController:
+class BatchJobController(Reconciler[LLMBatchJobSpec]):
+    kind = KIND
+    spec_model = LLMBatchJobSpec
+
     def __init__(
         self,
         api: k8s.ApiClient,
         profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
         scraper: Scraper = scrape,
     ) -> None:
-        self.api = api
-        self.profiles = profiles
-        self.applier = Applier(api)
+        super().__init__(api, profiles)
         self.scraper = scraper
-        self._core = k8s.CoreV1Api(api)
-        self._events = EventRecorder(api)
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._guard = threading.Lock()
-        self._active: set[tuple[str, str]] = set()
-        self._stop = threading.Event()
+        self._active: set[tuple[str, str]] = set()  # jobs whose progress is polled
+        self._poller: Resyncer | None = None
 
-    @contextmanager
-    def _locked(self, namespace: str, name: str) -> Iterator[None]:
+    def plan(self, spec: LLMBatchJobSpec) -> Plan:
+        return plan(spec.deployment_spec(), self.profiles)
+
+    def refused_status(
+        self, old: dict[str, Any], generation: int, reason: str, message: str
+    ) -> dict[str, Any]:
+        return refused_status(old, generation, reason, message)
+
+    def refused(
+        self, namespace: str, name: str, new: dict[str, Any], spec: LLMBatchJobSpec | None
+    ) -> None:
+        self.forget(namespace, name)
+
+    def forget(self, namespace: str, name: str) -> None:
         with self._guard:
-            lock = self._locks.setdefault((namespace, name), threading.Lock())
-        with lock:
-            yield
+            self._active.discard((namespace, name))
 
-    def fetch(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.applier.get(API, KIND, namespace, name)
-
-    def reconcile_by_name(self, namespace: str, name: str) -> None:
-        with contextlib.suppress(InvalidBatchJobError):
-            self.reconcile(namespace, name)
-
-    def reconcile(self, namespace: str, name: str) -> ApplyResult:
-        with self._locked(namespace, name):
-            body = self.fetch(namespace, name)
-            if body is None or body["metadata"].get("deletionTimestamp"):
-                with self._guard:
-                    self._active.discard((namespace, name))
-                return ApplyResult()
-            return self._reconcile(body)
-
-    def _reconcile(self, body: dict[str, Any]) -> ApplyResult:
+    def run(
+        self, body: dict[str, Any], old: dict[str, Any], spec: LLMBatchJobSpec, planned: Plan
+    ) -> ApplyResult:
         meta = body["metadata"]
-        ns, name, generation = meta["namespace"], meta["name"], int(meta.get("generation", 1))
-        old: dict[str, Any] = dict(body.get("status") or {})
+        ns, name = meta["namespace"], meta["name"]
+        conflict = output_conflict(body, spec, self.applier.list(self.api_version, KIND, ns, ""))
+        if conflict:
+            self.refuse(body, old, "OutputConflict", conflict, spec)
+
         owner = BatchOwner(name=name, namespace=ns, uid=meta["uid"])
         result = ApplyResult()
-        try:
-            spec = LLMBatchJobSpec.model_validate(body.get("spec") or {})
-            planned = plan(spec.deployment_spec(), self.profiles)
-        except (ValidationError, PlanError) as e:
-            message = describe_validation_error(e) if isinstance(e, ValidationError) else str(e)
-            reason = "InvalidSpec" if isinstance(e, ValidationError) else "PlanningFailed"
-            self._refuse(body, old, generation, reason, message)
-            raise InvalidBatchJobError(message) from e
-        others = self.applier.list(API, KIND, ns, "")
-        conflict = output_conflict(body, spec, others)
-        if conflict:
-            self._refuse(body, old, generation, "OutputConflict", conflict)
-            raise InvalidBatchJobError(conflict)
-
         shards = shard_count(spec, planned)
         job = self.applier.get("batch/v1", "Job", ns, job_name(name))
         finished = old.get("jobName") and old.get("phase") in ("Complete", "Failed")
@@ -430,19 +400,21 @@ class BatchJobController:
         observed = observe_shards(shards, pods, completed, failed_for_good, self.scraper, previous)
         new = batch_status(
             old=old,
-            generation=generation,
+            generation=generation(body),
             planned=planned.summary().model_dump(by_alias=True, mode="json"),
             shards=shards,
             job=job,
             observed=observed,
         )
         if result.created:
-            self._event(body, "Normal", "Created", f"Job {job_name(name)} with {shards} shard(s)")
-        if self._write_status(body, old, new) and old.get("phase") != new["phase"]:
+            self.events.emit(
+                body, "Normal", "Created", f"Job {job_name(name)} with {shards} shard(s)"
+            )
+        if self.write_status(body, old, new) and old.get("phase") != new["phase"]:
             if new["phase"] == "Complete":
-                self._event(body, "Normal", "Complete", _message(new, "Complete"))
+                self.events.emit(body, "Normal", "Complete", _message(new, "Complete"))
             elif new["phase"] == "Failed":
-                self._event(body, "Warning", "Failed", _message(new, "Failed"))
+                self.events.emit(body, "Warning", "Failed", _message(new, "Failed"))
         with self._guard:
             if new["phase"] in ("Complete", "Failed"):
                 self._active.discard((ns, name))
@@ -450,55 +422,20 @@ class BatchJobController:
                 self._active.add((ns, name))
         return result
 
-    def _refuse(
-        self, body: dict[str, Any], old: dict[str, Any], generation: int, reason: str, message: str
-    ) -> None:
-        new = refused_status(old, generation, reason, message)
-        if self._write_status(body, old, new):
-            self._event(body, "Warning", reason, message)
-        meta = body["metadata"]
-        with self._guard:
-            self._active.discard((meta["namespace"], meta["name"]))
-
-    def _write_status(self, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> bool:
-        if _normalised(old) == _normalised(new):
-            return False
-        patch = {"status": {**{k: None for k in old if k not in new}, **new}}
-        meta = body["metadata"]
-        self.applier.resource(API, KIND).status.patch(
-            body=patch,
-            name=meta["name"],
-            namespace=meta["namespace"],
-            content_type="application/merge-patch+json",
-        )
-        return True
-
-    def _event(self, body: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        self._events.emit({"apiVersion": API, "kind": KIND, **body}, etype, reason, message)
-
     # --- polling of running jobs ---------------------------------------------------------------
+
+    def active(self) -> list[tuple[str, str]]:
+        with self._guard:
+            return sorted(self._active)
 
     def start_polling(self, interval: float = POLL_SECONDS) -> None:
         """Re-read running jobs' progress every `interval` seconds (a thread; `stop_polling`)."""
-        self._stop.clear()
-        threading.Thread(
-            target=self._poll, args=(interval,), name="llmfleet-batch-poll", daemon=True
-        ).start()
+        self._poller = Resyncer("batch progress", self.active, self.reconcile_by_name, interval)
+        self._poller.start()
 
     def stop_polling(self) -> None:
-        self._stop.set()
-
-    def _poll(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            with self._guard:
-                active = sorted(self._active)
-            for namespace, name in active:
-                if self._stop.is_set():
-                    return
-                try:
-                    self.reconcile_by_name(namespace, name)
-                except Exception as e:  # one bad job must not stop the others' progress
-                    log.warning("batch progress of %s/%s: %s", namespace, name, e)
+        if self._poller is not None:
+            self._poller.stop()
 
 
 def _message(status: dict[str, Any], ctype: str) -> str:
@@ -518,7 +455,3 @@ def _indexes(text: Any) -> set[int]:
         with contextlib.suppress(ValueError):
             out.update(range(int(low), int(high or low) + 1))
     return out
-
-
-def _normalised(status: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if v is not None}
