@@ -5,6 +5,7 @@ the moment a condition changed shows as NOW, and a running job's ETA is checked 
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -54,6 +55,7 @@ UNVERIFIED = (
 
 def normalised(body: dict[str, Any]) -> dict[str, Any]:
     """`body` with every condition's lastTransitionTime written by this run shown as NOW."""
+    body = copy.deepcopy(body)
     for c in body.get("status", {}).get("conditions") or []:
         stamp = c.get("lastTransitionTime")
         assert isinstance(stamp, str)
@@ -189,12 +191,27 @@ def test_an_llmdeployment_whose_pods_are_ready_is_available(
     assert fake.events == []
 
 
-def test_an_unplannable_spec_is_refused_and_the_last_good_status_kept(fake: FakeApi) -> None:
+def available_chat(fake: FakeApi) -> Controller:
+    """A controller that has reconciled chat until its pods are ready."""
     llmdeployment(fake, CHAT_SPEC)
     controller = Controller(k8s.ApiClient())
     controller.reconcile_by_name(NS, "chat")
     ready(fake)
     controller.reconcile_by_name(NS, "chat")
+    return controller
+
+
+def test_an_idle_resync_writes_nothing(fake: FakeApi) -> None:
+    controller = available_chat(fake)
+    fake.events.clear()
+    fake.applied.clear()
+    controller.reconcile_by_name(NS, "chat")
+    written(fake, 2)
+    assert (fake.events, fake.applied) == ([], [])
+
+
+def test_an_unplannable_spec_is_refused_and_the_last_good_status_kept(fake: FakeApi) -> None:
+    controller = available_chat(fake)
     stored = fake.get(*CHAT)
     stored["spec"] = {**CHAT_SPEC, "gpus": {**H100, "count": 1, "memoryGiB": 16}}
     stored["metadata"]["generation"] = 2
@@ -370,6 +387,8 @@ def running_job(fake: FakeApi) -> BatchJobController:
     batchjob(fake, BATCH_SPEC)
     controller = BatchJobController(k8s.ApiClient(), scraper=PAGES.get)
     controller.reconcile_by_name(NS, "tiny")  # creates the Job
+    controller.reconcile_by_name(NS, "tiny")  # a poll before any shard started writes nothing
+    assert len(fake.status_patches) == 1
     fake.get(*JOB)["status"] = {"startTime": STARTED, "active": 2}
     shard_pod(fake, 0, "Running", "10.0.0.1")
     shard_pod(fake, 1, "Running", "10.0.0.2")
@@ -474,6 +493,9 @@ def test_a_batch_job_that_succeeded_is_complete(fake: FakeApi) -> None:
         }
     }
     assert fake.events == [("Normal", "Complete", f"every line has a record: {counts}")]
+    # Once complete, the Job is never created again and nothing is rewritten.
+    controller.reconcile_by_name(NS, "tiny")
+    written(fake, 3)
 
 
 def test_a_batch_job_that_failed_says_why(fake: FakeApi) -> None:

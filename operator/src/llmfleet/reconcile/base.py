@@ -184,8 +184,9 @@ class Reconciler(ABC, Generic[SpecT]):
         raise InvalidSpecError(message)
 
     def write_status(self, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> bool:
-        """Write `new` over `old` unless they are the same; whether it wrote."""
-        if _normalised(old) == _normalised(new):
+        """Write `new` over `old` unless the API server would then hold the same; whether it
+        wrote."""
+        if _as_stored(old) == _as_stored(new):
             return False
         patch = {"status": {**{k: None for k in old if k not in new}, **new}}
         meta = body["metadata"]
@@ -229,5 +230,13 @@ def generation(body: dict[str, Any]) -> int:
     return int(body["metadata"].get("generation", 1))
 
 
-def _normalised(status: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if v is not None}
+def _as_stored(value: Any) -> Any:
+    """`value` as the API server keeps it after a merge patch: without null members, at any
+    depth (a null deletes a member, and is dropped from values that replace, lists included).
+    Comparing only the top level saw a change in every nested null (status.predicted's, each
+    shard's) and rewrote status on every resync."""
+    if isinstance(value, dict):
+        return {k: _as_stored(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_as_stored(v) for v in value]
+    return value
