@@ -27,7 +27,7 @@ CHILDREN: Mapping[str, Any] = {
 }
 
 
-def _reconcile(controller: Reconciler[Any], body: kopf.Body) -> None:
+def _reconcile(controller: Reconciler[Any, Any], body: kopf.Body) -> None:
     try:
         controller.reconcile(body.metadata["namespace"], body.metadata["name"])
     except InvalidSpecError as e:

@@ -9,6 +9,7 @@ a refusal, and what it does with a planned spec.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -25,13 +26,16 @@ from llmfleet import API_GROUP, API_VERSION
 from llmfleet import metrics as m
 from llmfleet.models import describe_validation_error
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
+from llmfleet.models.status import status_json
 from llmfleet.planner import Plan, PlanError
 from llmfleet.reconcile.apply import Applier, ApplyResult
 from llmfleet.reconcile.errors import api_error
 from llmfleet.reconcile.events import EventRecorder
 
+log = logging.getLogger(__name__)
 Key = tuple[str, str]  # namespace, name
 SpecT = TypeVar("SpecT", bound=BaseModel)
+StatusT = TypeVar("StatusT", bound=BaseModel)
 
 
 class InvalidSpecError(Exception):
@@ -44,12 +48,13 @@ class _KeyLock:
     users: int = 0
 
 
-class Reconciler(ABC, Generic[SpecT]):
+class Reconciler(ABC, Generic[SpecT, StatusT]):
     """Reconciles the resources of one kind; a subclass per kind."""
 
     api_version: ClassVar[str] = f"{API_GROUP}/{API_VERSION}"
     kind: ClassVar[str]
     spec_model: type[SpecT]
+    status_model: type[StatusT]
 
     def __init__(self, api: k8s.ApiClient, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) -> None:
         self.api = api
@@ -69,18 +74,15 @@ class Reconciler(ABC, Generic[SpecT]):
         """The layout of a valid spec; raises PlanError when none fits."""
 
     @abstractmethod
-    def refused_status(
-        self, old: dict[str, Any], generation: int, reason: str, message: str
-    ) -> dict[str, Any]:
+    def refused_status(self, old: StatusT, generation: int, reason: str, message: str) -> StatusT:
         """The status of a resource refused for `reason`."""
 
     @abstractmethod
-    def run(
-        self, body: dict[str, Any], old: dict[str, Any], spec: SpecT, planned: Plan
-    ) -> ApplyResult:
-        """Act on a valid, planned spec: create or update what it needs and write its status."""
+    def run(self, body: dict[str, Any], old: StatusT, spec: SpecT, planned: Plan) -> ApplyResult:
+        """Act on a valid, planned spec: create or update what it needs and write its status
+        (`write_status`, once)."""
 
-    def refused(self, namespace: str, name: str, new: dict[str, Any], spec: SpecT | None) -> None:
+    def refused(self, namespace: str, name: str, new: StatusT, spec: SpecT | None) -> None:
         """Called once a refusal is in status; `spec` when it was valid but cannot run."""
 
     def forget(self, namespace: str, name: str) -> None:
@@ -157,7 +159,7 @@ class Reconciler(ABC, Generic[SpecT]):
                     self.counted(namespace, name, outcome, time.monotonic() - start)
 
     def _reconcile(self, body: dict[str, Any]) -> ApplyResult:
-        old: dict[str, Any] = dict(body.get("status") or {})
+        old = self.stored_status(body)
         try:
             spec = self.spec_model.model_validate(body.get("spec") or {})
         except ValidationError as e:
@@ -169,26 +171,32 @@ class Reconciler(ABC, Generic[SpecT]):
         return self.run(body, old, spec, planned)
 
     def refuse(
-        self,
-        body: dict[str, Any],
-        old: dict[str, Any],
-        reason: str,
-        message: str,
-        spec: SpecT | None,
+        self, body: dict[str, Any], old: StatusT, reason: str, message: str, spec: SpecT | None
     ) -> NoReturn:
         """Say in status (and, when that changed it, a Warning Event) why the spec cannot run."""
         new = self.refused_status(old, generation(body), reason, message)
-        if self.write_status(body, old, new):
+        if self.write_status(body, new):
             self.events.emit(body, "Warning", reason, message)
         self.refused(body["metadata"]["namespace"], body["metadata"]["name"], new, spec)
         raise InvalidSpecError(message)
 
-    def write_status(self, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> bool:
-        """Write `new` over `old` unless the API server would then hold the same; whether it
-        wrote."""
-        if _as_stored(old) == _as_stored(new):
+    def stored_status(self, body: dict[str, Any]) -> StatusT:
+        """The status `body` carries, typed. One the models cannot read (written by another
+        version of the operator) counts as empty: this reconcile writes it anew."""
+        try:
+            return self.status_model.model_validate(body.get("status") or {})
+        except ValidationError as e:
+            log.warning("%s %s: status unreadable, rewritten: %s", self.kind, key_of(body), e)
+            return self.status_model()
+
+    def write_status(self, body: dict[str, Any], new: StatusT) -> bool:
+        """Write `new` unless the API server would then hold the status `body` has; whether it
+        wrote. The one place a status is serialised."""
+        old: dict[str, Any] = body.get("status") or {}
+        written = status_json(new)
+        if _as_stored(old) == _as_stored(written):
             return False
-        patch = {"status": {**{k: None for k in old if k not in new}, **new}}
+        patch = {"status": {**{k: None for k in old if k not in written}, **written}}
         meta = body["metadata"]
         self.applier.resource(self.api_version, self.kind).status.patch(
             body=patch,
@@ -228,6 +236,10 @@ class Reconciler(ABC, Generic[SpecT]):
 
 def generation(body: dict[str, Any]) -> int:
     return int(body["metadata"].get("generation", 1))
+
+
+def key_of(body: dict[str, Any]) -> str:
+    return f"{body['metadata']['namespace']}/{body['metadata']['name']}"
 
 
 def _as_stored(value: Any) -> Any:

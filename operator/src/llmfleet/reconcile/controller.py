@@ -11,6 +11,7 @@ from llmfleet import metrics as m
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.deployment import KIND
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
+from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import Plan, plan
 from llmfleet.reconcile.apply import ApplyResult, ref
 from llmfleet.reconcile.base import Reconciler, generation
@@ -26,9 +27,10 @@ def children_selector(name: str) -> str:
     return f"{DEPLOYMENT_LABEL}={name},app.kubernetes.io/managed-by={MANAGED_BY}"
 
 
-class Controller(Reconciler[LLMDeploymentSpec]):
+class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
     kind = KIND
     spec_model = LLMDeploymentSpec
+    status_model = LLMDeploymentStatus
 
     def __init__(self, api: k8s.ApiClient, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) -> None:
         super().__init__(api, profiles)
@@ -38,15 +40,19 @@ class Controller(Reconciler[LLMDeploymentSpec]):
         return plan(spec, self.profiles)
 
     def refused_status(
-        self, old: dict[str, Any], generation: int, reason: str, message: str
-    ) -> dict[str, Any]:
+        self, old: LLMDeploymentStatus, generation: int, reason: str, message: str
+    ) -> LLMDeploymentStatus:
         return invalid_status(old, generation, reason, message)
 
     def refused(
-        self, namespace: str, name: str, new: dict[str, Any], spec: LLMDeploymentSpec | None
+        self,
+        namespace: str,
+        name: str,
+        new: LLMDeploymentStatus,
+        spec: LLMDeploymentSpec | None,
     ) -> None:
         m.set_planned(namespace, name, None)
-        m.set_conditions(namespace, name, new["conditions"])
+        _publish_conditions(namespace, name, new)
         if spec is not None:  # valid, but no layout fits
             m.record_planner_decision(namespace, name, spec, None)
 
@@ -64,7 +70,7 @@ class Controller(Reconciler[LLMDeploymentSpec]):
     def run(
         self,
         body: dict[str, Any],
-        old_status: dict[str, Any],
+        old_status: LLMDeploymentStatus,
         spec: LLMDeploymentSpec,
         planned: Plan,
     ) -> ApplyResult:
@@ -117,20 +123,23 @@ class Controller(Reconciler[LLMDeploymentSpec]):
         )
         self._announce(body, old_status, planned, result)
         unverified = newly_unverified(old_status, new)
-        if self.write_status(body, old_status, new) and unverified is not None:
+        if self.write_status(body, new) and unverified is not None:
             # Once, when PlanVerified turns False; not on every resync while it stays so.
             self.events.emit(body, "Warning", "PlanNotVerified", unverified)
         m.set_planned(ns, name, planned)
         m.record_planner_decision(ns, name, spec, planned)
-        m.set_conditions(ns, name, new["conditions"])
+        _publish_conditions(ns, name, new)
         m.observe_engine_startups(ns, name, observed.pods)
         return result
 
     def _announce(
-        self, body: dict[str, Any], old_status: dict[str, Any], planned: Plan, result: ApplyResult
+        self,
+        body: dict[str, Any],
+        old_status: LLMDeploymentStatus,
+        planned: Plan,
+        result: ApplyResult,
     ) -> None:
-        summary = planned.summary().model_dump(by_alias=True, mode="json")
-        if old_status.get("plan") != summary:
+        if old_status.plan != planned.summary():
             self.events.emit(body, "Normal", "Planned", planned.reason)
         if result.writes:
             parts = [
@@ -150,6 +159,10 @@ class Controller(Reconciler[LLMDeploymentSpec]):
             ):
                 for item in items:
                     m.API_WRITES.labels(verb=verb, kind=item.split("/", 1)[0]).inc()
+
+
+def _publish_conditions(namespace: str, name: str, status: LLMDeploymentStatus) -> None:
+    m.set_conditions(namespace, name, (c.model_dump(by_alias=True) for c in status.conditions))
 
 
 def _is_router(obj: dict[str, Any]) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from llmfleet import FIELD_MANAGER
-from llmfleet.reconcile.status import now
+from llmfleet.reconcile.conditions import now
 
 log = logging.getLogger(__name__)
 COMPONENT = FIELD_MANAGER
@@ -22,7 +22,7 @@ class EventRecorder:
 
     def emit(self, body: dict[str, Any], etype: str, reason: str, message: str) -> None:
         meta = body["metadata"]
-        stamp = now()
+        stamp = now().strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
