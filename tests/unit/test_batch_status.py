@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from llmfleet.batch.progress import Progress, ShardReport
+from llmfleet.batch.progress import Progress
 from llmfleet.models import LLMBatchJobSpec, LLMBatchJobStatus, ShardStatus
 from llmfleet.models.status import PlanSummary, status_json
 from llmfleet.reconcile.batchjob import (
@@ -19,6 +19,7 @@ from llmfleet.reconcile.batchjob import (
     output_conflict,
     refused_status,
 )
+from llmfleet.shard_report import ShardReport
 
 NOW = datetime(2026, 1, 1, 12, 10, tzinfo=UTC)
 PLAN = PlanSummary(

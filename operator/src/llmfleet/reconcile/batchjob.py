@@ -21,7 +21,6 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from llmfleet.batch.progress import METRICS_PORT, ShardReport, parse_metrics, parse_summary
 from llmfleet.models.batchjob import (
     KIND,
     JobPhase,
@@ -46,6 +45,7 @@ from llmfleet.render.batchjob import (
     render_batch_job,
     shard_count,
 )
+from llmfleet.shard_report import METRICS_PORT, ShardReport, parse_metrics, parse_summary
 
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 SCRAPE_TIMEOUT_SECONDS = 2.0
