@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from llmfleet.render.names import LAYOUT_LABEL, layout_id
+
 if TYPE_CHECKING:
     from llmfleet.models import LLMDeploymentSpec
     from llmfleet.planner import Plan
@@ -75,7 +77,6 @@ ENGINE_STARTUP = Histogram(
     buckets=ENGINE_STARTUP_BUCKETS,
 )
 
-LAYOUT_LABEL = "llmfleet.dev/layout"
 # Pods that became Ready longer ago than this are not observed: after an operator restart the
 # pods already running would otherwise be counted a second time.
 STARTUP_OBSERVATION_WINDOW_SECONDS = 900.0
@@ -171,9 +172,7 @@ def record_reconcile_error(namespace: str, name: str, error: BaseException) -> s
 
 def layout_of(plan: Plan | None) -> str:
     """The `llmfleet.dev/layout` value of a plan (tp<N> or cpu), or "none"."""
-    if plan is None:
-        return "none"
-    return "cpu" if plan.gpus_per_replica == 0 else f"tp{plan.tensor_parallel_size}"
+    return "none" if plan is None else layout_id(plan)
 
 
 def record_planner_decision(

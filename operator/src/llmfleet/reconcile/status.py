@@ -17,6 +17,7 @@ from llmfleet.reconcile.conditions import (
     find,
     keep_transition_times,
 )
+from llmfleet.render.autoscaling import QUEUE_METRIC
 
 # How far the KV cache an engine allocated may be from the planner's figure for PlanVerified.
 KV_TOLERANCE = 0.10
@@ -70,7 +71,7 @@ def _hpa_blind(hpa: dict[str, Any] | None) -> str | None:
         if c.get("type") == "ScalingActive" and c.get("status") == FALSE:
             return (
                 f"the HorizontalPodAutoscaler cannot scale ({c.get('reason')}): "
-                f"{c.get('message', '')}; is prometheus-adapter serving vllm_num_requests_waiting?"
+                f"{c.get('message', '')}; is prometheus-adapter serving {QUEUE_METRIC}?"
             )
     return None
 

@@ -12,16 +12,18 @@ from llmfleet.render.names import Owner
 from llmfleet.render.router import render_router
 from llmfleet.render.service import render_service
 
-# Apply order: what others refer to first.
-_KIND_ORDER = (
-    "ServiceAccount",
-    "Role",
-    "RoleBinding",
-    "Service",
-    "Deployment",
-    "HorizontalPodAutoscaler",
-    "PodDisruptionBudget",
+# Every kind an LLMDeployment renders, in apply order (what others refer to comes first).
+# Pruning lists each of them, so the operator's RBAC must allow `list` on every one.
+MANAGED_KINDS: tuple[tuple[str, str], ...] = (
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("v1", "Service"),
+    ("apps/v1", "Deployment"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("policy/v1", "PodDisruptionBudget"),
 )
+_KIND_ORDER = [kind for _, kind in MANAGED_KINDS]
 
 
 def render_fleet(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> list[dict[str, Any]]:
