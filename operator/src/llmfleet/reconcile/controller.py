@@ -8,7 +8,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from llmfleet import metrics as m
-from llmfleet.models import LLMDeploymentSpec
+from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.models.deployment import KIND
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import LLMDeploymentStatus
@@ -32,8 +32,14 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
     spec_model = LLMDeploymentSpec
     status_model = LLMDeploymentStatus
 
-    def __init__(self, api: k8s.ApiClient, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
+        default_engine_image: str = DEFAULT_ENGINE_IMAGE,
+    ) -> None:
         super().__init__(api, profiles)
+        self.default_engine_image = default_engine_image  # for specs without engine.image
         self.kv_cache = EngineKVCache(HTTP_PORT)
 
     def plan(self, spec: LLMDeploymentSpec) -> Plan:
@@ -79,7 +85,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         owner = Owner(name=name, namespace=ns, uid=meta["uid"])
         result = ApplyResult()
         live: dict[str, dict[str, Any]] = {}
-        rendered = render_fleet(owner, spec, planned)
+        rendered = render_fleet(owner, spec, planned, self.default_engine_image)
         for obj in rendered:
             live[ref(obj)] = self.applier.apply(obj, result)
 

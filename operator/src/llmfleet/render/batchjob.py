@@ -93,7 +93,9 @@ def output_key(output: ClaimPath) -> tuple[str, str]:
 
 
 def image(spec: LLMBatchJobSpec) -> str:
-    return spec.engine.image if "image" in spec.engine.model_fields_set else DEFAULT_BATCH_IMAGE
+    # Not the operator's default engine image: a batch pod runs the runner, which only the
+    # LLMFleet vLLM image holds.
+    return spec.engine.image or DEFAULT_BATCH_IMAGE
 
 
 def _claim_mount(claim: str) -> str:
