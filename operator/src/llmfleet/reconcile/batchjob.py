@@ -445,7 +445,7 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
 
     def start_polling(self, interval: float = POLL_SECONDS) -> None:
         """Re-read running jobs' progress every `interval` seconds (a thread; `stop_polling`)."""
-        self._poller = Resyncer("batch progress", self.active, self.reconcile_by_name, interval)
+        self._poller = Resyncer("batch-poll", self.active, self.reconcile_by_name, interval)
         self._poller.start()
 
     def stop_polling(self) -> None:
