@@ -46,6 +46,8 @@ from localcluster.operator_process import Operator
 from localcluster.routerapi import routed_engines
 from localcluster.supervisor import REPO, UPSTREAM_HPA_SYNC_PERIOD, Cluster, ahead_of_workloads
 
+from llmfleet.observability.promql import VLLM_WAITING
+
 from . import machinemon, panels
 
 HERE = Path(__file__).resolve().parent
@@ -202,7 +204,7 @@ def reaction(
             if float(t) >= start and float(v) > above
         )
 
-    waiting = f'vllm:num_requests_waiting{{namespace="{ns}"}}'
+    waiting = f'{VLLM_WAITING}{{namespace="{ns}"}}'
     marks = {
         # The engine's queue above the target in a scrape.
         "prometheus": first(f"max({waiting})", TARGET_QUEUE_DEPTH),
@@ -286,9 +288,9 @@ def plot(
         return [float(t) - load_start for t, _ in values], [float(v) for _, v in values]
 
     sel = f'namespace="{ns}"'
-    queue = series(f"sum(vllm:num_requests_waiting{{{sel}}})")
+    queue = series(f"sum({VLLM_WAITING}{{{sel}}})")
     # What the HPA reads: the adapter rule's per-pod 30 s average, averaged over the pods.
-    per_pod = series(f"avg(avg_over_time(vllm:num_requests_waiting{{{sel}}}[30s]))")
+    per_pod = series(f"avg(avg_over_time({VLLM_WAITING}{{{sel}}}[30s]))")
     hpa = f'{sel}, horizontalpodautoscaler="{name}"'
     desired = series(f"max(kube_horizontalpodautoscaler_status_desired_replicas{{{hpa}}})")
     # The engine Deployment only (the router's is another).

@@ -15,7 +15,10 @@ from kubernetes import config as k8s_config
 from localcluster.operator_process import Operator, utcnow, wait_for
 from localcluster.supervisor import Cluster
 
-GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"
+from llmfleet import API_GROUP as GROUP
+from llmfleet import API_VERSION as VERSION
+from llmfleet.models.deployment import KIND, PLURAL
+
 RESYNC_SECONDS = 30.0
 IDLE_WINDOW_SECONDS = 60.0
 
@@ -24,7 +27,7 @@ def tiny(name: str) -> dict[str, Any]:
     """A CPU-only model small enough that the benchmark measures the operator, not the nodes."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "LLMDeployment",
+        "kind": KIND,
         "metadata": {"name": name},
         "spec": {
             "model": {

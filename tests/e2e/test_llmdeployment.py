@@ -13,11 +13,13 @@ import yaml
 from kubernetes import client, watch
 from localcluster.supervisor import Cluster
 
+from llmfleet import API_GROUP as GROUP
+from llmfleet import API_VERSION as VERSION
+
 from .harness import E2E_GPU_PRODUCT, Operator, condition, get_llmd, utcnow, wait_for
 
 pytestmark = pytest.mark.cluster
 
-GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"
 H100 = {"count": 2, "memoryGiB": 80, "perNode": 8, "product": E2E_GPU_PRODUCT}
 
 

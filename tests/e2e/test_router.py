@@ -26,13 +26,16 @@ from localcluster.promtext import per_worker, scrape
 from localcluster.routerapi import routed_engines
 from localcluster.supervisor import Cluster
 
+from llmfleet import API_GROUP as GROUP
+from llmfleet import API_VERSION as VERSION
+from llmfleet.models.deployment import PLURAL
+
 from . import localnode
 from .harness import Operator, wait_for
 
 pytestmark = pytest.mark.cluster
 
 NODE = "local-gpu-0"
-GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"
 NAME = "routed"
 ENGINES = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"
 ROUTERS = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=router"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +247,16 @@ def test_llmfleet_batch_run_is_a_cli_command(capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert "--input" in out
     assert "vLLM engine arguments" in out
+
+
+def test_the_operator_imports_nothing_of_the_batch_runner() -> None:
+    """The operator reads shards through llmfleet.shard_report only: the runner's code (and what
+    it needs, vLLM among it) is not the operator's."""
+    code = (
+        "import sys, llmfleet.cli, llmfleet.main, llmfleet.operator_app; "
+        "print(sorted(m for m in sys.modules if m.startswith('llmfleet.batch')))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert found.stdout.strip() == "[]"

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from llmfleet.batch.engine import Finished, RequestRejectedError
-from llmfleet.batch.progress import Progress, parse_metrics, parse_summary
+from llmfleet.batch.progress import Progress
 from llmfleet.batch.records import Choice, Completion, Request
 from llmfleet.batch.resume import OutputOwnedError
 from llmfleet.batch.runner import (
@@ -26,6 +26,7 @@ from llmfleet.batch.runner import (
     main,
     run_shard,
 )
+from llmfleet.shard_report import parse_metrics, parse_summary
 
 
 class FakeEngine:

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from llmfleet.batch.progress import Progress, ShardReport
-from llmfleet.models import LLMBatchJobSpec
+from llmfleet.batch.progress import Progress
+from llmfleet.models import LLMBatchJobSpec, LLMBatchJobStatus, ShardStatus
+from llmfleet.models.status import PlanSummary, status_json
 from llmfleet.reconcile.batchjob import (
     _indexes,
     batch_status,
@@ -18,9 +19,17 @@ from llmfleet.reconcile.batchjob import (
     output_conflict,
     refused_status,
 )
+from llmfleet.shard_report import ShardReport
 
 NOW = datetime(2026, 1, 1, 12, 10, tzinfo=UTC)
-PLAN: dict[str, Any] = {"strategy": "MultiPod", "replicas": 2}
+PLAN = PlanSummary(
+    strategy="MultiPod",
+    replicas=2,
+    gpus_per_replica=1,
+    tensor_parallel_size=1,
+    kv_cache_tokens_per_replica=100_000,
+    max_concurrent_sequences=64,
+)
 
 
 def pod(
@@ -80,7 +89,7 @@ def compute(
     pods: list[dict[str, Any]],
     the_job: dict[str, Any],
     scraped: dict[str, str] | None = None,
-    previous: dict[int, dict[str, Any]] | None = None,
+    previous: dict[int, ShardStatus] | None = None,
 ) -> dict[str, Any]:
     status = the_job["status"]
     observed = observe_shards(
@@ -91,8 +100,16 @@ def compute(
         (scraped or {}).get,
         previous or {},
     )
-    return batch_status(
-        old={}, generation=1, planned=PLAN, shards=2, job=the_job, observed=observed, at=NOW
+    return status_json(
+        batch_status(
+            old=LLMBatchJobStatus(),
+            generation=1,
+            planned=PLAN,
+            shards=2,
+            job=the_job,
+            observed=observed,
+            at=NOW,
+        )
     )
 
 
@@ -156,7 +173,7 @@ def test_a_killed_shard_counts_a_restart_and_keeps_its_last_known_progress() -> 
         terminated={"exitCode": 137, "message": "Loading model...\nKilled"},
     )
     replacement = pod(0, "Pending", created="2026-01-01T12:05:00Z")
-    previous = {0: {"index": 0, "total": 150, "succeeded": 60, "failed": 3}}
+    previous = {0: ShardStatus(index=0, phase="Running", total=150, succeeded=60, failed=3)}
     st = compute([killed, replacement, pod(1, "Running", "10.0.0.2")], job(), {}, previous)
     shard0 = st["shardStatus"][0]
     assert (shard0["phase"], shard0["restarts"], shard0["succeeded"]) == ("Pending", 1, 60)
@@ -199,7 +216,7 @@ def test_status_is_stable_when_nothing_changed_so_it_is_not_rewritten() -> None:
     first = compute(pods, job(completed="0,1", condition="Complete"))
     observed = observe_shards(2, pods, {0, 1}, set(), lambda ip: None, {})
     again = batch_status(
-        old=first,
+        old=LLMBatchJobStatus.model_validate(first),
         generation=1,
         planned=PLAN,
         shards=2,
@@ -207,11 +224,12 @@ def test_status_is_stable_when_nothing_changed_so_it_is_not_rewritten() -> None:
         observed=observed,
         at=NOW,
     )
-    assert again == first
+    assert status_json(again) == first
 
 
 def test_a_refused_job_fails_with_the_reason_and_keeps_the_rest_of_its_status() -> None:
-    st = refused_status({"jobName": "x", "phase": "Running"}, 2, "OutputConflict", "taken")
+    running = LLMBatchJobStatus(job_name="x", phase="Running")
+    st = status_json(refused_status(running, 2, "OutputConflict", "taken"))
     assert st["phase"] == "Failed"
     assert st["jobName"] == "x"
     assert cond(st, "Failed")["reason"] == "OutputConflict"

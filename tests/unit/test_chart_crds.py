@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "crds"
 SHIPPED = REPO / "charts" / "llmfleet" / "crds"
@@ -24,3 +26,10 @@ def test_chart_crds_equal_the_generated_crds_byte_for_byte() -> None:
     assert sorted(shipped) == sorted(source), f"different CRD files: {FIX}"
     stale = [name for name in source if shipped[name] != source[name]]
     assert stale == [], f"stale CRDs in the chart: {FIX}"
+
+
+def test_the_chart_annotation_names_every_crd_it_ships() -> None:
+    chart = yaml.safe_load((SHIPPED.parent / "Chart.yaml").read_text())
+    listed = chart["annotations"]["llmfleet.dev/crds"].split(",")
+    shipped = [yaml.safe_load(text)["metadata"]["name"] for text in yaml_files(SHIPPED).values()]
+    assert sorted(listed) == sorted(shipped)

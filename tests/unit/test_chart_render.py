@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from llmfleet.observability.promql import VLLM_WAITING
+from llmfleet.render.autoscaling import QUEUE_METRIC
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "llmfleet"
 BUILD_TOOLS = REPO / "dev" / "localcluster" / "build-tools.sh"
@@ -474,6 +477,14 @@ def test_prometheus_adapter_rules_render_verbatim_unless_disabled() -> None:
     assert configmap["data"]["config.yaml"].strip() == source.strip()
     disabled = render("prometheusAdapter.rules.enabled=false")
     assert not [d for d in of_kind(disabled, "ConfigMap") if "config.yaml" in d["data"]]
+
+
+def test_the_adapter_rule_serves_the_metric_the_hpas_target_from_vllms_queue() -> None:
+    (rule,) = yaml.safe_load((CHART / "files" / "prometheus-adapter-rules.yaml").read_text())[
+        "rules"
+    ]
+    assert rule["seriesQuery"].startswith(f"{VLLM_WAITING}{{")
+    assert rule["name"] == {"matches": f"^{VLLM_WAITING}$", "as": QUEUE_METRIC}
 
 
 # --- dashboards -------------------------------------------------------------------------------

@@ -30,7 +30,9 @@ def test_minimal_spec_gets_documented_defaults() -> None:
     assert (spec.strategy, spec.objective) == ("Auto", "Throughput")
     assert (spec.model.dtype, spec.model.quantization) == ("auto", "none")
     assert (spec.workload, spec.slo) == (None, None)
-    assert spec.engine.image == DEFAULT_ENGINE_IMAGE == "vllm/vllm-openai:v0.32.0"
+    # Unset: the operator's default engine image applies (--default-engine-image).
+    assert spec.engine.image is None
+    assert DEFAULT_ENGINE_IMAGE == "vllm/vllm-openai:v0.32.0"
     assert spec.engine.gpu_memory_utilization == 0.9
     assert spec.engine.max_model_len is None
     assert spec.engine.cpu_kv_cache_gib == 4

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from llmfleet.models import LLMDeploymentSpec
+from llmfleet.models.status import LLMDeploymentStatus, status_json
 from llmfleet.planner import plan
 from llmfleet.reconcile import kvcache
 from llmfleet.reconcile.kvcache import (
@@ -120,7 +121,7 @@ PLANNED = 1_000_000
 )
 def test_plan_verified_within_ten_percent(measured: int | None, status: str, reason: str) -> None:
     c = plan_verified(measured, PLANNED, generation=4)
-    assert (c["type"], c["status"], c["reason"], c["observedGeneration"]) == (
+    assert (c.type, c.status, c.reason, c.observed_generation) == (
         "PlanVerified",
         status,
         reason,
@@ -129,15 +130,15 @@ def test_plan_verified_within_ten_percent(measured: int | None, status: str, rea
 
 
 def test_plan_not_verified_message_names_both_numbers_and_the_percentage() -> None:
-    message = plan_verified(1_312, 2_097_152, generation=1)["message"]
+    message = plan_verified(1_312, 2_097_152, generation=1).message
     assert "1,312" in message
     assert "2,097,152" in message
     assert "-99.9%" in message
 
 
 def test_a_plan_of_zero_tokens_is_verified_only_by_zero() -> None:
-    assert plan_verified(0, 0, 1)["status"] == "True"
-    assert plan_verified(16, 0, 1)["status"] == "False"
+    assert plan_verified(0, 0, 1).status == "True"
+    assert plan_verified(16, 0, 1).status == "False"
 
 
 PLAN = plan(
@@ -148,6 +149,7 @@ PLAN = plan(
         }
     )
 )
+NEW = LLMDeploymentStatus()  # no status yet
 ENGINE = {
     "metadata": {"name": "x-tp1"},
     "spec": {"replicas": 1},
@@ -181,30 +183,34 @@ def test_ready_status_reports_the_smallest_engine_and_plan_verified(
     reported: tuple[int, ...], measured: int | None, verified: str
 ) -> None:
     observed = Observed(ENGINE, (), None, (), kv_cache_tokens=reported)
-    status = ready_status(old={}, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    status = status_json(
+        ready_status(old=NEW, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    )
     assert (status.get("measured") or {}).get("kvCacheTokens") == measured
     assert conditions(status)["PlanVerified"]["status"] == verified
 
 
 def test_same_figures_on_resync_write_nothing_new() -> None:
     observed = Observed(ENGINE, (), None, (), kv_cache_tokens=(1_000,))
-    first = ready_status(old={}, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    first = ready_status(old=NEW, generation=1, plan=PLAN, observed=observed, endpoint="e")
     again = ready_status(old=first, generation=1, plan=PLAN, observed=observed, endpoint="e")
     assert again == first
 
 
 def test_an_invalid_spec_keeps_the_last_plan_verified_and_measured() -> None:
     observed = Observed(ENGINE, (), None, (), kv_cache_tokens=(1_000,))
-    good = ready_status(old={}, generation=1, plan=PLAN, observed=observed, endpoint="e")
-    bad = invalid_status(good, 2, "InvalidSpec", "spec.gpus.count: must be at least 1")
+    good = ready_status(old=NEW, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    bad = status_json(invalid_status(good, 2, "InvalidSpec", "spec.gpus.count: must be at least 1"))
     assert conditions(bad)["PlanVerified"]["reason"] == "KVCacheDiffersFromPlan"
     assert bad["measured"] == {"kvCacheTokens": 1_000}
 
 
-def verified(state: str | None) -> dict[str, Any]:
+def verified(state: str | None) -> LLMDeploymentStatus:
     if state is None:
-        return {"conditions": []}
-    return {"conditions": [{"type": "PlanVerified", "status": state, "message": "m"}]}
+        return NEW
+    return LLMDeploymentStatus.model_validate(
+        {"conditions": [{"type": "PlanVerified", "status": state, "message": "m"}]}
+    )
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
+from llmfleet.render.names import ENGINE_NAME_SUFFIX_PATTERN
 
 OWNER = Owner(name="chat", namespace="team-a", uid="1234")
 # Every fleet that can have more than one pod gets the vLLM Router (tests/unit/test_router_*.py).
@@ -247,3 +249,24 @@ def test_cpu_only_serving_sizes_kv_cache_and_memory() -> None:
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "6"
     assert "nvidia.com/gpu" not in c["resources"].get("limits", {})
     assert c["resources"]["requests"]["memory"].endswith("Gi")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({}, id="tensor-parallel"),
+        pytest.param({"gpus": None, "model": {"name": "facebook/opt-125m"}}, id="cpu"),
+    ],
+)
+def test_the_dashboards_pattern_finds_engine_deployments_of_every_layout(
+    overrides: dict[str, Any],
+) -> None:
+    names = {
+        o["metadata"]["name"]: o["metadata"]["labels"]["app.kubernetes.io/component"]
+        for o in rendered(spec(**overrides)).values()
+        if o["kind"] == "Deployment"
+    }
+    pattern = re.compile(f"chat{ENGINE_NAME_SUFFIX_PATTERN}")
+    assert {n for n in names if pattern.fullmatch(n)} == {
+        n for n, component in names.items() if component == "engine"
+    }

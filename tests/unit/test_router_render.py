@@ -13,8 +13,8 @@ from test_chart_render import granted, of_kind, render
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.router import DEFAULT_ROUTER_IMAGE
 from llmfleet.planner import plan
-from llmfleet.reconcile.apply import MANAGED_KINDS
 from llmfleet.render import Owner, render_fleet
+from llmfleet.render.fleet import MANAGED_KINDS
 from llmfleet.render.router import router_enabled, router_url
 
 OWNER = Owner(name="chat", namespace="team-a", uid="1234")

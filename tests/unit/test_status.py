@@ -7,8 +7,11 @@ from typing import Any
 import pytest
 
 from llmfleet.models import LLMDeploymentSpec
+from llmfleet.models.status import LLMDeploymentStatus, status_json
 from llmfleet.planner import plan
 from llmfleet.reconcile.status import Observed, invalid_status, ready_status
+
+NEW = LLMDeploymentStatus()  # no status yet
 
 PLAN = plan(
     LLMDeploymentSpec.model_validate(
@@ -109,7 +112,9 @@ def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
 def test_conditions_follow_the_children(
     observed: Observed, expected: dict[str, tuple[str, str]]
 ) -> None:
-    status = ready_status(old={}, generation=3, plan=PLAN, observed=observed, endpoint="e")
+    status = status_json(
+        ready_status(old=NEW, generation=3, plan=PLAN, observed=observed, endpoint="e")
+    )
     got = conds(status)
     for ctype, want in expected.items():
         assert got[ctype] == want
@@ -119,21 +124,26 @@ def test_conditions_follow_the_children(
 
 def test_unchanged_status_keeps_transition_times_so_a_resync_writes_nothing() -> None:
     observed = Observed(dep(2, 2), (), hpa(2), ())
-    first = ready_status(old={}, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    first = status_json(
+        ready_status(old=NEW, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    )
     for c in first["conditions"]:
         c["lastTransitionTime"] = "2020-01-01T00:00:00Z"
-    again = ready_status(old=first, generation=1, plan=PLAN, observed=observed, endpoint="e")
-    assert again == first
+    stored = LLMDeploymentStatus.model_validate(first)
+    again = ready_status(old=stored, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    assert status_json(again) == first
 
 
 def test_invalid_spec_keeps_serving_conditions_and_names_the_problem() -> None:
     observed = Observed(dep(2, 2), (), hpa(2), ())
-    good = ready_status(old={}, generation=1, plan=PLAN, observed=observed, endpoint="e")
-    bad = invalid_status(good, 2, "PlanningFailed", "spec.gpus.count: 3 GPUs cannot be split")
+    good = ready_status(old=NEW, generation=1, plan=PLAN, observed=observed, endpoint="e")
+    bad = status_json(
+        invalid_status(good, 2, "PlanningFailed", "spec.gpus.count: 3 GPUs cannot be split")
+    )
     got = conds(bad)
     assert got["Planned"] == ("False", "PlanningFailed")
     assert got["Available"] == ("True", "EnginesReady")
-    assert bad["plan"] == good["plan"]
+    assert bad["plan"] == status_json(good)["plan"]
     assert bad["observedGeneration"] == 2
 
 
@@ -165,12 +175,14 @@ def test_scheduler_retries_do_not_rewrite_status() -> None:
     )
 
     def status(p: dict[str, Any]) -> dict[str, Any]:
-        return ready_status(
-            old={},
-            generation=1,
-            plan=PLAN,
-            endpoint="e",
-            observed=Observed(dep(2, 3), (), hpa(3), (p,)),
+        return status_json(
+            ready_status(
+                old=NEW,
+                generation=1,
+                plan=PLAN,
+                endpoint="e",
+                observed=Observed(dep(2, 3), (), hpa(3), (p,)),
+            )
         )
 
     a, b = status(first), status(retry)

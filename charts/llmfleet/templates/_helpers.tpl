@@ -96,7 +96,7 @@ ClusterRole (all namespaces) and by each Role (watchNamespaces), so both grant t
 kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 */}}
 {{- define "llmfleet.operatorRules" -}}
-# The resource the operator reconciles: read it, patch its finalizers and annotations.
+# The resource the operator reconciles: read it, patch kopf's annotations (no finalizers).
 - apiGroups: ["llmfleet.dev"]
   resources: ["llmdeployments"]
   verbs: ["get", "list", "watch", "patch"]

@@ -15,9 +15,13 @@ from typing import Any
 
 from kubernetes import client
 
+from llmfleet import API_GROUP, API_VERSION
+from llmfleet.models.deployment import KIND
+from llmfleet.models.deployment import PLURAL as LLMD_PLURAL
+
 LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
 ENGINE_PORT = 8000
-GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"
+GROUP, VERSION, PLURAL = API_GROUP, API_VERSION, LLMD_PLURAL
 PRODUCT = "LLMFleet-CPU-Emulated"  # the node runner's GPU product label
 GPU = "nvidia.com/gpu"
 
@@ -163,7 +167,7 @@ def tiny_llmd(name: str, max_num_seqs: int = 2, **autoscaling: Any) -> dict[str,
     """An LLMDeployment of the tiny test model whose pods land on the node runner's node."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "LLMDeployment",
+        "kind": KIND,
         "metadata": {"name": name},
         "spec": {
             "model": {

@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from llmfleet.render.autoscaling import QUEUE_METRIC
+
 from ..supervisor import BUILD_TOOLS, Cluster, ahead_of_workloads, bindir
 from . import config
 from .config import (
@@ -44,7 +46,6 @@ from .config import (
 )
 
 NAME = "metrics-stack"
-QUEUE_METRIC = "vllm_num_requests_waiting"
 
 __all__ = ["ADAPTER_RULES", "NAMESPACE", "QUEUE_METRIC", "MetricsStack"]
 

@@ -12,8 +12,9 @@ from kubernetes.client.exceptions import ApiException
 
 from llmfleet import API_GROUP, API_VERSION, FIELD_MANAGER
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
-from llmfleet.reconcile.batchjob import BatchJobController, InvalidBatchJobError
-from llmfleet.reconcile.controller import PLURAL, Controller, InvalidSpecError
+from llmfleet.models.deployment import PLURAL
+from llmfleet.reconcile.base import InvalidSpecError, Reconciler
+from llmfleet.reconcile.batchjob import BatchJobController
 from llmfleet.reconcile.errors import api_error
 from llmfleet.render.batchjob import BATCHJOB_LABEL
 from llmfleet.render.names import DEPLOYMENT_LABEL, MANAGED_BY
@@ -26,7 +27,7 @@ CHILDREN: Mapping[str, Any] = {
 }
 
 
-def _reconcile(controller: Controller, body: kopf.Body) -> None:
+def _reconcile(controller: Reconciler[Any, Any], body: kopf.Body) -> None:
     try:
         controller.reconcile(body.metadata["namespace"], body.metadata["name"])
     except InvalidSpecError as e:
@@ -43,16 +44,6 @@ BATCH_CHILDREN: Mapping[str, Any] = {
     "app.kubernetes.io/managed-by": MANAGED_BY,
     BATCHJOB_LABEL: kopf.PRESENT,
 }
-
-
-def _reconcile_batch(controller: BatchJobController, body: kopf.Body) -> None:
-    try:
-        controller.reconcile(body.metadata["namespace"], body.metadata["name"])
-    except InvalidBatchJobError as e:
-        raise kopf.PermanentError(str(e)) from e
-    except ApiException as e:
-        delay = 5 if e.status in (409, 429) or (e.status or 500) >= 500 else 60
-        raise kopf.TemporaryError(api_error(e), delay=delay) from e
 
 
 def install_batch() -> None:
@@ -72,7 +63,7 @@ def install_batch() -> None:
     @kopf.on.create(API_GROUP, API_VERSION, BATCH_PLURAL)
     @kopf.on.update(API_GROUP, API_VERSION, BATCH_PLURAL, field="spec")
     def reconcile_batch(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        _reconcile_batch(memo.batch, body)
+        _reconcile(memo.batch, body)
 
     @kopf.on.event("batch", "v1", "jobs", labels=BATCH_CHILDREN)
     @kopf.on.event("", "v1", "pods", labels=BATCH_CHILDREN)

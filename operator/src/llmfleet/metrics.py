@@ -6,7 +6,7 @@ otherwise Prometheus renames the metric's `namespace` to `exported_namespace`, b
 target has a `namespace` label of its own (the operator's namespace).
 
 The helpers below are pure bookkeeping over prometheus-client objects (no Kubernetes calls); the
-reconciler calls them with what it already has in hand. Where to call each is in its docstring.
+reconciler calls them with what it already has in hand; each docstring says who calls it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from llmfleet.render.names import LAYOUT_LABEL, layout_id
 
 if TYPE_CHECKING:
     from llmfleet.models import LLMDeploymentSpec
@@ -75,7 +77,6 @@ ENGINE_STARTUP = Histogram(
     buckets=ENGINE_STARTUP_BUCKETS,
 )
 
-LAYOUT_LABEL = "llmfleet.dev/layout"
 # Pods that became Ready longer ago than this are not observed: after an operator restart the
 # pods already running would otherwise be counted a second time.
 STARTUP_OBSERVATION_WINDOW_SECONDS = 900.0
@@ -112,9 +113,8 @@ def set_planned(namespace: str, name: str, plan: Plan | None) -> None:
 def set_conditions(namespace: str, name: str, conditions: Iterable[Mapping[str, Any]]) -> None:
     """Publish the LLMDeployment's current status conditions (`llmfleet_condition`).
 
-    Call in `Controller._reconcile` with the status just computed, in both paths, whether or
-    not it was written: `m.set_conditions(ns, name, new["conditions"])` after
-    `self._write_status(...)` (the invalid-spec path and the ready path)."""
+    Called by `reconcile.controller.Controller` with the status just computed, whether or not
+    it was written: when it refuses a spec and when it ran a planned one."""
     current = {
         (str(c.get("type", "")), str(c.get("status", "")), str(c.get("reason") or ""))
         for c in conditions
@@ -161,10 +161,8 @@ _API_REASONS = {
 def record_reconcile_error(namespace: str, name: str, error: BaseException) -> str:
     """Count a failed reconcile in `llmfleet_reconcile_errors_total` and return its reason.
 
-    Call in `Controller.reconcile`, in a new `except Exception as e:` clause after
-    `except InvalidSpecError:` (before `raise`): `m.record_reconcile_error(namespace, name, e)`.
-    An invalid spec is not an error here (it is `llmfleet_reconcile_total{result="invalid"}`
-    and the Planned=False condition)."""
+    Called by `Controller.failed` when a reconcile raised. An invalid spec is not an error here
+    (it is `llmfleet_reconcile_total{result="invalid"}` and the Planned=False condition)."""
     reason = error_reason(error)
     with _lock:
         RECONCILE_ERRORS.labels(namespace, name, reason).inc()
@@ -174,9 +172,7 @@ def record_reconcile_error(namespace: str, name: str, error: BaseException) -> s
 
 def layout_of(plan: Plan | None) -> str:
     """The `llmfleet.dev/layout` value of a plan (tp<N> or cpu), or "none"."""
-    if plan is None:
-        return "none"
-    return "cpu" if plan.gpus_per_replica == 0 else f"tp{plan.tensor_parallel_size}"
+    return "none" if plan is None else layout_id(plan)
 
 
 def record_planner_decision(
@@ -186,10 +182,8 @@ def record_planner_decision(
     process counted for it (so resyncs do not inflate it); `plan=None` when planning failed.
     Returns whether it was counted.
 
-    Call in `Controller._reconcile` right after planning: on success
-    `m.record_planner_decision(ns, name, spec, planned)` (next to `m.set_planned`), and in the
-    `except (ValidationError, PlanError)` branch when `isinstance(e, PlanError)`:
-    `m.record_planner_decision(ns, name, spec, None)`."""
+    Called by the Controller after planning: with the plan when it ran one, with None when it
+    refused a valid spec that no layout fits."""
     decision = (
         str(spec.objective),
         str(spec.strategy),
@@ -254,9 +248,8 @@ def observe_engine_startups(
     STARTUP_OBSERVATION_WINDOW_SECONDS are skipped, so an operator restart does not count the
     running pods again). Returns how many were observed.
 
-    Call in `Controller._reconcile` after building `observed`:
-    `m.observe_engine_startups(ns, name, observed.pods)` (the pods listed with the children
-    selector; the layout comes from each pod's llmfleet.dev/layout label)."""
+    Called by the Controller with the engine pods it listed with the children selector; the
+    layout comes from each pod's llmfleet.dev/layout label."""
     moment = now or datetime.now(UTC)
     key = (namespace, name)
     count = 0
@@ -288,8 +281,7 @@ def observe_engine_startups(
 def forget(namespace: str, name: str) -> None:
     """Drop every per-LLMDeployment series and the bookkeeping of a deleted LLMDeployment.
 
-    Call in `Controller.reconcile` where it returns early because the object is gone or has a
-    deletionTimestamp: `m.forget(namespace, name)`."""
+    Called by `Controller.forget` once the object is gone or has a deletionTimestamp."""
     set_planned(namespace, name, None)
     set_conditions(namespace, name, ())
     key = (namespace, name)

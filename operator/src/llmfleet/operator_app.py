@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from prometheus_client import start_http_server
 
+from llmfleet.models import DEFAULT_ENGINE_IMAGE
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
+
+if TYPE_CHECKING:
+    from llmfleet.reconcile.controller import Controller
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,7 @@ class OperatorConfig:
     resync_seconds: float = 60.0
     gpu_profiles_path: Path | None = None
     kubeconfig: str | None = None
+    default_engine_image: str = DEFAULT_ENGINE_IMAGE
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -36,22 +42,33 @@ def api_client(kubeconfig: str | None) -> k8s.ApiClient:
     return k8s.ApiClient()
 
 
-def run_operator(cfg: OperatorConfig) -> None:
-    from llmfleet import main
+def llmdeployment_controller(cfg: OperatorConfig, api: k8s.ApiClient) -> Controller:
+    """The LLMDeployment controller `cfg` describes."""
     from llmfleet.reconcile.controller import Controller
-    from llmfleet.reconcile.resync import Resyncer
 
     profiles = (
         parse_gpu_profiles(cfg.gpu_profiles_path.read_text())
         if cfg.gpu_profiles_path
         else DEFAULT_GPU_PROFILES
     )
+    return Controller(api, profiles, default_engine_image=cfg.default_engine_image)
+
+
+def run_operator(cfg: OperatorConfig) -> None:
+    from llmfleet import main
+    from llmfleet.reconcile.resync import Resyncer
+
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host)
     main.install()
-    controller = Controller(api_client(cfg.kubeconfig), profiles)
+    controller = llmdeployment_controller(cfg, api_client(cfg.kubeconfig))
     # Level-based safety net: reverts drift nobody told us about and retries what failed.
-    resyncer = Resyncer(controller, cfg.namespaces, cfg.resync_seconds)
+    resyncer = Resyncer(
+        "resync",
+        lambda: controller.names(cfg.namespaces),
+        controller.reconcile_by_name,
+        cfg.resync_seconds,
+    )
     resyncer.start()
     kopf.run(
         standalone=not cfg.peering_name,

@@ -2,6 +2,6 @@
 offline engine, one shard per process, resumable.
 
 Runs in the vLLM image (`python3 -m llmfleet.batch.runner`) and locally (`llmfleet batch run`).
-Only `engine.py` touches vLLM, imported lazily: the operator image has no vLLM, and the operator
-imports `progress` (to read the runner's metrics) and nothing else from here.
+Only `engine.py` touches vLLM, imported lazily. The operator imports nothing from here: what it
+reads of a shard, and how, is `llmfleet.shard_report`, which the runner writes.
 """

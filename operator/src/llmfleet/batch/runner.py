@@ -33,7 +33,7 @@ from types import FrameType
 from typing import IO, Any
 
 from llmfleet.batch.engine import Engine, RequestRejectedError, VllmEngine
-from llmfleet.batch.progress import METRICS_PORT, Progress
+from llmfleet.batch.progress import Progress
 from llmfleet.batch.records import (
     ENGINE_ERROR,
     RETRIES_EXHAUSTED,
@@ -53,6 +53,7 @@ from llmfleet.batch.resume import (
     recover_output,
 )
 from llmfleet.batch.sharding import output_name, read_shard
+from llmfleet.shard_report import METRICS_PORT
 
 log = logging.getLogger("llmfleet.batch")
 

@@ -7,6 +7,12 @@ import logging
 import os
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE
+
+if TYPE_CHECKING:
+    from llmfleet.operator_app import OperatorConfig
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,6 +75,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="YAML file of GPU product profiles LLMDeployments may refer to by name",
     )
     p.add_argument(
+        "--default-engine-image",
+        default=env("LLMFLEET_DEFAULT_ENGINE_IMAGE") or DEFAULT_ENGINE_IMAGE,
+        help="vLLM image of LLMDeployments whose spec.engine.image is unset (env "
+        "LLMFLEET_DEFAULT_ENGINE_IMAGE; default %(default)s)",
+    )
+    p.add_argument(
         "--kubeconfig",
         default=env("KUBECONFIG") or None,
         help="kubeconfig to use outside a cluster (default: in-cluster config)",
@@ -86,19 +98,24 @@ def _run(args: argparse.Namespace) -> int:
     if args.kubeconfig:
         # The kubernetes client reads KUBECONFIG once, when first imported; kopf's login uses it.
         os.environ["KUBECONFIG"] = args.kubeconfig
-    from llmfleet.operator_app import OperatorConfig, run_operator
+    from llmfleet.operator_app import run_operator
 
-    run_operator(
-        OperatorConfig(
-            namespaces=tuple(args.namespaces),
-            liveness_endpoint=args.liveness,
-            metrics_host=args.metrics_host,
-            metrics_port=args.metrics_port,
-            peering_name=args.peering,
-            priority=args.priority if args.priority is not None else random.randint(1, 2**31 - 1),
-            resync_seconds=args.resync_seconds,
-            gpu_profiles_path=args.gpu_profiles,
-            kubeconfig=args.kubeconfig,
-        )
-    )
+    run_operator(operator_config(args))
     return 0
+
+
+def operator_config(args: argparse.Namespace) -> OperatorConfig:
+    from llmfleet.operator_app import OperatorConfig
+
+    return OperatorConfig(
+        namespaces=tuple(args.namespaces),
+        liveness_endpoint=args.liveness,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+        peering_name=args.peering,
+        priority=args.priority if args.priority is not None else random.randint(1, 2**31 - 1),
+        resync_seconds=args.resync_seconds,
+        gpu_profiles_path=args.gpu_profiles,
+        kubeconfig=args.kubeconfig,
+        default_engine_image=args.default_engine_image,
+    )

@@ -117,13 +117,18 @@ class EngineSpec(ApiModel):
         ),
     )
 
-    image: str = Field(
-        default=DEFAULT_ENGINE_IMAGE,
+    # No schema default: the API server would write it into every stored spec, and the
+    # operator's own default (--default-engine-image) could never apply.
+    image: str | None = Field(
+        default=None,
         min_length=1,
         max_length=512,
         description=(
             "vLLM OpenAI-compatible server image. Other versions may need different "
-            f"extraArgs. Default {DEFAULT_ENGINE_IMAGE}."
+            "extraArgs. Default: the operator's default engine image (its "
+            "--default-engine-image, Helm chart value engine.defaultImage; "
+            f"{DEFAULT_ENGINE_IMAGE} unless set otherwise). An LLMBatchJob's default is "
+            "the LLMFleet vLLM image, which holds the batch runner."
         ),
     )
     max_model_len: int | None = Field(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from llmfleet.models.base import ApiModel
 
@@ -151,3 +151,11 @@ class LLMDeploymentStatus(ApiModel):
     gpus: int | None = Field(
         default=None, ge=0, description="GPUs requested by the desired pods, in total."
     )
+
+
+def status_json(status: BaseModel) -> dict[str, Any]:
+    """A status as the operator writes it: camelCase; the fields that were set, so one carried
+    over from the API server keeps exactly the members it had; none at the top level without a
+    value (below it, an unset value is written as null, as the API server's schema allows)."""
+    written = status.model_dump(by_alias=True, mode="json", exclude_unset=True)
+    return {k: v for k, v in written.items() if v is not None}

@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from llmfleet.render.autoscaling import QUEUE_METRIC
+from llmfleet.render.names import ENGINE_NAME_SUFFIX_PATTERN
+
 # vLLM (v1 engine) series, as scraped: counters carry the `_total` suffix, histograms
 # `_bucket`/`_sum`/`_count`. Every series has `model_name` and `engine` labels; Prometheus adds
 # `namespace`, `pod` and (relabelled from the pod label llmfleet.dev/deployment) `llmdeployment`.
@@ -33,13 +36,11 @@ DEPRECATED_METRICS = (
     "vllm:cpu_prefix_cache_hit_rate",
 )
 
-# The pods custom metric prometheus-adapter serves and the HPAs target (render/autoscaling.py).
-HPA_QUEUE_METRIC = "vllm_num_requests_waiting"
+# The pods custom metric prometheus-adapter serves and the HPAs target.
+HPA_QUEUE_METRIC = QUEUE_METRIC
 # kube-state-metrics exposes the pod label llmfleet.dev/deployment with
 # --metric-labels-allowlist=pods=[llmfleet.dev/deployment].
 KSM_DEPLOYMENT_LABEL = "label_llmfleet_dev_deployment"
-# Engine Deployments are named <llmdeployment>-tp<N> or <llmdeployment>-cpu (render/names.py).
-ENGINE_DEPLOYMENT_SUFFIX = "-(tp[0-9]+|cpu)"
 
 # Grafana variables of the LLMDeployment dashboard.
 NAMESPACE_VAR = "$namespace"
@@ -68,7 +69,7 @@ def engine_deployments(metric: str) -> str:
     Deployments (every layout, so a layout change shows both)."""
     return (
         f'{metric}{{namespace="{NAMESPACE_VAR}", '
-        f'deployment=~"{LLMDEPLOYMENT_VAR}{ENGINE_DEPLOYMENT_SUFFIX}"}}'
+        f'deployment=~"{LLMDEPLOYMENT_VAR}{ENGINE_NAME_SUFFIX_PATTERN}"}}'
     )
 
 

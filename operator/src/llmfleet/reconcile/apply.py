@@ -13,22 +13,11 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from llmfleet import FIELD_MANAGER
+from llmfleet.render.fleet import MANAGED_KINDS
 
 from .drift import needs_apply, with_hash
 
 log = logging.getLogger(__name__)
-
-# Every kind the operator renders, in apply order (what others refer to comes first).
-# Pruning lists each of them, so the operator's RBAC must allow `list` on every one.
-MANAGED_KINDS: tuple[tuple[str, str], ...] = (
-    ("v1", "ServiceAccount"),
-    ("rbac.authorization.k8s.io/v1", "Role"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    ("v1", "Service"),
-    ("apps/v1", "Deployment"),
-    ("autoscaling/v2", "HorizontalPodAutoscaler"),
-    ("policy/v1", "PodDisruptionBudget"),
-)
 
 
 @dataclass
@@ -68,8 +57,9 @@ class Applier:
             return None
 
     def list(
-        self, api_version: str, kind: str, namespace: str, selector: str
+        self, api_version: str, kind: str, namespace: str | None, selector: str
     ) -> list[dict[str, Any]]:
+        """Objects matching `selector` in `namespace` (every namespace when None)."""
         items = self.resource(api_version, kind).get(namespace=namespace, label_selector=selector)
         return [i.to_dict() for i in items.items]
 

@@ -11,29 +11,31 @@ created again and resumes from the output files.
 from __future__ import annotations
 
 import contextlib
-import logging
 import posixpath
-import threading
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
-from pydantic import ValidationError
 
-from llmfleet import API_GROUP, API_VERSION
-from llmfleet.batch.progress import METRICS_PORT, ShardReport, parse_metrics, parse_summary
-from llmfleet.models import describe_validation_error
-from llmfleet.models.batchjob import KIND, LLMBatchJobSpec
+from llmfleet.models.batchjob import (
+    KIND,
+    JobPhase,
+    LLMBatchJobSpec,
+    LLMBatchJobStatus,
+    ShardPhase,
+    ShardStatus,
+)
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
-from llmfleet.planner import PlanError, plan
-from llmfleet.reconcile.apply import Applier, ApplyResult
-from llmfleet.reconcile.events import EventRecorder
-from llmfleet.reconcile.status import FALSE, TRUE, condition, keep_transition_times
+from llmfleet.models.status import PlanSummary
+from llmfleet.planner import Plan, plan
+from llmfleet.reconcile.apply import ApplyResult
+from llmfleet.reconcile.base import Reconciler, generation
+from llmfleet.reconcile.conditions import FALSE, TRUE, condition, find, keep_transition_times
+from llmfleet.reconcile.resync import Resyncer
 from llmfleet.render.batchjob import (
     CONTAINER,
     BatchOwner,
@@ -43,20 +45,15 @@ from llmfleet.render.batchjob import (
     render_batch_job,
     shard_count,
 )
+from llmfleet.shard_report import METRICS_PORT, ShardReport, parse_metrics, parse_summary
 
-log = logging.getLogger(__name__)
-API = f"{API_GROUP}/{API_VERSION}"
-COMPONENT = "llmfleet-operator"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 SCRAPE_TIMEOUT_SECONDS = 2.0
 # How often running jobs' progress is read (their pods change no object while they work).
 POLL_SECONDS = 10.0
+FINISHED = ("Complete", "Failed")
 
 Scraper = Callable[[str], str | None]
-
-
-class InvalidBatchJobError(Exception):
-    """The spec cannot run as it is; retrying will not help until the user changes it."""
 
 
 def scrape(pod_ip: str) -> str | None:
@@ -76,7 +73,7 @@ def scrape(pod_ip: str) -> str | None:
 @dataclass(frozen=True)
 class ShardObservation:
     index: int
-    phase: str  # Pending, Running, Succeeded, Failed
+    phase: ShardPhase
     report: ShardReport | None
     restarts: int
     error: str | None = None  # why its last pod failed, when it did
@@ -106,7 +103,7 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
     completed: set[int],
     failed_for_good: set[int],
     scraper: Scraper,
-    previous: dict[int, dict[str, Any]],
+    previous: dict[int, ShardStatus],
 ) -> list[ShardObservation]:
     """Each shard's phase and latest counts: from its newest pod (scraped while it runs, its
     termination message once it ended), else the counts status last showed."""
@@ -136,7 +133,7 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
         restarts = sum(1 for p in mine if (p.get("status") or {}).get("phase") == "Failed")
         report: ShardReport | None = None
         error: str | None = None
-        phase = "Succeeded" if index in completed else "Pending"
+        phase: ShardPhase = "Succeeded" if index in completed else "Pending"
         for pod in reversed(mine):
             status = pod.get("status") or {}
             terminated = _terminated(pod)
@@ -152,20 +149,24 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
         if index in failed_for_good:
             phase = "Failed"
         elif mine and index not in completed:
-            newest = (mine[-1].get("status") or {}).get("phase") or "Pending"
-            # A failed pod of an index that is not failed for good is being replaced.
-            phase = "Pending" if newest == "Failed" else newest
-        if report is None and index in previous:
-            last = previous[index]
+            newest = (mine[-1].get("status") or {}).get("phase")
+            if newest == "Running":
+                phase = "Running"
+            elif newest == "Succeeded":
+                phase = "Succeeded"
+            else:
+                # Being replaced after a failure (the index is not failed for good), not started,
+                # or on a node that stopped reporting (phase Unknown): not known to run.
+                phase = "Pending"
+        last = previous.get(index)
+        if report is None and last is not None and last.total is not None:
             report = ShardReport(
                 shard=index,
                 shards=shards,
-                total=int(last.get("total") or 0),
-                succeeded=int(last.get("succeeded") or 0),
-                failed=int(last.get("failed") or 0),
+                total=last.total,
+                succeeded=last.succeeded,
+                failed=last.failed,
             )
-            if last.get("total") is None:
-                report = None
         out.append(ShardObservation(index, phase, report, restarts, error))
     return out
 
@@ -208,14 +209,14 @@ def _parse_time(value: Any) -> datetime | None:
 
 def batch_status(
     *,
-    old: dict[str, Any],
+    old: LLMBatchJobStatus,
     generation: int,
-    planned: dict[str, Any],
+    planned: PlanSummary,
     shards: int,
     job: dict[str, Any] | None,
     observed: list[ShardObservation],
     at: datetime | None = None,
-) -> dict[str, Any]:
+) -> LLMBatchJobStatus:
     """The status of a job whose Job exists (or is about to): counts, rate, ETA, conditions."""
     at = at or datetime.now(UTC)
     g = generation
@@ -243,6 +244,7 @@ def batch_status(
         progress = f"{done}/{total} ({percent}%)"
 
     counts = f"{succeeded} answered, {failed} failed" + (f" of {total} lines" if total else "")
+    phase: JobPhase
     if complete:
         phase = "Complete"
         conds = [
@@ -277,57 +279,57 @@ def batch_status(
             condition("Complete", FALSE, "InProgress", f"{counts}", g),
             condition("Failed", FALSE, "InProgress", "no shard failed for good", g),
         ]
-    status: dict[str, Any] = {
-        "observedGeneration": g,
-        "conditions": keep_transition_times(conds, old.get("conditions") or []),
-        "phase": phase,
-        "plan": planned,
-        "jobName": (job or {}).get("metadata", {}).get("name"),
-        "shards": shards,
-        "total": total,
-        "succeeded": succeeded,
-        "failed": failed,
-        "progress": progress,
-        "promptTokens": sum(r.prompt_tokens for r in known),
-        "completionTokens": sum(r.completion_tokens for r in known),
-        "tokensPerSecond": round(rate, 1) if running else None,
-        "eta": eta,
-        "startTime": job_status.get("startTime"),
-        "completionTime": job_status.get("completionTime")
-        or (failed_cond or {}).get("lastTransitionTime"),
-        "shardStatus": [
-            {
-                "index": o.index,
-                "phase": o.phase,
-                "total": o.report.total if o.report else None,
-                "succeeded": o.report.succeeded if o.report else 0,
-                "failed": o.report.failed if o.report else 0,
-                "tokensPerSecond": round(o.report.tokens_per_second, 1)
+    return LLMBatchJobStatus(
+        observed_generation=g,
+        conditions=keep_transition_times(conds, old.conditions),
+        phase=phase,
+        plan=planned,
+        job_name=(job or {}).get("metadata", {}).get("name"),
+        shards=shards,
+        total=total,
+        succeeded=succeeded,
+        failed=failed,
+        progress=progress,
+        prompt_tokens=sum(r.prompt_tokens for r in known),
+        completion_tokens=sum(r.completion_tokens for r in known),
+        tokens_per_second=round(rate, 1) if running else None,
+        eta=eta,
+        start_time=start,
+        completion_time=_parse_time(
+            job_status.get("completionTime") or (failed_cond or {}).get("lastTransitionTime")
+        ),
+        shard_status=tuple(
+            ShardStatus(
+                index=o.index,
+                phase=o.phase,
+                total=o.report.total if o.report else None,
+                succeeded=o.report.succeeded if o.report else 0,
+                failed=o.report.failed if o.report else 0,
+                tokens_per_second=round(o.report.tokens_per_second, 1)
                 if o.report and o.phase == "Running"
                 else None,
-                "restarts": o.restarts,
-            }
+                restarts=o.restarts,
+            )
             for o in observed
-        ],
-    }
-    return {k: v for k, v in status.items() if v is not None}
+        ),
+    )
 
 
 def refused_status(
-    old: dict[str, Any], generation: int, reason: str, message: str
-) -> dict[str, Any]:
+    old: LLMBatchJobStatus, generation: int, reason: str, message: str
+) -> LLMBatchJobStatus:
     conds = [
         condition("Failed", TRUE, reason, message, generation),
         condition("Running", FALSE, reason, "the job cannot run as specified", generation),
         condition("Complete", FALSE, reason, "the job cannot run as specified", generation),
     ]
-    keep = {k: v for k, v in old.items() if k not in ("conditions", "observedGeneration", "phase")}
-    return {
-        **keep,
-        "observedGeneration": generation,
-        "phase": "Failed",
-        "conditions": keep_transition_times(conds, old.get("conditions") or []),
-    }
+    return old.model_copy(
+        update={
+            "observed_generation": generation,
+            "phase": "Failed",
+            "conditions": keep_transition_times(conds, old.conditions),
+        }
+    )
 
 
 def output_conflict(
@@ -356,156 +358,104 @@ def output_conflict(
 # --- the controller ------------------------------------------------------------------------------
 
 
-class BatchJobController:
+class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
+    kind = KIND
+    spec_model = LLMBatchJobSpec
+    status_model = LLMBatchJobStatus
+
     def __init__(
         self,
         api: k8s.ApiClient,
         profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
         scraper: Scraper = scrape,
     ) -> None:
-        self.api = api
-        self.profiles = profiles
-        self.applier = Applier(api)
+        super().__init__(api, profiles)
         self.scraper = scraper
-        self._core = k8s.CoreV1Api(api)
-        self._events = EventRecorder(api)
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._guard = threading.Lock()
-        self._active: set[tuple[str, str]] = set()
-        self._stop = threading.Event()
+        self._active: set[tuple[str, str]] = set()  # jobs whose progress is polled
+        self._poller: Resyncer | None = None
 
-    @contextmanager
-    def _locked(self, namespace: str, name: str) -> Iterator[None]:
+    def plan(self, spec: LLMBatchJobSpec) -> Plan:
+        return plan(spec.deployment_spec(), self.profiles)
+
+    def refused_status(
+        self, old: LLMBatchJobStatus, generation: int, reason: str, message: str
+    ) -> LLMBatchJobStatus:
+        return refused_status(old, generation, reason, message)
+
+    def refused(
+        self, namespace: str, name: str, new: LLMBatchJobStatus, spec: LLMBatchJobSpec | None
+    ) -> None:
+        self.forget(namespace, name)
+
+    def forget(self, namespace: str, name: str) -> None:
         with self._guard:
-            lock = self._locks.setdefault((namespace, name), threading.Lock())
-        with lock:
-            yield
+            self._active.discard((namespace, name))
 
-    def fetch(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.applier.get(API, KIND, namespace, name)
-
-    def reconcile_by_name(self, namespace: str, name: str) -> None:
-        with contextlib.suppress(InvalidBatchJobError):
-            self.reconcile(namespace, name)
-
-    def reconcile(self, namespace: str, name: str) -> ApplyResult:
-        with self._locked(namespace, name):
-            body = self.fetch(namespace, name)
-            if body is None or body["metadata"].get("deletionTimestamp"):
-                with self._guard:
-                    self._active.discard((namespace, name))
-                return ApplyResult()
-            return self._reconcile(body)
-
-    def _reconcile(self, body: dict[str, Any]) -> ApplyResult:
+    def run(
+        self, body: dict[str, Any], old: LLMBatchJobStatus, spec: LLMBatchJobSpec, planned: Plan
+    ) -> ApplyResult:
         meta = body["metadata"]
-        ns, name, generation = meta["namespace"], meta["name"], int(meta.get("generation", 1))
-        old: dict[str, Any] = dict(body.get("status") or {})
+        ns, name = meta["namespace"], meta["name"]
+        conflict = output_conflict(body, spec, self.applier.list(self.api_version, KIND, ns, ""))
+        if conflict:
+            self.refuse(body, old, "OutputConflict", conflict, spec)
+
         owner = BatchOwner(name=name, namespace=ns, uid=meta["uid"])
         result = ApplyResult()
-        try:
-            spec = LLMBatchJobSpec.model_validate(body.get("spec") or {})
-            planned = plan(spec.deployment_spec(), self.profiles)
-        except (ValidationError, PlanError) as e:
-            message = describe_validation_error(e) if isinstance(e, ValidationError) else str(e)
-            reason = "InvalidSpec" if isinstance(e, ValidationError) else "PlanningFailed"
-            self._refuse(body, old, generation, reason, message)
-            raise InvalidBatchJobError(message) from e
-        others = self.applier.list(API, KIND, ns, "")
-        conflict = output_conflict(body, spec, others)
-        if conflict:
-            self._refuse(body, old, generation, "OutputConflict", conflict)
-            raise InvalidBatchJobError(conflict)
-
         shards = shard_count(spec, planned)
         job = self.applier.get("batch/v1", "Job", ns, job_name(name))
-        finished = old.get("jobName") and old.get("phase") in ("Complete", "Failed")
+        finished = old.job_name and old.phase in FINISHED
         if job is None and not finished:
             job = self.applier.apply(render_batch_job(owner, spec, planned), result)
         pods = self.applier.list("v1", "Pod", ns, children_selector(name))
         job_status = (job or {}).get("status") or {}
         completed = _indexes(job_status.get("completedIndexes"))
         failed_for_good = _indexes(job_status.get("failedIndexes"))
-        previous = {int(s["index"]): s for s in old.get("shardStatus") or [] if "index" in s}
+        previous = {s.index: s for s in old.shard_status}
         observed = observe_shards(shards, pods, completed, failed_for_good, self.scraper, previous)
         new = batch_status(
             old=old,
-            generation=generation,
-            planned=planned.summary().model_dump(by_alias=True, mode="json"),
+            generation=generation(body),
+            planned=planned.summary(),
             shards=shards,
             job=job,
             observed=observed,
         )
         if result.created:
-            self._event(body, "Normal", "Created", f"Job {job_name(name)} with {shards} shard(s)")
-        if self._write_status(body, old, new) and old.get("phase") != new["phase"]:
-            if new["phase"] == "Complete":
-                self._event(body, "Normal", "Complete", _message(new, "Complete"))
-            elif new["phase"] == "Failed":
-                self._event(body, "Warning", "Failed", _message(new, "Failed"))
+            self.events.emit(
+                body, "Normal", "Created", f"Job {job_name(name)} with {shards} shard(s)"
+            )
+        if self.write_status(body, new) and old.phase != new.phase:
+            if new.phase == "Complete":
+                self.events.emit(body, "Normal", "Complete", _message(new, "Complete"))
+            elif new.phase == "Failed":
+                self.events.emit(body, "Warning", "Failed", _message(new, "Failed"))
         with self._guard:
-            if new["phase"] in ("Complete", "Failed"):
+            if new.phase in FINISHED:
                 self._active.discard((ns, name))
             else:
                 self._active.add((ns, name))
         return result
 
-    def _refuse(
-        self, body: dict[str, Any], old: dict[str, Any], generation: int, reason: str, message: str
-    ) -> None:
-        new = refused_status(old, generation, reason, message)
-        if self._write_status(body, old, new):
-            self._event(body, "Warning", reason, message)
-        meta = body["metadata"]
-        with self._guard:
-            self._active.discard((meta["namespace"], meta["name"]))
-
-    def _write_status(self, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> bool:
-        if _normalised(old) == _normalised(new):
-            return False
-        patch = {"status": {**{k: None for k in old if k not in new}, **new}}
-        meta = body["metadata"]
-        self.applier.resource(API, KIND).status.patch(
-            body=patch,
-            name=meta["name"],
-            namespace=meta["namespace"],
-            content_type="application/merge-patch+json",
-        )
-        return True
-
-    def _event(self, body: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        self._events.emit({"apiVersion": API, "kind": KIND, **body}, etype, reason, message)
-
     # --- polling of running jobs ---------------------------------------------------------------
+
+    def active(self) -> list[tuple[str, str]]:
+        with self._guard:
+            return sorted(self._active)
 
     def start_polling(self, interval: float = POLL_SECONDS) -> None:
         """Re-read running jobs' progress every `interval` seconds (a thread; `stop_polling`)."""
-        self._stop.clear()
-        threading.Thread(
-            target=self._poll, args=(interval,), name="llmfleet-batch-poll", daemon=True
-        ).start()
+        self._poller = Resyncer("batch-poll", self.active, self.reconcile_by_name, interval)
+        self._poller.start()
 
     def stop_polling(self) -> None:
-        self._stop.set()
-
-    def _poll(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            with self._guard:
-                active = sorted(self._active)
-            for namespace, name in active:
-                if self._stop.is_set():
-                    return
-                try:
-                    self.reconcile_by_name(namespace, name)
-                except Exception as e:  # one bad job must not stop the others' progress
-                    log.warning("batch progress of %s/%s: %s", namespace, name, e)
+        if self._poller is not None:
+            self._poller.stop()
 
 
-def _message(status: dict[str, Any], ctype: str) -> str:
-    for c in status.get("conditions") or []:
-        if c.get("type") == ctype:
-            return str(c.get("message") or "")
-    return ""
+def _message(status: LLMBatchJobStatus, ctype: str) -> str:
+    found = find(status.conditions, ctype)
+    return found.message if found is not None else ""
 
 
 def _indexes(text: Any) -> set[int]:
@@ -518,7 +468,3 @@ def _indexes(text: Any) -> set[int]:
         with contextlib.suppress(ValueError):
             out.update(range(int(low), int(high or low) + 1))
     return out
-
-
-def _normalised(status: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if v is not None}

@@ -3,26 +3,18 @@ prune what is no longer rendered, then write status once (and only when it chang
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
-from llmfleet import API_GROUP, API_VERSION
 from llmfleet import metrics as m
-from llmfleet.models import LLMDeploymentSpec, describe_validation_error
+from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
+from llmfleet.models.deployment import KIND
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
-from llmfleet.planner import Plan, PlanError, plan
-from llmfleet.reconcile.apply import Applier, ApplyResult, ref
-from llmfleet.reconcile.errors import api_error
-from llmfleet.reconcile.events import EventRecorder
+from llmfleet.models.status import LLMDeploymentStatus
+from llmfleet.planner import Plan, plan
+from llmfleet.reconcile.apply import ApplyResult, ref
+from llmfleet.reconcile.base import Reconciler, generation
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
 from llmfleet.reconcile.status import Observed, invalid_status, newly_unverified, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
@@ -30,118 +22,70 @@ from llmfleet.render.names import DEPLOYMENT_LABEL, HTTP_PORT, MANAGED_BY
 from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_url
 from llmfleet.render.service import endpoint_url
 
-log = logging.getLogger(__name__)
-PLURAL = "llmdeployments"
-
-
-class InvalidSpecError(Exception):
-    """The spec cannot be planned; retrying will not help until the user changes it."""
-
 
 def children_selector(name: str) -> str:
     return f"{DEPLOYMENT_LABEL}={name},app.kubernetes.io/managed-by={MANAGED_BY}"
 
 
-class Controller:
-    def __init__(self, api: k8s.ApiClient, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) -> None:
-        self.api = api
-        self.profiles = profiles
-        self.applier = Applier(api)
-        self.events = EventRecorder(api)
+class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
+    kind = KIND
+    spec_model = LLMDeploymentSpec
+    status_model = LLMDeploymentStatus
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
+        default_engine_image: str = DEFAULT_ENGINE_IMAGE,
+    ) -> None:
+        super().__init__(api, profiles)
+        self.default_engine_image = default_engine_image  # for specs without engine.image
         self.kv_cache = EngineKVCache(HTTP_PORT)
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._locks_guard = threading.Lock()
-        self._queued: set[tuple[str, str]] = set()
-        self._refusals: dict[tuple[str, str], str] = {}  # the last refusal reported, per resource
 
-    @contextmanager
-    def _locked(self, namespace: str, name: str) -> Iterator[None]:
-        # Handlers for the resource and for its children may fire together; one reconcile at a
-        # time per resource keeps status writes from interleaving.
-        with self._locks_guard:
-            lock = self._locks.setdefault((namespace, name), threading.Lock())
-        with lock:
-            yield
+    def plan(self, spec: LLMDeploymentSpec) -> Plan:
+        return plan(spec, self.profiles)
 
-    def _report_refusal(self, body: dict[str, Any], message: str) -> None:
-        """A Warning Event when the API server refuses a write (a quota, an admission webhook,
-        RBAC), once per distinct refusal until a reconcile succeeds: retries repeat it."""
-        key = (body["metadata"]["namespace"], body["metadata"]["name"])
-        if self._refusals.get(key) != message:
-            self._refusals[key] = message
-            self.events.emit(body, "Warning", "ApplyRefused", message)
+    def refused_status(
+        self, old: LLMDeploymentStatus, generation: int, reason: str, message: str
+    ) -> LLMDeploymentStatus:
+        return invalid_status(old, generation, reason, message)
 
-    def fetch(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.applier.get(f"{API_GROUP}/{API_VERSION}", "LLMDeployment", namespace, name)
+    def refused(
+        self,
+        namespace: str,
+        name: str,
+        new: LLMDeploymentStatus,
+        spec: LLMDeploymentSpec | None,
+    ) -> None:
+        m.set_planned(namespace, name, None)
+        _publish_conditions(namespace, name, new)
+        if spec is not None:  # valid, but no layout fits
+            m.record_planner_decision(namespace, name, spec, None)
 
-    def reconcile_by_name(self, namespace: str, name: str) -> None:
-        """Reconcile from a child's event. Events that arrive while a reconcile of the same
-        resource is queued (not yet started) fold into it: it reads everything afresh anyway."""
-        key = (namespace, name)
-        with self._locks_guard:
-            if key in self._queued:
-                return
-            self._queued.add(key)
-        # An invalid spec is already reported in status; the owner's own handler owns retries.
-        with contextlib.suppress(InvalidSpecError):
-            self.reconcile(namespace, name)
+    def forget(self, namespace: str, name: str) -> None:
+        m.forget(namespace, name)
+        self.kv_cache.forget(namespace, name)
 
-    def reconcile(self, namespace: str, name: str) -> ApplyResult:
-        with self._locked(namespace, name):
-            with self._locks_guard:
-                self._queued.discard((namespace, name))
-            # Level-based: always act on the object as it is now, never on the copy an event
-            # carried, so status written by the previous reconcile is what we compare against.
-            body = self.fetch(namespace, name)
-            if body is None or body["metadata"].get("deletionTimestamp"):
-                m.forget(namespace, name)
-                self.kv_cache.forget(namespace, name)
-                return ApplyResult()
-            start = time.monotonic()
-            outcome = "error"
-            try:
-                result = self._reconcile(body)
-                outcome = "changed" if result.writes else "unchanged"
-                self._refusals.pop((namespace, name), None)
-                return result
-            except InvalidSpecError:
-                outcome = "invalid"
-                raise
-            except ApiException as e:
-                m.record_reconcile_error(namespace, name, e)
-                self._report_refusal(body, api_error(e))
-                raise
-            except Exception as e:
-                m.record_reconcile_error(namespace, name, e)
-                raise
-            finally:
-                m.RECONCILE_DURATION.observe(time.monotonic() - start)
-                m.RECONCILES.labels(result=outcome).inc()
+    def counted(self, namespace: str, name: str, outcome: str, seconds: float) -> None:
+        m.RECONCILE_DURATION.observe(seconds)
+        m.RECONCILES.labels(result=outcome).inc()
 
-    def _reconcile(self, body: dict[str, Any]) -> ApplyResult:
+    def failed(self, namespace: str, name: str, error: Exception) -> None:
+        m.record_reconcile_error(namespace, name, error)
+
+    def run(
+        self,
+        body: dict[str, Any],
+        old_status: LLMDeploymentStatus,
+        spec: LLMDeploymentSpec,
+        planned: Plan,
+    ) -> ApplyResult:
         meta = body["metadata"]
-        ns, name, generation = meta["namespace"], meta["name"], int(meta.get("generation", 1))
-        old_status: dict[str, Any] = dict(body.get("status") or {})
+        ns, name = meta["namespace"], meta["name"]
         owner = Owner(name=name, namespace=ns, uid=meta["uid"])
-
-        try:
-            spec = LLMDeploymentSpec.model_validate(body.get("spec") or {})
-            planned = plan(spec, self.profiles)
-        except (ValidationError, PlanError) as e:
-            message = describe_validation_error(e) if isinstance(e, ValidationError) else str(e)
-            reason = "InvalidSpec" if isinstance(e, ValidationError) else "PlanningFailed"
-            new = invalid_status(old_status, generation, reason, message)
-            if self._write_status(body, old_status, new):
-                self.events.emit(body, "Warning", reason, message)
-            m.set_planned(ns, name, None)
-            m.set_conditions(ns, name, new["conditions"])
-            if isinstance(e, PlanError):
-                m.record_planner_decision(ns, name, spec, None)
-            raise InvalidSpecError(message) from e
-
         result = ApplyResult()
         live: dict[str, dict[str, Any]] = {}
-        rendered = render_fleet(owner, spec, planned)
+        rendered = render_fleet(owner, spec, planned, self.default_engine_image)
         for obj in rendered:
             live[ref(obj)] = self.applier.apply(obj, result)
 
@@ -178,27 +122,30 @@ class Controller:
         )
         new = ready_status(
             old=old_status,
-            generation=generation,
+            generation=generation(body),
             plan=planned,
             observed=observed,
             endpoint=router_url(owner) if router_enabled(spec, planned) else endpoint_url(owner),
         )
         self._announce(body, old_status, planned, result)
         unverified = newly_unverified(old_status, new)
-        if self._write_status(body, old_status, new) and unverified is not None:
+        if self.write_status(body, new) and unverified is not None:
             # Once, when PlanVerified turns False; not on every resync while it stays so.
             self.events.emit(body, "Warning", "PlanNotVerified", unverified)
         m.set_planned(ns, name, planned)
         m.record_planner_decision(ns, name, spec, planned)
-        m.set_conditions(ns, name, new["conditions"])
+        _publish_conditions(ns, name, new)
         m.observe_engine_startups(ns, name, observed.pods)
         return result
 
     def _announce(
-        self, body: dict[str, Any], old_status: dict[str, Any], planned: Plan, result: ApplyResult
+        self,
+        body: dict[str, Any],
+        old_status: LLMDeploymentStatus,
+        planned: Plan,
+        result: ApplyResult,
     ) -> None:
-        summary = planned.summary().model_dump(by_alias=True, mode="json")
-        if old_status.get("plan") != summary:
+        if old_status.plan != planned.summary():
             self.events.emit(body, "Normal", "Planned", planned.reason)
         if result.writes:
             parts = [
@@ -219,26 +166,12 @@ class Controller:
                 for item in items:
                     m.API_WRITES.labels(verb=verb, kind=item.split("/", 1)[0]).inc()
 
-    def _write_status(self, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> bool:
-        if _normalised(old) == _normalised(new):
-            return False
-        patch = {"status": {**{k: None for k in old if k not in new}, **new}}
-        meta = body["metadata"]
-        self.applier.resource(f"{API_GROUP}/{API_VERSION}", "LLMDeployment").status.patch(
-            body=patch,
-            name=meta["name"],
-            namespace=meta["namespace"],
-            content_type="application/merge-patch+json",
-        )
-        m.API_WRITES.labels(verb="patch", kind="LLMDeployment/status").inc()
-        return True
+
+def _publish_conditions(namespace: str, name: str, status: LLMDeploymentStatus) -> None:
+    m.set_conditions(namespace, name, (c.model_dump(by_alias=True) for c in status.conditions))
 
 
 def _is_router(obj: dict[str, Any]) -> bool:
     """The router's Deployment and pods share the children's labels but are no engine."""
     labels = obj["metadata"].get("labels") or {}
     return labels.get("app.kubernetes.io/component") == COMPONENT_ROUTER
-
-
-def _normalised(status: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if v is not None}

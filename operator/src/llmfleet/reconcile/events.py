@@ -1,4 +1,5 @@
-"""Kubernetes Events on the LLMDeployment, for decisions and failures only (never on a no-op)."""
+"""Kubernetes Events on the resources the operator reconciles, for decisions and failures only
+(never on a no-op)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from llmfleet import API_GROUP, API_VERSION
-from llmfleet.reconcile.status import now
+from llmfleet import FIELD_MANAGER
+from llmfleet.reconcile.conditions import now
 
 log = logging.getLogger(__name__)
-COMPONENT = "llmfleet-operator"
+COMPONENT = FIELD_MANAGER
 
 
 class EventRecorder:
@@ -21,7 +22,7 @@ class EventRecorder:
 
     def emit(self, body: dict[str, Any], etype: str, reason: str, message: str) -> None:
         meta = body["metadata"]
-        stamp = now()
+        stamp = now().strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -30,8 +31,8 @@ class EventRecorder:
                 "namespace": meta["namespace"],
             },
             "involvedObject": {
-                "apiVersion": body.get("apiVersion", f"{API_GROUP}/{API_VERSION}"),
-                "kind": body.get("kind", "LLMDeployment"),
+                "apiVersion": body["apiVersion"],
+                "kind": body["kind"],
                 "name": meta["name"],
                 "namespace": meta["namespace"],
                 "uid": meta["uid"],

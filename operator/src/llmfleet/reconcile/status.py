@@ -1,17 +1,24 @@
-"""Status from what the cluster shows: pure functions over live objects (dicts), so the
-conditions can be tested without a cluster."""
+"""An LLMDeployment's status from what the cluster shows: pure functions from live objects
+(dicts) to the typed status, so the conditions can be tested without a cluster."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from llmfleet.models.status import Measured
+from llmfleet.models.status import Condition, LLMDeploymentStatus, Measured
 from llmfleet.planner import Plan
+from llmfleet.reconcile.conditions import (
+    FALSE,
+    TRUE,
+    UNKNOWN,
+    condition,
+    find,
+    keep_transition_times,
+)
+from llmfleet.render.autoscaling import QUEUE_METRIC
 
-TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 # How far the KV cache an engine allocated may be from the planner's figure for PlanVerified.
 KV_TOLERANCE = 0.10
 
@@ -26,36 +33,6 @@ class Observed:
     pods: tuple[dict[str, Any], ...]
     # KV-cache tokens each ready engine of the current layout reported (vllm:cache_config_info).
     kv_cache_tokens: tuple[int, ...] = ()
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def condition(
-    ctype: str, status: str, reason: str, message: str, generation: int
-) -> dict[str, Any]:
-    return {
-        "type": ctype,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-    }
-
-
-def keep_transition_times(
-    new: list[dict[str, Any]], old: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """lastTransitionTime changes only when a condition's status does."""
-    before = {c.get("type"): c for c in old}
-    out = []
-    for c in new:
-        prev = before.get(c["type"])
-        same = prev is not None and prev.get("status") == c["status"]
-        stamp = prev.get("lastTransitionTime") if same and prev else None
-        out.append({**c, "lastTransitionTime": stamp or now()})
-    return sorted(out, key=lambda c: str(c["type"]))
 
 
 def _unschedulable(pods: tuple[dict[str, Any], ...]) -> list[tuple[str, str]]:
@@ -94,33 +71,30 @@ def _hpa_blind(hpa: dict[str, Any] | None) -> str | None:
         if c.get("type") == "ScalingActive" and c.get("status") == FALSE:
             return (
                 f"the HorizontalPodAutoscaler cannot scale ({c.get('reason')}): "
-                f"{c.get('message', '')}; is prometheus-adapter serving vllm_num_requests_waiting?"
+                f"{c.get('message', '')}; is prometheus-adapter serving {QUEUE_METRIC}?"
             )
     return None
 
 
+# The conditions about the running children, which an invalid spec leaves as they were.
+SERVING_CONDITIONS = ("Available", "Progressing", "Degraded", "ScalingLimited", "PlanVerified")
+
+
 def invalid_status(
-    old: dict[str, Any], generation: int, reason: str, message: str
-) -> dict[str, Any]:
+    old: LLMDeploymentStatus, generation: int, reason: str, message: str
+) -> LLMDeploymentStatus:
     conds = [condition("Planned", FALSE, reason, message, generation)]
     # The children of the last good spec keep serving; say so instead of hiding them.
-    for c in old.get("conditions") or []:
-        if c.get("type") in (
-            "Available",
-            "Progressing",
-            "Degraded",
-            "ScalingLimited",
-            "PlanVerified",
-        ):
-            conds.append({k: v for k, v in c.items() if k != "lastTransitionTime"})
-    return {
-        **{k: v for k, v in old.items() if k not in ("conditions", "observedGeneration")},
-        "observedGeneration": generation,
-        "conditions": keep_transition_times(conds, old.get("conditions") or []),
-    }
+    conds += [c for c in old.conditions if c.type in SERVING_CONDITIONS]
+    return old.model_copy(
+        update={
+            "observed_generation": generation,
+            "conditions": keep_transition_times(conds, old.conditions),
+        }
+    )
 
 
-def plan_verified(measured: int | None, planned: int, generation: int) -> dict[str, Any]:
+def plan_verified(measured: int | None, planned: int, generation: int) -> Condition:
     """PlanVerified: does the smallest KV cache a ready engine allocated match the plan's
     kvCacheTokensPerReplica within KV_TOLERANCE? Unknown until an engine has reported."""
     if measured is None:
@@ -156,31 +130,24 @@ def plan_verified(measured: int | None, planned: int, generation: int) -> dict[s
     )
 
 
-def _find(status: dict[str, Any], ctype: str) -> dict[str, Any]:
-    for c in status.get("conditions") or []:
-        if c.get("type") == ctype:
-            return dict(c)
-    return {}
-
-
-def newly_unverified(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+def newly_unverified(old: LLMDeploymentStatus, new: LLMDeploymentStatus) -> str | None:
     """PlanVerified's message when it turns False from `old` to `new` status (the moment for one
     Warning Event), else None: a resync while it stays False says nothing again."""
-    before = _find(old, "PlanVerified")
-    after = _find(new, "PlanVerified")
-    if after.get("status") == FALSE and before.get("status") != FALSE:
-        return str(after.get("message") or "")
+    before = find(old.conditions, "PlanVerified")
+    after = find(new.conditions, "PlanVerified")
+    if after is not None and after.status == FALSE and (before is None or before.status != FALSE):
+        return after.message
     return None
 
 
 def ready_status(
     *,
-    old: dict[str, Any],
+    old: LLMDeploymentStatus,
     generation: int,
     plan: Plan,
     observed: Observed,
     endpoint: str,
-) -> dict[str, Any]:
+) -> LLMDeploymentStatus:
     engine = observed.engine
     ready = _int(engine, "status", "readyReplicas")
     current = _int(engine, "status", "replicas")
@@ -272,23 +239,15 @@ def ready_status(
     measured = min(observed.kv_cache_tokens) if observed.kv_cache_tokens else None
     conds.append(plan_verified(measured, plan.kv_cache_tokens_per_replica, g))
 
-    status: dict[str, Any] = {
-        "observedGeneration": g,
-        "conditions": keep_transition_times(conds, old.get("conditions") or []),
-        "plan": plan.summary().model_dump(by_alias=True, mode="json"),
-        **(
-            {"predicted": plan.predicted.model_dump(by_alias=True, mode="json")}
-            if plan.predicted is not None
-            else {}
-        ),
-        "replicas": desired,
-        "currentReplicas": current,
-        "readyReplicas": ready,
-        "gpus": desired * plan.gpus_per_replica,
-        "endpoint": endpoint,
-    }
-    if measured is not None:
-        status["measured"] = Measured(kv_cache_tokens=measured).model_dump(
-            by_alias=True, mode="json", exclude_none=True
-        )
-    return status
+    return LLMDeploymentStatus(
+        observed_generation=g,
+        conditions=keep_transition_times(conds, old.conditions),
+        plan=plan.summary(),
+        predicted=plan.predicted,
+        replicas=desired,
+        current_replicas=current,
+        ready_replicas=ready,
+        gpus=desired * plan.gpus_per_replica,
+        endpoint=endpoint,
+        measured=None if measured is None else Measured(kv_cache_tokens=measured),
+    )

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmfleet import API_GROUP, API_VERSION
-from llmfleet.batch.progress import METRICS_PORT
 from llmfleet.models.batchjob import DEFAULT_BATCH_IMAGE, KIND, ClaimPath, LLMBatchJobSpec
 from llmfleet.planner import Plan
 from llmfleet.render.modelpod import GPU_RESOURCE, cache_and_tmp, model_env, resources
 from llmfleet.render.names import MANAGED_BY
+from llmfleet.shard_report import METRICS_PORT
 
 BATCHJOB_LABEL = "llmfleet.dev/batchjob"
 COMPONENT_BATCH = "batch-runner"
@@ -93,7 +93,9 @@ def output_key(output: ClaimPath) -> tuple[str, str]:
 
 
 def image(spec: LLMBatchJobSpec) -> str:
-    return spec.engine.image if "image" in spec.engine.model_fields_set else DEFAULT_BATCH_IMAGE
+    # Not the operator's default engine image: a batch pod runs the runner, which only the
+    # LLMFleet vLLM image holds.
+    return spec.engine.image or DEFAULT_BATCH_IMAGE
 
 
 def _claim_mount(claim: str) -> str:

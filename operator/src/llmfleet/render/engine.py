@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from llmfleet.models import LLMDeploymentSpec
+from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.planner import Plan
 from llmfleet.render.modelpod import GPU_RESOURCE, cache_and_tmp, model_env, resources
 from llmfleet.render.names import (
@@ -76,14 +76,20 @@ def _volumes(
     return [shm, *volumes], [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts]
 
 
-def render_engine(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
+def render_engine(
+    owner: Owner,
+    spec: LLMDeploymentSpec,
+    plan: Plan,
+    default_image: str = DEFAULT_ENGINE_IMAGE,
+) -> dict[str, Any]:
+    """The engine Deployment; `default_image` runs it when spec.engine.image is unset."""
     name = engine_deployment_name(owner.name, plan)
     layout = layout_id(plan)
     pod_labels = {**common_labels(owner), LAYOUT_LABEL: layout}
     volumes, mounts = _volumes(spec, plan)
     container: dict[str, Any] = {
         "name": "vllm",
-        "image": spec.engine.image,
+        "image": spec.engine.image or default_image,
         "command": list(ENGINE_COMMAND),
         "args": [
             *plan.vllm_args,

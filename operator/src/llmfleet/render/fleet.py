@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.models import LLMDeploymentSpec
+from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.planner import Plan
 from llmfleet.render.autoscaling import render_hpa, render_pdb
 from llmfleet.render.engine import render_engine
@@ -12,20 +12,29 @@ from llmfleet.render.names import Owner
 from llmfleet.render.router import render_router
 from llmfleet.render.service import render_service
 
-# Apply order: what others refer to first.
-_KIND_ORDER = (
-    "ServiceAccount",
-    "Role",
-    "RoleBinding",
-    "Service",
-    "Deployment",
-    "HorizontalPodAutoscaler",
-    "PodDisruptionBudget",
+# Every kind an LLMDeployment renders, in apply order (what others refer to comes first).
+# Pruning lists each of them, so the operator's RBAC must allow `list` on every one.
+MANAGED_KINDS: tuple[tuple[str, str], ...] = (
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("v1", "Service"),
+    ("apps/v1", "Deployment"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("policy/v1", "PodDisruptionBudget"),
 )
+_KIND_ORDER = [kind for _, kind in MANAGED_KINDS]
 
 
-def render_fleet(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> list[dict[str, Any]]:
-    objects = [render_service(owner), render_engine(owner, spec, plan)]
+def render_fleet(
+    owner: Owner,
+    spec: LLMDeploymentSpec,
+    plan: Plan,
+    default_engine_image: str = DEFAULT_ENGINE_IMAGE,
+) -> list[dict[str, Any]]:
+    """Every child of the LLMDeployment; `default_engine_image` (the operator's
+    --default-engine-image) runs the engines when spec.engine.image is unset."""
+    objects = [render_service(owner), render_engine(owner, spec, plan, default_engine_image)]
     if spec.autoscaling.enabled:
         objects.append(render_hpa(owner, spec, plan))
     # A budget only makes sense when losing one pod still leaves one serving.

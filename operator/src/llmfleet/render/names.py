@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmfleet import API_GROUP, API_VERSION
+from llmfleet.models.deployment import KIND
 from llmfleet.planner import Plan
 
 MANAGED_BY = "llmfleet"
@@ -13,6 +14,11 @@ DEPLOYMENT_LABEL = "llmfleet.dev/deployment"
 LAYOUT_LABEL = "llmfleet.dev/layout"
 COMPONENT_ENGINE = "engine"
 HTTP_PORT = 8000
+# Layout ids (layout_id) and, matching every one of them, a regular expression: the dashboards
+# select an LLMDeployment's engine Deployments of every layout with ENGINE_NAME_SUFFIX_PATTERN.
+CPU_LAYOUT = "cpu"
+TP_LAYOUT_PREFIX = "tp"
+ENGINE_NAME_SUFFIX_PATTERN = f"-({TP_LAYOUT_PREFIX}[0-9]+|{CPU_LAYOUT})"
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,7 @@ class Owner:
     def reference(self) -> dict[str, Any]:
         return {
             "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": "LLMDeployment",
+            "kind": KIND,
             "name": self.name,
             "uid": self.uid,
             "controller": True,
@@ -36,7 +42,9 @@ class Owner:
 
 def layout_id(plan: Plan) -> str:
     """Short id of a layout; a layout change renders a new engine Deployment beside the old."""
-    return "cpu" if plan.gpus_per_replica == 0 else f"tp{plan.tensor_parallel_size}"
+    if plan.gpus_per_replica == 0:
+        return CPU_LAYOUT
+    return f"{TP_LAYOUT_PREFIX}{plan.tensor_parallel_size}"
 
 
 def engine_deployment_name(owner_name: str, plan: Plan) -> str:

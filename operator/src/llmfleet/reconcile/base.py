@@ -1,0 +1,254 @@
+"""The reconcile every kind shares: one at a time per resource, level-based (always on the object as
+it is now), the spec validated and planned or else refused with its reason in status and a Warning
+Event, an API server's refusal reported once, and status written once, only when it changed.
+
+Each kind (`controller.py`, `batchjob.py`) supplies what differs: its spec and plan, the status of
+a refusal, and what it does with a planned spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel, ValidationError
+
+from llmfleet import API_GROUP, API_VERSION
+from llmfleet import metrics as m
+from llmfleet.models import describe_validation_error
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
+from llmfleet.models.status import status_json
+from llmfleet.planner import Plan, PlanError
+from llmfleet.reconcile.apply import Applier, ApplyResult
+from llmfleet.reconcile.errors import api_error
+from llmfleet.reconcile.events import EventRecorder
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]  # namespace, name
+SpecT = TypeVar("SpecT", bound=BaseModel)
+StatusT = TypeVar("StatusT", bound=BaseModel)
+
+
+class InvalidSpecError(Exception):
+    """The spec cannot run as it is; retrying will not help until the user changes it."""
+
+
+@dataclass
+class _KeyLock:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+
+
+class Reconciler(ABC, Generic[SpecT, StatusT]):
+    """Reconciles the resources of one kind; a subclass per kind."""
+
+    api_version: ClassVar[str] = f"{API_GROUP}/{API_VERSION}"
+    kind: ClassVar[str]
+    spec_model: type[SpecT]
+    status_model: type[StatusT]
+
+    def __init__(self, api: k8s.ApiClient, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) -> None:
+        self.api = api
+        self.profiles = profiles
+        self.applier = Applier(api)
+        self.events = EventRecorder(api)
+        self._guard = threading.Lock()
+        # Entries live while a reconcile of the resource runs or waits, and no longer.
+        self._locks: dict[Key, _KeyLock] = {}
+        self._queued: set[Key] = set()
+        self._refusals: dict[Key, str] = {}  # the last API refusal reported, per resource
+
+    # --- what a kind supplies ----------------------------------------------------------------
+
+    @abstractmethod
+    def plan(self, spec: SpecT) -> Plan:
+        """The layout of a valid spec; raises PlanError when none fits."""
+
+    @abstractmethod
+    def refused_status(self, old: StatusT, generation: int, reason: str, message: str) -> StatusT:
+        """The status of a resource refused for `reason`."""
+
+    @abstractmethod
+    def run(self, body: dict[str, Any], old: StatusT, spec: SpecT, planned: Plan) -> ApplyResult:
+        """Act on a valid, planned spec: create or update what it needs and write its status
+        (`write_status`, once)."""
+
+    def refused(self, namespace: str, name: str, new: StatusT, spec: SpecT | None) -> None:
+        """Called once a refusal is in status; `spec` when it was valid but cannot run."""
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The resource is gone: drop what is kept about it."""
+
+    def counted(self, namespace: str, name: str, outcome: str, seconds: float) -> None:
+        """One reconcile ended: changed, unchanged, invalid or error."""
+
+    def failed(self, namespace: str, name: str, error: Exception) -> None:
+        """A reconcile failed with an error (not an invalid spec)."""
+
+    # --- the shared reconcile ----------------------------------------------------------------
+
+    def fetch(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = self.applier.get(self.api_version, self.kind, namespace, name)
+        # Events name the object by its apiVersion and kind.
+        return (
+            None if found is None else {"apiVersion": self.api_version, "kind": self.kind, **found}
+        )
+
+    def names(self, namespaces: Sequence[str]) -> list[Key]:
+        """Every resource of this kind in `namespaces` (all namespaces when empty)."""
+        return [
+            (item["metadata"]["namespace"], item["metadata"]["name"])
+            for ns in namespaces or (None,)
+            for item in self.applier.list(self.api_version, self.kind, ns, "")
+        ]
+
+    def reconcile_by_name(self, namespace: str, name: str) -> None:
+        """Reconcile from an event, a resync or a poll. Those that arrive while a reconcile of the
+        same resource is queued (not yet started) fold into it: it reads everything afresh."""
+        key = (namespace, name)
+        with self._guard:
+            if key in self._queued:
+                return
+            self._queued.add(key)
+        # An invalid spec is already reported in status; the resource's own handler owns retries.
+        with contextlib.suppress(InvalidSpecError):
+            self.reconcile(namespace, name)
+
+    def reconcile(self, namespace: str, name: str) -> ApplyResult:
+        key = (namespace, name)
+        with self._locked(key):
+            with self._guard:
+                self._queued.discard(key)
+            start = time.monotonic()
+            outcome = "error"
+            body: dict[str, Any] | None = None
+            try:
+                # Level-based: always act on the object as it is now, never on the copy an event
+                # carried, so status written by the previous reconcile is what we compare against.
+                body = self.fetch(namespace, name)
+                if body is None or body["metadata"].get("deletionTimestamp"):
+                    outcome = ""
+                    with self._guard:
+                        self._refusals.pop(key, None)
+                    self.forget(namespace, name)
+                    return ApplyResult()
+                result = self._reconcile(body)
+                outcome = "changed" if result.writes else "unchanged"
+                with self._guard:
+                    self._refusals.pop(key, None)
+                return result
+            except InvalidSpecError:
+                outcome = "invalid"
+                raise
+            except Exception as e:
+                self.failed(namespace, name, e)
+                if isinstance(e, ApiException) and body is not None:
+                    self._report_refusal(body, api_error(e))
+                raise
+            finally:
+                if outcome:  # a resource that is gone is no reconcile
+                    self.counted(namespace, name, outcome, time.monotonic() - start)
+
+    def _reconcile(self, body: dict[str, Any]) -> ApplyResult:
+        old = self.stored_status(body)
+        try:
+            spec = self.spec_model.model_validate(body.get("spec") or {})
+        except ValidationError as e:
+            self.refuse(body, old, "InvalidSpec", describe_validation_error(e), None)
+        try:
+            planned = self.plan(spec)
+        except PlanError as e:
+            self.refuse(body, old, "PlanningFailed", str(e), spec)
+        return self.run(body, old, spec, planned)
+
+    def refuse(
+        self, body: dict[str, Any], old: StatusT, reason: str, message: str, spec: SpecT | None
+    ) -> NoReturn:
+        """Say in status (and, when that changed it, a Warning Event) why the spec cannot run."""
+        new = self.refused_status(old, generation(body), reason, message)
+        if self.write_status(body, new):
+            self.events.emit(body, "Warning", reason, message)
+        self.refused(body["metadata"]["namespace"], body["metadata"]["name"], new, spec)
+        raise InvalidSpecError(message)
+
+    def stored_status(self, body: dict[str, Any]) -> StatusT:
+        """The status `body` carries, typed. One the models cannot read (written by another
+        version of the operator) counts as empty: this reconcile writes it anew."""
+        try:
+            return self.status_model.model_validate(body.get("status") or {})
+        except ValidationError as e:
+            log.warning("%s %s: status unreadable, rewritten: %s", self.kind, key_of(body), e)
+            return self.status_model()
+
+    def write_status(self, body: dict[str, Any], new: StatusT) -> bool:
+        """Write `new` unless the API server would then hold the status `body` has; whether it
+        wrote. The one place a status is serialised."""
+        old: dict[str, Any] = body.get("status") or {}
+        written = status_json(new)
+        if _as_stored(old) == _as_stored(written):
+            return False
+        patch = {"status": {**{k: None for k in old if k not in written}, **written}}
+        meta = body["metadata"]
+        self.applier.resource(self.api_version, self.kind).status.patch(
+            body=patch,
+            name=meta["name"],
+            namespace=meta["namespace"],
+            content_type="application/merge-patch+json",
+        )
+        m.API_WRITES.labels(verb="patch", kind=f"{self.kind}/status").inc()
+        return True
+
+    def _report_refusal(self, body: dict[str, Any], message: str) -> None:
+        """A Warning Event when the API server refuses a write (a quota, an admission webhook,
+        RBAC), once per distinct refusal until a reconcile succeeds: retries repeat it."""
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        with self._guard:
+            if self._refusals.get(key) == message:
+                return
+            self._refusals[key] = message
+        self.events.emit(body, "Warning", "ApplyRefused", message)
+
+    @contextmanager
+    def _locked(self, key: Key) -> Iterator[None]:
+        # Handlers for the resource and for its children may fire together; one reconcile at a
+        # time per resource keeps status writes from interleaving.
+        with self._guard:
+            entry = self._locks.setdefault(key, _KeyLock())
+            entry.users += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._guard:
+                entry.users -= 1
+                if not entry.users:
+                    del self._locks[key]
+
+
+def generation(body: dict[str, Any]) -> int:
+    return int(body["metadata"].get("generation", 1))
+
+
+def key_of(body: dict[str, Any]) -> str:
+    return f"{body['metadata']['namespace']}/{body['metadata']['name']}"
+
+
+def _as_stored(value: Any) -> Any:
+    """`value` as the API server keeps it after a merge patch: without null members, at any
+    depth (a null deletes a member, and is dropped from values that replace, lists included).
+    Comparing only the top level saw a change in every nested null (status.predicted's, each
+    shard's) and rewrote status on every resync."""
+    if isinstance(value, dict):
+        return {k: _as_stored(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_as_stored(v) for v in value]
+    return value
