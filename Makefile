@@ -49,13 +49,13 @@ vllm: ## Install the pinned vLLM CPU build (its own virtualenv in ~/.cache/llmfl
 
 .PHONY: dashboards
 dashboards: venv ## Generate the Grafana dashboards (charts/llmfleet/dashboards) from code
-	$(PY) -m llmfleet.observability.dashboards --output-dir charts/llmfleet/dashboards
+	PYTHONPATH=dev $(PY) -m dashboards --output-dir charts/llmfleet/dashboards
 
 .PHONY: lint
 lint: venv ## ruff (lint + format check) and mypy --strict
 	cd operator && ../$(VENV)/bin/ruff check src ../tests ../dev ../bench
 	cd operator && ../$(VENV)/bin/ruff format --check src ../tests ../dev ../bench
-	cd operator && ../$(VENV)/bin/mypy src ../dev/localcluster
+	cd operator && ../$(VENV)/bin/mypy src ../dev/localcluster ../dev/dashboards
 
 .PHONY: fmt
 fmt: venv ## Format the Python code

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dashboards.promql import VLLM_WAITING
 from kubernetes import client
 from kubernetes import config as k8s_config
 from localcluster.metricsstack import MetricsStack
@@ -45,8 +46,6 @@ from localcluster.metricsstack.load import (
 from localcluster.operator_process import Operator
 from localcluster.routerapi import routed_engines
 from localcluster.supervisor import REPO, UPSTREAM_HPA_SYNC_PERIOD, Cluster, ahead_of_workloads
-
-from llmfleet.observability.promql import VLLM_WAITING
 
 from . import machinemon, panels
 

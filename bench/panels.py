@@ -1,5 +1,5 @@
 """The main panels of the "LLMFleet / LLMDeployment" dashboard as one PNG, drawn from the very
-queries the shipped dashboard runs (llmfleet.observability.dashboards, Grafana variables
+queries the shipped dashboard runs (dev/dashboards/generate.py, Grafana variables
 substituted), over a range of the tests' real Prometheus. Grafana itself cannot be installed
 here; this is what its panels would show."""
 
@@ -9,9 +9,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from dashboards import generate as dashboards
+from dashboards import promql
 from localcluster.metricsstack import MetricsStack
-
-from llmfleet.observability import dashboards, promql
 
 MAIN_PANELS = (
     "Waiting requests per pod vs HPA target",

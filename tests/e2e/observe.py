@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 import yaml
+from dashboards import generate as dashboards
+from dashboards import promql
 from localcluster.metricsstack import MetricsStack
 from localcluster.supervisor import REPO
-
-from llmfleet.observability import dashboards, promql
 
 RULES = REPO / "charts" / "llmfleet" / "files" / "prometheus-rules.yaml"
 ALERT_FOR = "0s"  # fire at the first evaluation that holds; the shipped rules wait 10-15 minutes

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from localcluster.metricsstack.load import TINY_ARCHITECTURE
 from localcluster.noderunner import procs
 from localcluster.supervisor import REPO, Cluster
 
@@ -34,14 +35,6 @@ PRODUCT = "LLMFleet-CPU-Emulated"
 GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmbatchjobs"
 LINES = 300
 MALFORMED = {7: "{not json", 58: None, 123: None, 200: None, 299: None}
-TINY_ARCHITECTURE = {
-    "parametersBillions": 0.001,
-    "numLayers": 2,
-    "numAttentionHeads": 2,
-    "numKeyValueHeads": 1,
-    "headDim": 64,
-    "maxPositionEmbeddings": 2048,
-}
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from localcluster.metricsstack.load import TINY_ARCHITECTURE
 from localcluster.noderunner import procs
 from localcluster.promtext import per_worker, scrape
 from localcluster.routerapi import routed_engines
@@ -71,14 +72,7 @@ def llmd(gpus: int) -> dict[str, Any]:
             "model": {
                 "name": "llmfleet-test/tiny-llama",
                 "servedModelName": "tiny",
-                "architecture": {
-                    "parametersBillions": 0.001,
-                    "numLayers": 2,
-                    "numAttentionHeads": 2,
-                    "numKeyValueHeads": 1,
-                    "headDim": 64,
-                    "maxPositionEmbeddings": 2048,
-                },
+                "architecture": TINY_ARCHITECTURE,
             },
             # MultiPod, tensor parallel 1: one engine per GPU slot of local-gpu-0.
             "gpus": {

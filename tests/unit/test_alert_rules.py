@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from llmfleet.observability import promql
+from dashboards import promql
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "charts" / "llmfleet" / "files" / "prometheus-rules.yaml"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from localcluster.metricsstack.load import TINY_ARCHITECTURE
 from pydantic import ValidationError
 
 from llmfleet.cli import main
@@ -20,14 +21,7 @@ from llmfleet.render.batchjob import BatchOwner, job_name, render_batch_job
 
 REPO = Path(__file__).resolve().parents[2]
 OWNER = BatchOwner(name="nightly", namespace="team", uid="u-1")
-TINY = {
-    "parametersBillions": 0.001,
-    "numLayers": 2,
-    "numAttentionHeads": 2,
-    "numKeyValueHeads": 1,
-    "headDim": 64,
-    "maxPositionEmbeddings": 2048,
-}
+TINY = TINY_ARCHITECTURE
 
 
 def spec(**over: Any) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
+from dashboards.promql import VLLM_WAITING
 
-from llmfleet.observability.promql import VLLM_WAITING
 from llmfleet.render.autoscaling import QUEUE_METRIC
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-
-from llmfleet.observability import dashboards as d
-from llmfleet.observability import promql
+from dashboards import generate as d
+from dashboards import promql
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "charts" / "llmfleet" / "dashboards"
@@ -42,7 +41,7 @@ def test_committed_json_is_generated(uid: str) -> None:
     path = COMMITTED / spec.filename
     assert path.is_file(), f"{path} is missing: run `make dashboards`"
     assert path.read_text(encoding="utf-8") == d.render(spec), (
-        f"{path} differs from llmfleet.observability.dashboards: run `make dashboards`"
+        f"{path} differs from dev/dashboards/generate.py: run `make dashboards`"
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from localcluster.metricsstack.load import TINY_ARCHITECTURE
 
 from llmfleet.cli import main
 from llmfleet.models import LLMDeploymentSpec
@@ -52,13 +53,6 @@ def test_tiny_cpu_example_runs_on_the_local_cluster_without_gpus() -> None:
     spec = load(Path(__file__).resolve().parents[2] / "examples" / "tiny-cpu.yaml")["spec"]
     assert "gpus" not in spec
     assert spec["model"]["name"] == "/models/tiny-llama"
-    assert spec["model"]["architecture"] == {
-        "parametersBillions": 0.001,
-        "numLayers": 2,
-        "numAttentionHeads": 2,
-        "numKeyValueHeads": 1,
-        "headDim": 64,
-        "maxPositionEmbeddings": 2048,
-    }
+    assert spec["model"]["architecture"] == TINY_ARCHITECTURE
     assert spec["engine"]["maxModelLen"] == 512
     assert (spec["autoscaling"]["minReplicas"], spec["autoscaling"]["maxReplicas"]) == (1, 3)

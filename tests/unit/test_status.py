@@ -103,6 +103,16 @@ def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
             id="pending-for-gpus",
         ),
         pytest.param(
+            Observed(dep(2, 2), (), hpa(2), (), router=dep(0, 1, name="x-router")),
+            {"Available": ("False", "RouterNotReady")},
+            id="engines-ready-but-the-router-endpoint-is-not",
+        ),
+        pytest.param(
+            Observed(dep(2, 2), (), hpa(2), (), router=dep(1, 1, name="x-router")),
+            {"Available": ("True", "EnginesReady")},
+            id="engines-and-router-ready",
+        ),
+        pytest.param(
             Observed(dep(2, 2), (), hpa(5, active=False), ()),
             {"Degraded": ("True", "AutoscalerBlind"), "Progressing": ("False", "Stable")},
             id="hpa-without-metrics",

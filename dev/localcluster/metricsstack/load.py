@@ -163,6 +163,17 @@ class EngineLoad:
         return gen
 
 
+# spec.model.architecture of the tiny random Llama (dev/dataplane/tiny_model.py).
+TINY_ARCHITECTURE: dict[str, Any] = {
+    "parametersBillions": 0.001,
+    "numLayers": 2,
+    "numAttentionHeads": 2,
+    "numKeyValueHeads": 1,
+    "headDim": 64,
+    "maxPositionEmbeddings": 2048,
+}
+
+
 def tiny_llmd(name: str, max_num_seqs: int = 2, **autoscaling: Any) -> dict[str, Any]:
     """An LLMDeployment of the tiny test model whose pods land on the node runner's node."""
     return {
@@ -172,14 +183,7 @@ def tiny_llmd(name: str, max_num_seqs: int = 2, **autoscaling: Any) -> dict[str,
         "spec": {
             "model": {
                 "name": "llmfleet-test/tiny-llama",
-                "architecture": {
-                    "parametersBillions": 0.001,
-                    "numLayers": 2,
-                    "numAttentionHeads": 2,
-                    "numKeyValueHeads": 1,
-                    "headDim": 64,
-                    "maxPositionEmbeddings": 2048,
-                },
+                "architecture": dict(TINY_ARCHITECTURE),
             },
             "gpus": {"count": 1, "memoryGiB": 16, "perNode": 4, "product": PRODUCT},
             "engine": {"maxModelLen": 512, "maxNumSeqs": max_num_seqs},

@@ -19,7 +19,7 @@ from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
 from llmfleet.reconcile.status import Observed, invalid_status, newly_unverified, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
 from llmfleet.render.names import DEPLOYMENT_LABEL, HTTP_PORT, MANAGED_BY
-from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_url
+from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_name, router_url
 from llmfleet.render.service import endpoint_url
 
 
@@ -119,6 +119,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             pods=pods,
             # Read once per pod (cached by uid): an idle resync dials no engine.
             kv_cache_tokens=self.kv_cache.measure(ns, name, reporting_engines(pods, template)),
+            router=live.get(f"Deployment/{router_name(name)}"),
         )
         new = ready_status(
             old=old_status,

@@ -33,6 +33,8 @@ class Observed:
     pods: tuple[dict[str, Any], ...]
     # KV-cache tokens each ready engine of the current layout reported (vllm:cache_config_info).
     kv_cache_tokens: tuple[int, ...] = ()
+    # The vLLM Router's Deployment when status.endpoint is the router (multi-replica plans).
+    router: dict[str, Any] | None = None
 
 
 def _unschedulable(pods: tuple[dict[str, Any], ...]) -> list[tuple[str, str]]:
@@ -166,7 +168,21 @@ def ready_status(
     g = generation
     conds = [condition("Planned", TRUE, "LayoutPlanned", plan.reason, g)]
 
-    if ready + old_ready > 0:
+    router_ready = _int(observed.router, "status", "readyReplicas") if observed.router else 1
+    if ready + old_ready > 0 and router_ready == 0:
+        # status.endpoint is the router: engines that no ready router reaches serve no one.
+        router_name = (observed.router or {}).get("metadata", {}).get("name", "router")
+        conds.append(
+            condition(
+                "Available",
+                FALSE,
+                "RouterNotReady",
+                f"{ready + old_ready} of {desired} vLLM pods ready, but the router "
+                f"{router_name} (the endpoint) has no ready pod",
+                g,
+            )
+        )
+    elif ready + old_ready > 0:
         conds.append(
             condition(
                 "Available",

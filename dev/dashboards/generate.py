@@ -1,6 +1,6 @@
 """The Grafana dashboards of the chart (charts/llmfleet/dashboards/*.json), as code.
 
-    python -m llmfleet.observability.dashboards --output-dir charts/llmfleet/dashboards
+    PYTHONPATH=dev python -m dashboards --output-dir charts/llmfleet/dashboards
 
 writes llmdeployment.json ("LLMFleet / LLMDeployment", uid llmfleet-llmdeployment) and
 operator.json ("LLMFleet / Operator", uid llmfleet-operator): sorted keys, 2-space indent, a
@@ -29,7 +29,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from llmfleet.observability import promql as q
+from . import promql as q
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAGS = ["llmfleet", "vllm"]
@@ -686,7 +686,7 @@ def all_queries() -> list[PanelQuery]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m llmfleet.observability.dashboards",
+        prog="python -m dashboards",
         description="Write the LLMFleet Grafana dashboards as JSON.",
     )
     parser.add_argument("--output-dir", type=Path, required=True, help="directory to write to")

@@ -1,0 +1,131 @@
+"""What every kind's reconcile shares (llmfleet.reconcile.base), against the real API server: an
+error is counted once however the reconcile started, and nothing is kept for a resource once it
+is gone. The controllers run in this process (their bookkeeping is what is checked), beside the
+session's operator, which reconciles the same objects to the same result."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from localcluster.metricsstack.load import GROUP, TINY_ARCHITECTURE, VERSION, wait_until
+from prometheus_client import REGISTRY
+
+from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
+from llmfleet.models.deployment import PLURAL
+from llmfleet.reconcile.batchjob import BatchJobController
+from llmfleet.reconcile.controller import Controller
+from llmfleet.reconcile.resync import Resyncer
+
+pytestmark = pytest.mark.cluster
+
+CHAT_SPEC = {
+    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+    "gpus": {"count": 2, "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"},
+}
+BATCH_SPEC = {
+    "model": {"name": "/models/tiny-llama", "architecture": TINY_ARCHITECTURE},
+    "engine": {"maxModelLen": 512},
+    "shards": 2,
+    "input": {"configMap": {"name": "prompts", "key": "prompts.jsonl"}},
+    "output": {"persistentVolumeClaim": {"claimName": "results", "path": "run-1"}},
+}
+
+
+def create(api: client.ApiClient, ns: str, plural: str, kind: str, name: str, spec: Any) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, plural, body)
+
+
+def delete(api: client.ApiClient, ns: str, plural: str, name: str) -> None:
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, ns, plural, name)
+
+
+def refuse_deployments(api: client.ApiClient, ns: str) -> None:
+    core = client.CoreV1Api(api)
+    quota = {
+        "metadata": {"name": "no-deployments"},
+        "spec": {"hard": {"count/deployments.apps": "0"}},
+    }
+    core.create_namespaced_resource_quota(ns, quota)
+    # The quota controller fills in status.hard before the quota is enforced.
+    wait_until(
+        lambda: core.read_namespaced_resource_quota("no-deployments", ns).status.hard,
+        30,
+        0.5,
+        "the quota controller setting the quota's status",
+    )
+
+
+def errors(ns: str) -> tuple[float, float]:
+    """llmfleet_reconcile_total{result="error"}, and the errors counted for ns/chat by reason."""
+    total = REGISTRY.get_sample_value("llmfleet_reconcile_total", {"result": "error"}) or 0.0
+    labels = {"namespace": ns, "llmdeployment": "chat", "reason": "Forbidden"}
+    by_reason = REGISTRY.get_sample_value("llmfleet_reconcile_errors_total", labels) or 0.0
+    return total, by_reason
+
+
+def resync_once(controller: Controller, ns: str) -> None:
+    """One pass of a Resyncer over ns/chat, as the operator's resync runs it."""
+    passed = threading.Event()
+
+    def reconcile(namespace: str, name: str) -> None:
+        try:
+            controller.reconcile_by_name(namespace, name)
+        finally:
+            resyncer.stop()
+            passed.set()
+
+    resyncer = Resyncer("resync", lambda: [(ns, "chat")], reconcile, 0.01)
+    resyncer.start()
+    assert passed.wait(30)
+    resyncer._thread.join(30)
+
+
+def test_a_refused_apply_is_counted_once_per_reconcile(
+    api: client.ApiClient, namespace: str
+) -> None:
+    refuse_deployments(api, namespace)
+    create(api, namespace, PLURAL, "LLMDeployment", "chat", CHAT_SPEC)
+    controller = Controller(api)
+    before = errors(namespace)
+    resync_once(controller, namespace)
+    resync_once(controller, namespace)
+    total, by_reason = errors(namespace)
+    assert (total - before[0], by_reason - before[1]) == (2, 2)  # two reconciles, two errors
+
+
+def test_nothing_is_kept_for_a_resource_once_it_is_gone(
+    api: client.ApiClient, namespace: str
+) -> None:
+    refuse_deployments(api, namespace)
+    create(api, namespace, PLURAL, "LLMDeployment", "chat", CHAT_SPEC)
+    controller = Controller(api)
+    with pytest.raises(ApiException):
+        controller.reconcile_by_name(namespace, "chat")
+    assert set(controller._refusals) == {(namespace, "chat")}
+    assert controller._locks == {}  # held only while a reconcile runs or waits
+    delete(api, namespace, PLURAL, "chat")
+    controller.reconcile_by_name(namespace, "chat")
+    assert (controller._refusals, controller._locks, controller._queued) == ({}, {}, set())
+    assert errors(namespace)[1] == 0  # the resource's error series went with it
+
+
+def test_a_batch_job_that_is_gone_is_no_longer_polled(
+    api: client.ApiClient, namespace: str
+) -> None:
+    create(api, namespace, BATCH_PLURAL, "LLMBatchJob", "tiny", BATCH_SPEC)
+    controller = BatchJobController(api, scraper=lambda _ip: None)
+    controller.reconcile_by_name(namespace, "tiny")
+    assert controller.active() == [(namespace, "tiny")]
+    delete(api, namespace, BATCH_PLURAL, "tiny")
+    controller.reconcile_by_name(namespace, "tiny")
+    assert (controller.active(), controller._locks, controller._queued) == ([], {}, set())
