@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from llmfleet.models.deployment import KIND
+
 from .operator_process import OPERATOR_NAMESPACE, RELEASE, Operator, condition
 from .routerapi import routed_engines
 from .supervisor import REPO, Cluster, bindir
@@ -54,7 +56,7 @@ def run(cluster: Cluster, out: Out = print) -> str:
     _step(out, "Plans, offline (llmfleet plan), for every example")
     for f in sorted(EXAMPLES.glob("*.yaml")):
         docs = [d for d in yaml.safe_load_all(f.read_text()) if d]
-        if any(d.get("kind") == "LLMDeployment" for d in docs):
+        if any(d.get("kind") == KIND for d in docs):
             out(f"--- {f.relative_to(REPO)}")
             out(_run(str(Path(sys.executable).parent / "llmfleet"), "plan", "-f", str(f)))
 
