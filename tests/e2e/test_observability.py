@@ -16,11 +16,7 @@ import yaml
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.config import OPERATOR_JOB
-from localcluster.metricsstack.load import (
-    GROUP,
-    VERSION,
-    wait_until,
-)
+from localcluster.metricsstack.load import GROUP, VERSION, wait_until
 from localcluster.supervisor import Cluster
 
 from . import observe
@@ -105,6 +101,22 @@ def test_a_reconcile_the_api_refuses_is_counted_by_reason_and_alerts(
     assert len(refusals) == 1, [(e.message, e.count) for e in refusals]
     assert refusals[0].type == "Warning"
     assert "exceeded quota: no-autoscalers" in refusals[0].message
+    # ... and in status, where `kubectl get` and `describe` look.
+    crd = client.CustomObjectsApi(api)
+
+    def degraded() -> dict[str, str]:
+        obj = crd.get_namespaced_custom_object(GROUP, VERSION, namespace, "llmdeployments", name)
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Degraded"), {})
+
+    refused = wait_until(
+        lambda: degraded().get("reason") == "ApplyRefused" and degraded(),
+        30,
+        1,
+        "Degraded=True ApplyRefused in status",
+    )
+    assert refused["status"] == "True", refused
+    assert "exceeded quota: no-autoscalers" in refused["message"], refused
 
     # The quota lifted, the reconcile succeeds and the HPA exists.
     core.delete_namespaced_resource_quota("no-autoscalers", namespace)
@@ -116,3 +128,10 @@ def test_a_reconcile_the_api_refuses_is_counted_by_reason_and_alerts(
         1,
         "the HPA created once the quota is gone",
     )
+    cleared = wait_until(
+        lambda: degraded().get("reason") not in (None, "ApplyRefused") and degraded(),
+        60,
+        1,
+        "Degraded no longer ApplyRefused once every child is applied",
+    )
+    assert cleared["reason"] != "ApplyRefused", cleared

@@ -29,10 +29,13 @@ from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import status_json
 from llmfleet.planner import Plan, PlanError
 from llmfleet.reconcile.apply import Applier, ApplyResult
+from llmfleet.reconcile.conditions import TRUE, condition, keep_transition_times
 from llmfleet.reconcile.errors import api_error
 from llmfleet.reconcile.events import EventRecorder
 
 log = logging.getLogger(__name__)
+DEGRADED = "Degraded"
+APPLY_REFUSED = "ApplyRefused"
 Key = tuple[str, str]  # namespace, name
 SpecT = TypeVar("SpecT", bound=BaseModel)
 StatusT = TypeVar("StatusT", bound=BaseModel)
@@ -209,13 +212,24 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
 
     def _report_refusal(self, body: dict[str, Any], message: str) -> None:
         """A Warning Event when the API server refuses a write (a quota, an admission webhook,
-        RBAC), once per distinct refusal until a reconcile succeeds: retries repeat it."""
+        RBAC, a child's name too long), once per distinct refusal until a reconcile succeeds:
+        retries repeat it. And `Degraded=True` in status with the server's words, where `kubectl
+        get` and `describe` look: a resource refused on its first apply would otherwise have no
+        status at all. The next reconcile that applies everything computes Degraded anew."""
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         with self._guard:
-            if self._refusals.get(key) == message:
-                return
+            first = self._refusals.get(key) != message
             self._refusals[key] = message
-        self.events.emit(body, "Warning", "ApplyRefused", message)
+        old = self.stored_status(body)
+        kept = [c for c in getattr(old, "conditions", ()) if c.type != DEGRADED]
+        degraded = condition(DEGRADED, TRUE, APPLY_REFUSED, message, generation(body))
+        conditions = keep_transition_times([*kept, degraded], getattr(old, "conditions", ()))
+        try:
+            self.write_status(body, old.model_copy(update={"conditions": conditions}))
+        except ApiException as e:  # the refusal itself is what matters; it is in the Event
+            log.warning("%s %s: status not written: %s", self.kind, key_of(body), api_error(e))
+        if first:
+            self.events.emit(body, "Warning", APPLY_REFUSED, message)
 
     @contextmanager
     def _locked(self, key: Key) -> Iterator[None]:
