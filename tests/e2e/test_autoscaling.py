@@ -748,7 +748,7 @@ def test_scaling_down_drains_the_removed_engine(scenario: Scenario) -> None:
     ]
     if in_flight == 0:
         # The tail keeps both engines busy, but on 2 cores an engine can finish its last request
-        # a moment before the HPA picks it (one clean-clone run in five here). Then there was
+        # a moment before the HPA picks it (a clean-clone run of 2026-11-23). Then there was
         # nothing to drain: what follows still holds. test_dataplane.py's drain test deletes a
         # pod with a request in flight on purpose, so the drain itself is always checked.
         print(f"{victim}: nothing in flight when it was removed; no drain to see: {around}")
