@@ -12,8 +12,9 @@ from typing import Any
 
 from kubernetes import client, watch
 from kubernetes import config as k8s_config
-from localcluster.operator_process import Operator, utcnow, wait_for
+from localcluster.operator_process import Operator, utcnow
 from localcluster.supervisor import Cluster
+from localcluster.waiting import wait_until
 
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
@@ -108,7 +109,7 @@ def run() -> dict[str, float]:
             name = f"lat-{i}"
             t0 = time.monotonic()
             custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, tiny(name))
-            wait_for(
+            wait_until(
                 lambda n=f"{name}-cpu": n in watcher.seen,
                 timeout=60,
                 interval=0.005,
@@ -141,7 +142,7 @@ def run() -> dict[str, float]:
             ]
             return len(done) == len(names)
 
-        wait_for(all_reconciled, timeout=1200, interval=1, what="500 reconciled")
+        wait_until(all_reconciled, timeout=1200, interval=1, what="500 reconciled")
         figures["reconcile_500_total_s"] = time.monotonic() - t0
         assert op.proc is not None
         figures["operator_rss_mib_500"] = rss_mib(op.proc.pid)

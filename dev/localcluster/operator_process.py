@@ -11,9 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,26 +22,11 @@ from kubernetes import client
 
 from .metricsstack.load import GROUP, PLURAL, VERSION
 from .supervisor import REPO, Cluster, bindir
+from .waiting import wait_until
 
 CHART = REPO / "charts" / "llmfleet"
 OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
-
-
-def wait_for(
-    predicate: Callable[[], Any],
-    timeout: float = 60,
-    interval: float = 0.5,
-    what: str = "condition",
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        time.sleep(interval)
 
 
 def free_port() -> int:
@@ -174,7 +157,7 @@ class Operator:
         )
         logf.close()
         (self.cluster.state_dir / "operator.pid").write_text(str(self.proc.pid))
-        wait_for(self._serving_metrics, timeout=30, what="operator metrics endpoint")
+        wait_until(self._serving_metrics, timeout=30, what="operator metrics endpoint")
 
     def _serving_metrics(self) -> bool:
         try:

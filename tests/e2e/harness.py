@@ -14,9 +14,9 @@ from localcluster.operator_process import (
     get_llmd,
     helm_template,
     utcnow,
-    wait_for,
 )
 from localcluster.supervisor import Cluster
+from localcluster.waiting import wait_until
 
 __all__ = [
     "CHART",
@@ -30,7 +30,7 @@ __all__ = [
     "get_llmd",
     "helm_template",
     "utcnow",
-    "wait_for",
+    "wait_until",
 ]
 
 E2E_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3-E2E"

@@ -26,7 +26,7 @@ from localcluster.noderunner import procs
 from localcluster.supervisor import REPO, Cluster
 
 from . import localnode
-from .harness import Operator, wait_for
+from .harness import Operator, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -84,7 +84,7 @@ def claim(api: client.ApiClient, cluster: Cluster, ns: str, name: str) -> Path:
             },
         },
     )
-    wait_for(
+    wait_until(
         lambda: core.read_namespaced_persistent_volume_claim(name, ns).status.phase == "Bound",
         timeout=60,
         what=f"claim {name} bound",
@@ -213,7 +213,7 @@ def test_a_300_line_job_over_two_shards_answers_every_line_exactly_once_through_
 
     # Shard 0 is killed (every process, as by the OOM killer) once it has written 20 records.
     output = data / "out" / "big" / "shard-00000-of-00002.jsonl"
-    wait_for(
+    wait_until(
         lambda: output.exists() and len(output.read_bytes().splitlines()) >= 20,
         timeout=300,
         interval=0.2,
@@ -234,7 +234,7 @@ def test_a_300_line_job_over_two_shards_answers_every_line_exactly_once_through_
         assert cond(st, "Failed").get("status") != "True", st
         return st if st.get("phase") == "Complete" else None
 
-    st = wait_for(complete, timeout=400, interval=1, what="job Complete")
+    st = wait_until(complete, timeout=400, interval=1, what="job Complete")
 
     found = records(data / "out" / "big")
     assert len(found) == LINES
@@ -311,12 +311,12 @@ def test_a_second_job_writing_the_same_output_is_refused_by_a_condition_and_an_e
     # Pods of these jobs find no node (no such GPU): nothing runs, the operator still decides.
     gpus = {"count": 1, "memoryGiB": 16, "product": "NoSuchGPU"}
     create(api, namespace, batch_job("first", gpus=gpus))
-    wait_for(lambda: status(api, namespace, "first").get("jobName"), what="first job's Job")
+    wait_until(lambda: status(api, namespace, "first").get("jobName"), what="first job's Job")
     second = batch_job("second", gpus=gpus)
     second["spec"]["output"] = batch_job("first")["spec"]["output"]
     second["spec"]["output"]["persistentVolumeClaim"]["path"] = "out/./first/"
     create(api, namespace, second)
-    st = wait_for(
+    st = wait_until(
         lambda: (s := status(api, namespace, "second")).get("phase") == "Failed" and s,
         what="second refused",
     )
@@ -351,7 +351,7 @@ def test_an_output_directory_of_another_job_fails_the_job_with_the_runners_messa
         input={"configMap": {"name": "prompts", "key": "in.jsonl"}},
     )
     create(api, namespace, body)
-    st = wait_for(
+    st = wait_until(
         lambda: (s := status(api, namespace, "taken")).get("phase") == "Failed" and s,
         timeout=120,
         what="job Failed",

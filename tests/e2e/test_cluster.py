@@ -13,7 +13,7 @@ from kubernetes import client
 from localcluster.nodes import Pool, node_manifests
 from localcluster.supervisor import Cluster, bindir, pinned_versions
 
-from .harness import wait_for
+from .harness import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -91,7 +91,7 @@ def test_third_eight_gpu_deployment_stays_pending_for_lack_of_gpus(
         ]
         return pods if len(running) == 2 and len(pending) == 1 else None
 
-    pods = wait_for(settled, timeout=60)
+    pods = wait_until(settled, timeout=60)
     running_nodes = {p.spec.node_name for p in pods if p.status.phase == "Running"}
     assert len(running_nodes) == 2, "each 8-GPU pod takes a whole node"
     pending = next(p for p in pods if p.status.phase == "Pending")
@@ -105,7 +105,7 @@ def test_every_pod_ip_is_loopback(api: client.ApiClient, namespace: str, a100_po
     dep = gpu_deployment("ipcheck", 1, a100_pool)
     dep.spec.replicas = 4
     apps.create_namespaced_deployment(namespace, dep)
-    wait_for(
+    wait_until(
         lambda: len([p for p in core.list_namespaced_pod(namespace).items if p.status.pod_ip]) == 4
     )
     # Every pod the cluster has handed an IP, in every namespace, not only ours.
@@ -143,7 +143,7 @@ def test_deleting_an_owner_garbage_collects_its_dependents(
         names = {s.metadata.name for s in core.list_namespaced_secret(namespace).items}
         return not any(n.startswith("dependent-") for n in names)
 
-    wait_for(collected, timeout=60)
+    wait_until(collected, timeout=60)
     assert core.read_namespaced_secret("unowned", namespace)
 
 

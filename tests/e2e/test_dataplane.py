@@ -27,7 +27,7 @@ from kubernetes.client.rest import ApiException
 from localcluster.noderunner import procs
 from localcluster.supervisor import CLUSTER_INDEX, REPO, RUNNER_POD_NETWORK, Cluster, Ports
 
-from .harness import wait_for
+from .harness import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -154,9 +154,9 @@ def start(api: client.ApiClient, ns: str, deployment: dict[str, Any]) -> client.
     client.AppsV1Api(api).create_namespaced_deployment(ns, deployment)
     core = client.CoreV1Api(api)
     name = deployment["metadata"]["name"]
-    pod = wait_for(lambda: (p := the_pod(core, ns, name)) and p.status.pod_ip and p, 180)
+    pod = wait_until(lambda: (p := the_pod(core, ns, name)) and p.status.pod_ip and p, 180)
     assert pod.spec.node_name == NODE
-    return wait_for(lambda: (p := the_pod(core, ns, name)) and ready(p) and p, STARTUP_TIMEOUT, 1)
+    return wait_until(lambda: (p := the_pod(core, ns, name)) and ready(p) and p, STARTUP_TIMEOUT, 1)
 
 
 def test_vllm_pod_is_ready_only_once_health_answers_and_serves_completions(
@@ -164,7 +164,7 @@ def test_vllm_pod_is_ready_only_once_health_answers_and_serves_completions(
 ) -> None:
     core = client.CoreV1Api(api)
     client.AppsV1Api(api).create_namespaced_deployment(namespace, vllm_deployment("tiny"))
-    pod = wait_for(lambda: (p := the_pod(core, namespace, "tiny")) and p.status.pod_ip and p, 180)
+    pod = wait_until(lambda: (p := the_pod(core, namespace, "tiny")) and p.status.pod_ip and p, 180)
     ip = pod.status.pod_ip
     assert pod.spec.node_name == node_runner
     assert ipaddress.ip_address(ip) in LOOPBACK
@@ -289,7 +289,7 @@ def test_deleting_a_pod_drains_its_in_flight_request_then_the_pod_and_process_go
 
     t = threading.Thread(target=long_requests)
     t.start()
-    wait_for(
+    wait_until(
         lambda: gauge(http_get(f"http://{ip}:8000/metrics")[1], "vllm:num_requests_running") >= 4,
         60,
         0.1,
@@ -297,7 +297,7 @@ def test_deleting_a_pod_drains_its_in_flight_request_then_the_pod_and_process_go
     deleted = time.monotonic()
     core.delete_namespaced_pod(name, namespace)
     # Not Ready at once; the pod object stays while vLLM drains.
-    wait_for(lambda: not ready(core.read_namespaced_pod(name, namespace)), 5, 0.2)
+    wait_until(lambda: not ready(core.read_namespaced_pod(name, namespace)), 5, 0.2)
     t.join(240)
     assert result["out"] == [[1900, "length"]] * 4, result
     assert result["done"] - deleted > 1  # the requests outlived the preStop hook: drained
@@ -309,7 +309,7 @@ def test_deleting_a_pod_drains_its_in_flight_request_then_the_pod_and_process_go
             return e.status == 404
         return False
 
-    wait_for(gone, 90)
+    wait_until(gone, 90)
     print(
         f"requests done {result['done'] - deleted:.1f}s after the delete; "
         f"pod object gone {time.monotonic() - deleted:.1f}s after it"
@@ -318,7 +318,9 @@ def test_deleting_a_pod_drains_its_in_flight_request_then_the_pod_and_process_go
     assert not [p for p in procs.find(procs.marker(runner, uid)) if procs.alive(p)]
     assert http_get(f"http://{ip}:8000/health", timeout=2)[0] == 0
     # The Deployment's replacement comes up elsewhere on the same node, with another IP.
-    replacement = wait_for(lambda: (p := the_pod(core, namespace, "drain")) and p.status.pod_ip, 60)
+    replacement = wait_until(
+        lambda: (p := the_pod(core, namespace, "drain")) and p.status.pod_ip, 60
+    )
     assert replacement != ip
 
 

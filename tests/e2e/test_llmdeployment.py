@@ -16,7 +16,7 @@ from localcluster.supervisor import Cluster
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
 
-from .harness import E2E_GPU_PRODUCT, Operator, condition, get_llmd, utcnow, wait_for
+from .harness import E2E_GPU_PRODUCT, Operator, condition, get_llmd, utcnow, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -51,7 +51,7 @@ def wait_available(
         )
         return obj if ok else None
 
-    result: dict[str, Any] = wait_for(ready, timeout=timeout, what=f"{name} Available and stable")
+    result: dict[str, Any] = wait_until(ready, timeout=timeout, what=f"{name} Available and stable")
     return result
 
 
@@ -125,7 +125,7 @@ def test_idle_resync_makes_zero_api_writes(
     hpas = client.AutoscalingV2Api(api)
     # The HPA reports on its metric a sync or two after creation; until then status legitimately
     # changes. (No metrics adapter runs in this test: ScalingActive ends False.)
-    wait_for(
+    wait_until(
         lambda: any(
             c.type == "ScalingActive"
             for c in hpas.read_namespaced_horizontal_pod_autoscaler(
@@ -159,7 +159,7 @@ def test_hand_edit_is_reverted_but_replicas_set_by_autoscaling_are_not_fought(
         dep = apps.read_namespaced_deployment("edit-tp1", namespace)
         return bool(dep.spec.template.spec.containers[0].image == original.containers[0].image)
 
-    wait_for(reverted, timeout=30, what="image reverted")
+    wait_until(reverted, timeout=30, what="image reverted")
     time.sleep(operator.resync_seconds + 1)
     assert apps.read_namespaced_deployment("edit-tp1", namespace).spec.replicas == 3
 
@@ -178,7 +178,7 @@ def test_spec_change_rolls_the_same_deployment(
         args = dep.spec.template.spec.containers[0].args
         return "4096" in args and dep.metadata.generation > before.metadata.generation
 
-    wait_for(rolled, timeout=30, what="new args rolled out")
+    wait_until(rolled, timeout=30, what="new args rolled out")
     obj = wait_available(api, namespace, "roll")
     assert [d.metadata.name for d in deployments(api, namespace)] == ["roll-tp1"]
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
@@ -204,7 +204,7 @@ def test_layout_change_brings_the_new_layout_up_before_the_old_goes(
     time.sleep(1)
     apply(cluster, namespace, llmd("flip", strategy="SinglePod"))
     obj = wait_available(api, namespace, "flip")
-    wait_for(
+    wait_until(
         lambda: ("DELETED", "flip-tp1") in [(e, n) for e, n, _ in history],
         what="old layout deleted",
     )
@@ -235,7 +235,7 @@ def test_delete_collects_every_child(
             or core.list_namespaced_pod(namespace, label_selector=sel).items
         )
 
-    wait_for(empty, timeout=60, what="children garbage-collected")
+    wait_until(empty, timeout=60, what="children garbage-collected")
 
 
 # Each bad manifest is refused by the API server (schema/CEL) or, when only the planner can tell,
@@ -309,7 +309,7 @@ def test_malformed_manifest_is_refused_naming_the_field(
         c = condition(get_llmd(api, namespace, name), "Planned")
         return c if c.get("status") == "False" else None
 
-    cond = wait_for(planned_false, timeout=30, what="Planned=False")
+    cond = wait_until(planned_false, timeout=30, what="Planned=False")
     assert field in cond["message"], cond["message"]
 
     # The Warning Event follows the status write; wait for it rather than race it.
@@ -321,7 +321,7 @@ def test_malformed_manifest_is_refused_naming_the_field(
         )
         return any(e.type == "Warning" and field in e.message for e in events)
 
-    wait_for(warned, timeout=30, what="Warning Event naming the field")
+    wait_until(warned, timeout=30, what="Warning Event naming the field")
     # The operator keeps serving: a good resource next to the bad one still converges.
     apply(cluster, namespace, llmd("good"))
     wait_available(api, namespace, "good")

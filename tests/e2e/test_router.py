@@ -32,7 +32,7 @@ from llmfleet import API_VERSION as VERSION
 from llmfleet.models.deployment import PLURAL
 
 from . import localnode
-from .harness import Operator, wait_for
+from .harness import Operator, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -168,7 +168,7 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
     )
 
     # --- RBAC: the operator (chart RBAC) made the router's identity; it reads pods, nothing more.
-    wait_for(
+    wait_until(
         lambda: live_pods(core, namespace, ROUTERS),
         60,
         what="the operator's router Deployment",
@@ -193,8 +193,8 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
         ips = ready_ips(core, namespace, ENGINES)
         return ips if len(ips) == 2 else None
 
-    engines = wait_for(two_ready, STARTUP_TIMEOUT, 2, "2 engine pods Ready")
-    (router_pod,) = wait_for(
+    engines = wait_until(two_ready, STARTUP_TIMEOUT, 2, "2 engine pods Ready")
+    (router_pod,) = wait_until(
         lambda: [p for p in live_pods(core, namespace, ROUTERS) if ready(p)],
         120,
         what="the router pod Ready",
@@ -207,7 +207,7 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
     rip = router_pod.status.pod_ip
     base, metrics_url = f"http://{rip}:8000/v1", f"http://{rip}:29000/metrics"
 
-    wait_for(lambda: routed_engines(rip) >= engines, 60, 1, "the router discovering both engines")
+    wait_until(lambda: routed_engines(rip) >= engines, 60, 1, "the router discovering both engines")
     print(f"2 engines + router ready after {time.monotonic() - t0:.0f}s")
 
     # --- Traffic through the router reaches every ready engine.
@@ -227,9 +227,11 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
         ips = ready_ips(core, namespace, ENGINES)
         return ips if len(ips) == 3 else None
 
-    all_three = wait_for(three_ready, STARTUP_TIMEOUT, 2, "a third engine Ready")
+    all_three = wait_until(three_ready, STARTUP_TIMEOUT, 2, "a third engine Ready")
     (new_ip,) = all_three - engines
-    wait_for(lambda: new_ip in routed_engines(rip), 60, 1, "the router discovering the new engine")
+    wait_until(
+        lambda: new_ip in routed_engines(rip), 60, 1, "the router discovering the new engine"
+    )
     results = load(vllm_python, base, n=24, conc=6)
     assert failures(results) == []
     routed = per_worker(scrape(metrics_url), "vllm_router_processed_requests_total")
@@ -250,9 +252,9 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
         pods = core.list_namespaced_pod(namespace, label_selector=ENGINES).items
         return next((p for p in pods if p.metadata.deletion_timestamp), None)
 
-    victim = wait_for(draining, 30, 0.2, "an engine being deleted")
+    victim = wait_until(draining, 30, 0.2, "an engine being deleted")
     marked = time.monotonic()
-    wait_for(
+    wait_until(
         lambda: victim.status.pod_ip not in routed_engines(rip), 15, 0.2, "the router dropping it"
     )
     print(f"router dropped the draining engine {time.monotonic() - marked:.1f}s after delete")

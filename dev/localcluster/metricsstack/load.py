@@ -8,7 +8,6 @@ import contextlib
 import json
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ from kubernetes import client
 from llmfleet import API_GROUP, API_VERSION
 from llmfleet.models.deployment import KIND
 from llmfleet.models.deployment import PLURAL as LLMD_PLURAL
+
+from ..waiting import wait_until
 
 LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
 ENGINE_PORT = 8000
@@ -253,14 +254,3 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, int]:
     for r in records:
         out[r["outcome"]] = out.get(r["outcome"], 0) + 1
     return out
-
-
-def wait_until(predicate: Any, timeout: float, interval: float = 0.5, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what or 'condition'} not met within {timeout:.0f}s")
-        time.sleep(interval)
