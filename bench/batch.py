@@ -24,6 +24,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from localcluster.noderunner.adaptations import adapt_env
+
 REPO = Path(__file__).resolve().parents[1]
 INSTALL = REPO / "dev" / "dataplane" / "install-vllm.sh"
 TINY_MODEL = REPO / "dev" / "dataplane" / "tiny_model.py"
@@ -61,11 +63,9 @@ def _python() -> Path:
 
 
 def _env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": str(REPO / "operator" / "src"),
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-    }
+    """The node runner's environment for a vLLM process: llmfleet importable, a 1 GiB KV
+    cache, AMX permission (docs/cpu-adaptations.md)."""
+    return adapt_env(dict(os.environ))
 
 
 def _requests(path: Path) -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.noderunner import procs
+from localcluster.noderunner.adaptations import adapt_env
 from localcluster.noderunner.pods import MODEL_NICE
 from localcluster.supervisor import REPO
 
@@ -229,12 +230,8 @@ def _engines(stack: ExitStack, python: Path, model: str, count: int, workdir: Pa
     marks: dict[str, int] = {}
     for i in range(count):
         mark = procs.marker(f"bench-router.{os.getpid()}", f"engine-{i}")
-        env = {
-            **os.environ,
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "HOME": str(workdir),
-            procs.MARKER_ENV: mark,
-        }
+        # The node runner's environment for a vLLM process (KV cache size, AMX permission).
+        env = adapt_env({**os.environ, "HOME": str(workdir), procs.MARKER_ENV: mark})
         port = _port()
         argv = [
             str(python),
