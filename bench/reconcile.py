@@ -12,6 +12,7 @@ from typing import Any
 
 from kubernetes import client, watch
 from kubernetes import config as k8s_config
+from localcluster.metricsstack.load import TINY_ARCHITECTURE
 from localcluster.operator_process import Operator, utcnow
 from localcluster.supervisor import Cluster
 from localcluster.waiting import wait_until
@@ -33,14 +34,7 @@ def tiny(name: str) -> dict[str, Any]:
         "spec": {
             "model": {
                 "name": "/models/tiny",
-                "architecture": {
-                    "parametersBillions": 0.001,
-                    "numLayers": 2,
-                    "numAttentionHeads": 2,
-                    "numKeyValueHeads": 1,
-                    "headDim": 64,
-                    "maxPositionEmbeddings": 2048,
-                },
+                "architecture": dict(TINY_ARCHITECTURE),
             },
             "engine": {
                 "maxModelLen": 512,
