@@ -1,5 +1,6 @@
 """Reconciler figures on the local cluster, with the real operator process:
-apply→children latency, 500 resources at once, operator memory, and API writes while idle."""
+apply→children latency, 500 resources at once, operator memory, and API writes while idle (500
+LLMDeployments and 20 LLMBatchJobs whose pods wait)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,13 @@ from localcluster.waiting import wait_until
 
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
+from llmfleet.models.batchjob import KIND as BATCH_KIND
+from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
 from llmfleet.models.deployment import KIND, PLURAL
 
 RESYNC_SECONDS = 30.0
 IDLE_WINDOW_SECONDS = 60.0
+BATCH_JOBS = 20
 
 
 def tiny(name: str) -> dict[str, Any]:
@@ -42,6 +46,22 @@ def tiny(name: str) -> dict[str, Any]:
                 "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
             },
             "autoscaling": {"enabled": False},
+        },
+    }
+
+
+def waiting_batch_job(name: str) -> dict[str, Any]:
+    """An LLMBatchJob whose pods wait for GPUs no node has: idle, but polled."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": BATCH_KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "/models/tiny", "architecture": dict(TINY_ARCHITECTURE)},
+            "gpus": {"count": 1, "memoryGiB": 16, "product": "NoSuchGPU"},
+            "engine": {"maxModelLen": 512},
+            "input": {"configMap": {"name": "prompts", "key": "prompts.jsonl"}},
+            "output": {"persistentVolumeClaim": {"claimName": "results", "path": name}},
         },
     }
 
@@ -141,8 +161,25 @@ def run() -> dict[str, float]:
         assert op.proc is not None
         figures["operator_rss_mib_500"] = rss_mib(op.proc.pid)
 
+        # LLMBatchJobs whose pods wait for GPUs no node has: polled every 10 s, never written.
+        for i in range(BATCH_JOBS):
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, BATCH_PLURAL, waiting_batch_job(f"wait-{i}")
+            )
+        wait_until(
+            lambda: all(
+                (o.get("status") or {}).get("shardStatus")
+                for o in custom.list_namespaced_custom_object(GROUP, VERSION, ns, BATCH_PLURAL)[
+                    "items"
+                ]
+            ),
+            timeout=120,
+            interval=1,
+            what="the batch jobs' status",
+        )
+
         # Idle: let pod churn settle, then count every write the operator makes in a window that
-        # spans two resyncs of all 550 resources.
+        # spans two resyncs of all 550 LLMDeployments and six polls of the LLMBatchJobs.
         quiet_since = utcnow()
         time.sleep(30)
         while op.writes_since(quiet_since):

@@ -19,6 +19,9 @@ import pytest
 from kubernetes import client, config
 from localcluster.metricsstack import MetricsStack
 from localcluster.supervisor import Cluster
+from localcluster.waiting import wait_until
+
+NAMESPACE_GONE_TIMEOUT = 180.0
 
 
 @pytest.fixture(scope="session")
@@ -39,14 +42,39 @@ def api(cluster: Cluster) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(cluster.kubeconfig))
 
 
+@pytest.fixture(scope="session")
+def test_namespaces(api: client.ApiClient) -> Iterator[list[str]]:
+    """Every namespace a test made. At the end of the session each must be gone: one stuck in
+    Terminating is a bug (ours, or in how a test cleaned up) that a user would hit too."""
+    made: list[str] = []
+    yield made
+    core = client.CoreV1Api(api)
+
+    def left() -> list[str]:
+        live = {n.metadata.name for n in core.list_namespace().items}
+        return [n for n in made if n in live]
+
+    try:
+        wait_until(lambda: not left(), timeout=NAMESPACE_GONE_TIMEOUT, interval=2)
+    except AssertionError:
+        raise AssertionError(f"namespaces left behind: {left()}") from None
+
+
 @pytest.fixture
-def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+def namespace(
+    api: client.ApiClient, request: pytest.FixtureRequest, test_namespaces: list[str]
+) -> Iterator[str]:
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"t-{slug}-{uuid.uuid4().hex[:5]}"
     core = client.CoreV1Api(api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    test_namespaces.append(name)
     yield name
-    core.delete_namespace(name, propagation_policy="Background")
+    try:
+        core.delete_namespace(name, propagation_policy="Background")
+    except client.ApiException as e:
+        if e.status != 404:  # a test may delete its namespace itself
+            raise
 
 
 @pytest.fixture(scope="session")

@@ -340,6 +340,13 @@ class Cluster:
         finally:
             self._restart_controller_manager(HPA_SYNC_PERIOD)
 
+    def restart_apiserver(self) -> None:
+        """Stop the API server and start it again (etcd keeps the state), returning once it is
+        ready: every client's watches and connections break meanwhile, as in an upgrade."""
+        self._stop("kube-apiserver")
+        self._start("kube-apiserver", self._apiserver_cmd())
+        self._wait_http(f"{self.server}/readyz", "kube-apiserver", auth=True)
+
     def _restart_controller_manager(self, hpa_sync_period: str) -> None:
         name = "kube-controller-manager"
         self._stop(name)

@@ -26,7 +26,7 @@ from localcluster.noderunner import procs
 from localcluster.supervisor import REPO, Cluster
 
 from . import localnode
-from .harness import Operator, wait_until
+from .harness import Operator, utcnow, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -360,3 +360,63 @@ def test_an_output_directory_of_another_job_fails_the_job_with_the_runners_messa
     assert "belongs to job 'elsewhere/other'" in message
     assert [e for e in events(api, namespace, "taken") if e.reason == "Failed"]
     assert not list(taken.glob("shard-*"))
+
+
+IDLE_WINDOW = 21.0  # two polls of running jobs (every 10 s) and a bit
+
+
+def quiet_for(operator: Operator, namespace: str, seconds: float) -> bool:
+    since = utcnow()
+    time.sleep(seconds)
+    return not operator.writes_since(since, namespace)
+
+
+def test_a_job_whose_pods_never_run_writes_nothing_while_idle_and_lets_its_namespace_go(
+    api: client.ApiClient, operator: Operator, namespace: str
+) -> None:
+    core = client.CoreV1Api(api)
+    gpus = {"count": 1, "memoryGiB": 16, "product": "NoSuchGPU"}  # its pods find no node
+    create(api, namespace, batch_job("stuck", gpus=gpus))
+    wait_until(
+        lambda: status(api, namespace, "stuck").get("shardStatus"), what="the shards in status"
+    )
+    time.sleep(3)  # the pods' scheduling attempts settle
+    since = utcnow()
+    time.sleep(IDLE_WINDOW)
+    assert [w["requestURI"] for w in operator.writes_since(since, namespace)] == []
+
+    # A finalizer holds the namespace in Terminating, as a pod on a lost node would.
+    core.create_namespaced_config_map(
+        namespace,
+        {"metadata": {"name": "hold", "finalizers": ["llmfleet.dev/test-hold"]}},
+    )
+    core.delete_namespace(namespace)
+    try:
+        wait_until(
+            lambda: core.read_namespace(namespace).status.phase == "Terminating",
+            what="the namespace terminating",
+        )
+        # Its Job and pod go, which status reports once; wait for that.
+        wait_until(
+            lambda: all(
+                p.status.phase in ("Failed", "Succeeded")
+                for p in core.list_namespaced_pod(namespace).items
+            ),
+            timeout=90,
+            what="the namespace's pods ended",
+        )
+        wait_until(
+            lambda: quiet_for(operator, namespace, 11.0), timeout=90, what="a poll without writes"
+        )
+        since = utcnow()
+        time.sleep(IDLE_WINDOW)
+        writes = operator.writes_since(since, namespace)
+        assert [(w["verb"], w["requestURI"]) for w in writes] == []
+    finally:
+        core.patch_namespaced_config_map("hold", namespace, {"metadata": {"finalizers": None}})
+    # Once nothing else holds it, the namespace goes: the pods that never ran do not keep it.
+    wait_until(
+        lambda: namespace not in {n.metadata.name for n in core.list_namespace().items},
+        timeout=60,
+        what="the namespace gone",
+    )

@@ -227,8 +227,8 @@ def test_chart_rbac_lets_the_operator_manage_the_router_and_grant_its_role() -> 
         ("roles", "rbac.authorization.k8s.io"),
         ("rolebindings", "rbac.authorization.k8s.io"),
     ):
-        # get (apply compares), list (prune), create/patch (server-side apply), delete (prune).
-        assert rules[(group, resource)] == {"get", "list", "create", "patch", "delete"}
+        # list/watch (the operator's view), create/patch (server-side apply), delete (prune).
+        assert rules[(group, resource)] == {"get", "list", "watch", "create", "patch", "delete"}
     # RBAC escalation check: the operator may only grant what it holds itself.
     router_role = router_objects(spec())["Role"]
     for rule in router_role["rules"]:

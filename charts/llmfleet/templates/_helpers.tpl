@@ -118,14 +118,14 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The vLLM Router's identity for its pod discovery. The Role it grants (pods get/list/watch) is
-# within what the operator holds below, as Kubernetes requires of anyone creating a Role. Never
-# watched: read when applied, listed when pruned.
+# within what the operator holds below, as Kubernetes requires of anyone creating a Role. Watched
+# like every child: the operator reads its children from a watch-fed view.
 - apiGroups: [""]
   resources: ["serviceaccounts"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # LLMBatchJobs: read them, patch kopf's annotations, report progress and conditions.
 - apiGroups: ["llmfleet.dev"]
   resources: ["llmbatchjobs"]
@@ -133,10 +133,11 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 - apiGroups: ["llmfleet.dev"]
   resources: ["llmbatchjobs/status"]
   verbs: ["get", "patch"]
-# The Indexed Job of each LLMBatchJob (server-side apply when missing; garbage-collected with it).
+# The Indexed Job of each LLMBatchJob (server-side apply when missing; garbage-collected with it;
+# deleted when its namespace is, so that its pods cannot hold the namespace in Terminating).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Engine pod readiness, summarised into the LLMDeployment's status; batch pods' progress.
 - apiGroups: [""]
   resources: ["pods"]

@@ -14,8 +14,10 @@ from prometheus_client import start_http_server
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
 
+CONNECTIONS = 32
+
 if TYPE_CHECKING:
-    from llmfleet.reconcile.controller import Controller
+    from llmfleet.reconcile.manager import Manager
 
 
 @dataclass(frozen=True)
@@ -33,43 +35,46 @@ class OperatorConfig:
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
+    conf = k8s.Configuration()
     if kubeconfig:
-        return k8s_config.new_client_from_config(config_file=kubeconfig)
-    try:
-        k8s_config.load_incluster_config()
-    except k8s_config.ConfigException:
-        k8s_config.load_kube_config()
-    return k8s.ApiClient()
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
+    else:
+        try:
+            k8s_config.load_incluster_config(client_configuration=conf)
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(client_configuration=conf)
+    # Reconciles on kopf's threads and the manager's run side by side; urllib3's default (5 per
+    # CPU) would open and discard a TLS connection for every request beyond it.
+    conf.connection_pool_maxsize = CONNECTIONS
+    return k8s.ApiClient(conf)
 
 
-def llmdeployment_controller(cfg: OperatorConfig, api: k8s.ApiClient) -> Controller:
-    """The LLMDeployment controller `cfg` describes."""
-    from llmfleet.reconcile.controller import Controller
+def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
+    """What reconciles beside kopf, as `cfg` describes it."""
+    from llmfleet.reconcile.manager import Manager
 
     profiles = (
         parse_gpu_profiles(cfg.gpu_profiles_path.read_text())
         if cfg.gpu_profiles_path
         else DEFAULT_GPU_PROFILES
     )
-    return Controller(api, profiles, default_engine_image=cfg.default_engine_image)
+    return Manager(
+        api,
+        profiles,
+        default_engine_image=cfg.default_engine_image,
+        namespaces=cfg.namespaces,
+        resync_seconds=cfg.resync_seconds,
+    )
 
 
 def run_operator(cfg: OperatorConfig) -> None:
     from llmfleet import main
-    from llmfleet.reconcile.resync import Resyncer
 
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host)
     main.install()
-    controller = llmdeployment_controller(cfg, api_client(cfg.kubeconfig))
-    # Level-based safety net: reverts drift nobody told us about and retries what failed.
-    resyncer = Resyncer(
-        "resync",
-        lambda: controller.names(cfg.namespaces),
-        controller.reconcile_by_name,
-        cfg.resync_seconds,
-    )
-    resyncer.start()
+    running = manager(cfg, api_client(cfg.kubeconfig))
+    running.start()
     kopf.run(
         standalone=not cfg.peering_name,
         peering_name=cfg.peering_name or None,
@@ -77,6 +82,6 @@ def run_operator(cfg: OperatorConfig) -> None:
         clusterwide=not cfg.namespaces,
         namespaces=cfg.namespaces,
         liveness_endpoint=cfg.liveness_endpoint or None,
-        memo=kopf.Memo(controller=controller),
+        memo=kopf.Memo(manager=running),
     )
-    resyncer.stop()
+    running.stop()

@@ -1,8 +1,10 @@
 """Server-side apply of rendered children with one field manager, and pruning of what is no
-longer rendered."""
+longer rendered. Children are read from the operator's watch-fed view (`cache.py`), so a
+reconcile that changes nothing makes no request beyond reading its own object."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from llmfleet import FIELD_MANAGER
 from llmfleet.render.fleet import MANAGED_KINDS
 
+from .cache import ChildView
 from .drift import needs_apply, with_hash
 
 log = logging.getLogger(__name__)
@@ -37,9 +40,10 @@ def ref(obj: dict[str, Any]) -> str:
 
 
 class Applier:
-    def __init__(self, api: k8s.ApiClient) -> None:
+    def __init__(self, api: k8s.ApiClient, view: ChildView) -> None:
         self._dyn = DynamicClient(api)
         self._resources: dict[tuple[str, str], Any] = {}
+        self.view = view
 
     def resource(self, api_version: str, kind: str) -> Any:
         key = (api_version, kind)
@@ -48,6 +52,7 @@ class Applier:
         return self._resources[key]
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object as the API server has it now (a GET; children come from `self.view`)."""
         try:
             obj: dict[str, Any] = (
                 self.resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
@@ -59,30 +64,30 @@ class Applier:
     def list(
         self, api_version: str, kind: str, namespace: str | None, selector: str
     ) -> list[dict[str, Any]]:
-        """Objects matching `selector` in `namespace` (every namespace when None)."""
+        """Objects matching `selector` in `namespace` (every namespace when None), listed now."""
         items = self.resource(api_version, kind).get(namespace=namespace, label_selector=selector)
         return [i.to_dict() for i in items.items]
 
     def apply(self, obj: dict[str, Any], result: ApplyResult) -> dict[str, Any]:
-        """Apply `obj` unless the live object already holds every rendered field."""
+        """Apply `obj` unless the live object (in the view) already holds every rendered field."""
         desired = with_hash(obj)
         meta = desired["metadata"]
-        live = self.get(desired["apiVersion"], desired["kind"], meta["namespace"], meta["name"])
+        live = self.view.get(
+            desired["apiVersion"], desired["kind"], meta["namespace"], meta["name"]
+        )
         if not needs_apply(desired, live):
             result.unchanged += 1
             assert live is not None
             return live
-        applied: dict[str, Any] = (
-            self.resource(desired["apiVersion"], desired["kind"])
-            .server_side_apply(
-                body=desired,
-                name=meta["name"],
-                namespace=meta["namespace"],
-                field_manager=FIELD_MANAGER,
-                force_conflicts=True,
-            )
-            .to_dict()
+        response = self.resource(desired["apiVersion"], desired["kind"]).server_side_apply(
+            body=desired,
+            name=meta["name"],
+            namespace=meta["namespace"],
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+            serialize=False,
         )
+        applied: dict[str, Any] = json.loads(response.data)
         (result.created if live is None else result.updated).append(ref(desired))
         return applied
 
@@ -90,24 +95,28 @@ class Applier:
         self,
         *,
         namespace: str,
-        selector: str,
+        owner_label: tuple[str, str],
         owner_uid: str,
         keep: Iterable[str],
         result: ApplyResult,
         hold: Iterable[str] = (),
     ) -> None:
-        """Delete children of `owner_uid` that were not rendered this time, except those in `hold`
-        (kept on purpose, e.g. the old layout while the new one comes up)."""
+        """Delete children of `owner_uid` (labelled `owner_label`) that were not rendered this
+        time, except those in `hold` (kept on purpose, e.g. the old layout while the new one
+        comes up)."""
         keep_set, hold_set = set(keep), set(hold)
         for api_version, kind in reversed(MANAGED_KINDS):
-            for live in self.list(api_version, kind, namespace, selector):
+            for live in self.view.by_label(api_version, kind, namespace, *owner_label):
                 r = ref(live)
                 owners = live["metadata"].get("ownerReferences") or []
                 if r in keep_set or r in hold_set or not any(o["uid"] == owner_uid for o in owners):
                     continue
-                self.resource(api_version, kind).delete(
-                    name=live["metadata"]["name"],
-                    namespace=namespace,
-                    body={"propagationPolicy": "Background"},
-                )
+                try:
+                    self.resource(api_version, kind).delete(
+                        name=live["metadata"]["name"],
+                        namespace=namespace,
+                        body={"propagationPolicy": "Background"},
+                    )
+                except NotFoundError:  # the view had not yet heard that it went
+                    continue
                 result.deleted.append(r)

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 
 from llmfleet import API_GROUP, API_VERSION
@@ -29,13 +28,20 @@ from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import status_json
 from llmfleet.planner import Plan, PlanError
 from llmfleet.reconcile.apply import Applier, ApplyResult
+from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.conditions import TRUE, condition, keep_transition_times
-from llmfleet.reconcile.errors import api_error
+from llmfleet.reconcile.errors import describe_error, is_refusal, retry_after
 from llmfleet.reconcile.events import EventRecorder
+from llmfleet.reconcile.workqueue import Backoff
 
 log = logging.getLogger(__name__)
 DEGRADED = "Degraded"
 APPLY_REFUSED = "ApplyRefused"
+RECONCILE_FAILING = "ReconcileFailing"
+# Transient failures (the API server busy, restarting, a conflict) stay out of status until they
+# repeat: one blip is retried unseen, a run of them is something an operator should see.
+FAILING_AFTER = 3
+SYNC_TIMEOUT = 10.0  # a reconcile waits this long for the view's first lists
 Key = tuple[str, str]  # namespace, name
 SpecT = TypeVar("SpecT", bound=BaseModel)
 StatusT = TypeVar("StatusT", bound=BaseModel)
@@ -43,6 +49,10 @@ StatusT = TypeVar("StatusT", bound=BaseModel)
 
 class InvalidSpecError(Exception):
     """The spec cannot run as it is; retrying will not help until the user changes it."""
+
+
+class NotSyncedError(Exception):
+    """The view of the children has not been listed yet (the operator just started)."""
 
 
 @dataclass
@@ -59,11 +69,23 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
     spec_model: type[SpecT]
     status_model: type[StatusT]
 
-    def __init__(self, api: k8s.ApiClient, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
+        view: ChildView | None = None,
+    ) -> None:
+        """`view`: the watch-fed children the operator shares between kinds; without one the
+        reconciler starts its own (which tells nobody of changes)."""
         self.api = api
         self.profiles = profiles
-        self.applier = Applier(api)
+        if view is None:
+            view = ChildView.of_children(api, on_change=lambda _obj: None)
+            view.start()
+        self.view = view
+        self.applier = Applier(api, view)
         self.events = EventRecorder(api)
+        self.backoff = Backoff()
         self._guard = threading.Lock()
         # Entries live while a reconcile of the resource runs or waits, and no longer.
         self._locks: dict[Key, _KeyLock] = {}
@@ -126,6 +148,29 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
         with contextlib.suppress(InvalidSpecError):
             self.reconcile(namespace, name)
 
+    def resync(self, namespace: str, name: str) -> None:
+        """The periodic reconcile: skipped while the resource waits out a failure's backoff (its
+        retry is already scheduled), so a failing resource is not tried at every resync."""
+        if not self.backoff.waiting((namespace, name)):
+            self.reconcile_by_name(namespace, name)
+
+    def reconcile_queued(self, namespace: str, name: str) -> float | None:
+        """The work of the queue that child events feed: reconcile, and say in how many seconds
+        to try again after a failure (the resource's backoff), or None."""
+        try:
+            self.reconcile_by_name(namespace, name)
+        except Exception as e:
+            delay = self.retry_in(namespace, name)
+            log.info(
+                "%s %s/%s: %s; again in %.1fs", self.kind, namespace, name, describe_error(e), delay
+            )
+            return delay
+        return None
+
+    def retry_in(self, namespace: str, name: str) -> float:
+        """Seconds until the resource's next try, after the failure just raised (its backoff)."""
+        return max(self.backoff.delay((namespace, name)), 0.5)
+
     def reconcile(self, namespace: str, name: str) -> ApplyResult:
         key = (namespace, name)
         with self._locked(key):
@@ -135,27 +180,32 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
             outcome = "error"
             body: dict[str, Any] | None = None
             try:
+                if not self.view.wait_synced(SYNC_TIMEOUT):
+                    raise NotSyncedError("the operator's view of the children is not listed yet")
                 # Level-based: always act on the object as it is now, never on the copy an event
                 # carried, so status written by the previous reconcile is what we compare against.
                 body = self.fetch(namespace, name)
                 if body is None or body["metadata"].get("deletionTimestamp"):
                     outcome = ""
-                    with self._guard:
-                        self._refusals.pop(key, None)
+                    self._drop(key)
                     self.forget(namespace, name)
                     return ApplyResult()
                 result = self._reconcile(body)
                 outcome = "changed" if result.writes else "unchanged"
-                with self._guard:
-                    self._refusals.pop(key, None)
+                self._drop(key)
                 return result
             except InvalidSpecError:
                 outcome = "invalid"
+                self.backoff.succeeded(key)  # nothing to retry until the spec changes
                 raise
             except Exception as e:
                 self.failed(namespace, name, e)
-                if isinstance(e, ApiException) and body is not None:
-                    self._report_refusal(body, api_error(e))
+                delay = self.backoff.failed(key, retry_after(e))
+                if body is not None:
+                    if is_refusal(e):
+                        self._report_refusal(body, describe_error(e))
+                    elif self.backoff.failures(key) >= FAILING_AFTER:
+                        self._report_failing(body, describe_error(e), delay)
                 raise
             finally:
                 if outcome:  # a resource that is gone is no reconcile
@@ -216,20 +266,41 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
         retries repeat it. And `Degraded=True` in status with the server's words, where `kubectl
         get` and `describe` look: a resource refused on its first apply would otherwise have no
         status at all. The next reconcile that applies everything computes Degraded anew."""
+        self._degraded(body, APPLY_REFUSED, message)
+
+    def _report_failing(self, body: dict[str, Any], error: str, delay: float) -> None:
+        """`Degraded=True` once transient failures (the API server overloaded or restarting,
+        conflicts) repeat, with the last error and when the next try comes; a Warning Event
+        when the error is new. Cleared like a refusal, by the next reconcile that succeeds."""
+        failures = self.backoff.failures((body["metadata"]["namespace"], body["metadata"]["name"]))
+        self._degraded(
+            body,
+            RECONCILE_FAILING,
+            f"reconciles keep failing, the last with {error}",
+            f" ({failures} in a row; next try in {delay:.0f}s)",
+        )
+
+    def _degraded(self, body: dict[str, Any], reason: str, message: str, when: str = "") -> None:
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         with self._guard:
             first = self._refusals.get(key) != message
             self._refusals[key] = message
         old = self.stored_status(body)
         kept = [c for c in getattr(old, "conditions", ()) if c.type != DEGRADED]
-        degraded = condition(DEGRADED, TRUE, APPLY_REFUSED, message, generation(body))
+        degraded = condition(DEGRADED, TRUE, reason, message + when, generation(body))
         conditions = keep_transition_times([*kept, degraded], getattr(old, "conditions", ()))
         try:
             self.write_status(body, old.model_copy(update={"conditions": conditions}))
-        except ApiException as e:  # the refusal itself is what matters; it is in the Event
-            log.warning("%s %s: status not written: %s", self.kind, key_of(body), api_error(e))
+        except Exception as e:  # the failure itself is what matters; it is in the Event and log
+            log.warning("%s %s: status not written: %s", self.kind, key_of(body), describe_error(e))
         if first:
-            self.events.emit(body, "Warning", APPLY_REFUSED, message)
+            self.events.emit(body, "Warning", reason, message)
+
+    def _drop(self, key: Key) -> None:
+        """A reconcile succeeded, or the resource is gone: nothing to report or back off from."""
+        with self._guard:
+            self._refusals.pop(key, None)
+        self.backoff.succeeded(key)
 
     @contextmanager
     def _locked(self, key: Key) -> Iterator[None]:

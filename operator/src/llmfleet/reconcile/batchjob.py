@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.dynamic.exceptions import NotFoundError
 
 from llmfleet.models.batchjob import (
     KIND,
@@ -34,12 +35,14 @@ from llmfleet.models.status import PlanSummary
 from llmfleet.planner import Plan, plan
 from llmfleet.reconcile.apply import ApplyResult
 from llmfleet.reconcile.base import Reconciler, generation
+from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.conditions import FALSE, TRUE, condition, find, keep_transition_times
+from llmfleet.reconcile.events import namespace_terminating
 from llmfleet.reconcile.resync import Resyncer
 from llmfleet.render.batchjob import (
+    BATCHJOB_LABEL,
     CONTAINER,
     BatchOwner,
-    children_selector,
     job_name,
     output_key,
     render_batch_job,
@@ -368,8 +371,9 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         api: k8s.ApiClient,
         profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
         scraper: Scraper = scrape,
+        view: ChildView | None = None,
     ) -> None:
-        super().__init__(api, profiles)
+        super().__init__(api, profiles, view)
         self.scraper = scraper
         self._active: set[tuple[str, str]] = set()  # jobs whose progress is polled
         self._poller: Resyncer | None = None
@@ -403,11 +407,13 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         owner = BatchOwner(name=name, namespace=ns, uid=meta["uid"])
         result = ApplyResult()
         shards = shard_count(spec, planned)
-        job = self.applier.get("batch/v1", "Job", ns, job_name(name))
+        job = self.view.get("batch/v1", "Job", ns, job_name(name))
         finished = old.job_name and old.phase in FINISHED
         if job is None and not finished:
             job = self.applier.apply(render_batch_job(owner, spec, planned), result)
-        pods = self.applier.list("v1", "Pod", ns, children_selector(name))
+        pods = self.view.by_label("v1", "Pod", ns, BATCHJOB_LABEL, name)
+        if job is not None and self._release_from_terminating_namespace(ns, job, pods, result):
+            pods = []
         job_status = (job or {}).get("status") or {}
         completed = _indexes(job_status.get("completedIndexes"))
         failed_for_good = _indexes(job_status.get("failedIndexes"))
@@ -436,6 +442,31 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
             else:
                 self._active.add((ns, name))
         return result
+
+    def _release_from_terminating_namespace(
+        self, ns: str, job: dict[str, Any], pods: list[dict[str, Any]], result: ApplyResult
+    ) -> bool:
+        """Delete the Job when its namespace is being deleted; whether it did.
+
+        Kubernetes deletes a terminating namespace's pods first and waits for them to go. A Job's
+        pods keep the Job controller's tracking finalizer until it has counted them, and a pod
+        that never ran is not counted while the namespace refuses its replacement: the namespace
+        stays Terminating for good. Deleting the Job releases its pods. Asked only once pods are
+        being deleted while the Job is not, so a running job costs nothing."""
+        if job["metadata"].get("deletionTimestamp") or not any(
+            p["metadata"].get("deletionTimestamp") for p in pods
+        ):
+            return False
+        if not namespace_terminating(self.events, ns):
+            return False
+        with contextlib.suppress(NotFoundError):
+            self.applier.resource("batch/v1", "Job").delete(
+                name=job["metadata"]["name"],
+                namespace=ns,
+                body={"propagationPolicy": "Background"},
+            )
+            result.deleted.append(f"Job/{job['metadata']['name']}")
+        return True
 
     # --- polling of running jobs ---------------------------------------------------------------
 

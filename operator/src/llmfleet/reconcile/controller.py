@@ -15,16 +15,13 @@ from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import Plan, plan
 from llmfleet.reconcile.apply import ApplyResult, ref
 from llmfleet.reconcile.base import Reconciler, generation
+from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
 from llmfleet.reconcile.status import Observed, invalid_status, newly_unverified, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
-from llmfleet.render.names import DEPLOYMENT_LABEL, HTTP_PORT, MANAGED_BY
+from llmfleet.render.names import DEPLOYMENT_LABEL, HTTP_PORT
 from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_name, router_url
 from llmfleet.render.service import endpoint_url
-
-
-def children_selector(name: str) -> str:
-    return f"{DEPLOYMENT_LABEL}={name},app.kubernetes.io/managed-by={MANAGED_BY}"
 
 
 class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
@@ -37,8 +34,9 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         api: k8s.ApiClient,
         profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
         default_engine_image: str = DEFAULT_ENGINE_IMAGE,
+        view: ChildView | None = None,
     ) -> None:
-        super().__init__(api, profiles)
+        super().__init__(api, profiles, view)
         self.default_engine_image = default_engine_image  # for specs without engine.image
         self.kv_cache = EngineKVCache(HTTP_PORT)
 
@@ -91,10 +89,10 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
 
         engine_name = engine_deployment_name(name, planned)
         engine = live.get(f"Deployment/{engine_name}")
-        selector = children_selector(name)
+        mine = (DEPLOYMENT_LABEL, name)
         old_engines = tuple(
             d
-            for d in self.applier.list("apps/v1", "Deployment", ns, selector)
+            for d in self.view.by_label("apps/v1", "Deployment", ns, *mine)
             if d["metadata"]["name"] != engine_name and not _is_router(d)
         )
         # The previous layout keeps serving until the new one holds its minimum replicas.
@@ -102,7 +100,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         hold = [] if new_ready >= max(1, planned.min_replicas) else [ref(d) for d in old_engines]
         self.applier.prune(
             namespace=ns,
-            selector=selector,
+            owner_label=mine,
             owner_uid=owner.uid,
             keep=live.keys(),
             hold=hold,
@@ -110,7 +108,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         )
         still_old = tuple(d for d in old_engines if ref(d) in hold)
 
-        pods = tuple(p for p in self.applier.list("v1", "Pod", ns, selector) if not _is_router(p))
+        pods = tuple(p for p in self.view.by_label("v1", "Pod", ns, *mine) if not _is_router(p))
         template = ((engine or {}).get("spec") or {}).get("template")
         observed = Observed(
             engine=engine,

@@ -23,6 +23,8 @@ from llmfleet.render.names import MANAGED_BY
 from llmfleet.shard_report import METRICS_PORT
 
 BATCHJOB_LABEL = "llmfleet.dev/batchjob"
+# Every kind an LLMBatchJob renders.
+BATCH_KINDS: tuple[tuple[str, str], ...] = (("batch/v1", "Job"),)
 COMPONENT_BATCH = "batch-runner"
 CONTAINER = "runner"
 RUNNER_COMMAND = ("python3", "-m", "llmfleet.batch.runner")
@@ -77,10 +79,6 @@ def labels(owner: BatchOwner) -> dict[str, str]:
         "app.kubernetes.io/component": COMPONENT_BATCH,
         BATCHJOB_LABEL: owner.name,
     }
-
-
-def children_selector(name: str) -> str:
-    return f"{BATCHJOB_LABEL}={name},app.kubernetes.io/managed-by={MANAGED_BY}"
 
 
 def shard_count(spec: LLMBatchJobSpec, plan: Plan) -> int:

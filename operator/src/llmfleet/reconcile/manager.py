@@ -1,0 +1,79 @@
+"""What runs beside kopf in the operator process: the watch-fed view of the children, the queues
+their changes feed, the resync of every LLMDeployment and the poll of running LLMBatchJobs.
+
+kopf watches the two kinds themselves and calls their reconciles on create, update and resume
+(`main.py`). A change to a child (a pod becoming ready, the HPA scaling, a hand edit, a delete)
+arrives through the view and queues its owner, named by the child's labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kubernetes import client as k8s
+
+from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
+from llmfleet.reconcile.batchjob import BatchJobController
+from llmfleet.reconcile.cache import ChildView
+from llmfleet.reconcile.controller import Controller
+from llmfleet.reconcile.resync import Resyncer
+from llmfleet.reconcile.workqueue import WorkQueue
+from llmfleet.render.batchjob import BATCHJOB_LABEL
+from llmfleet.render.names import DEPLOYMENT_LABEL
+
+# Reconciles of different resources run side by side; most of their time is spent waiting on the
+# API server, so a few threads keep 2 CPUs busy without queueing behind one slow resource.
+WORKERS = 4
+
+
+class Manager:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
+        *,
+        default_engine_image: str = DEFAULT_ENGINE_IMAGE,
+        namespaces: Sequence[str] = (),
+        resync_seconds: float = 60.0,
+    ) -> None:
+        self.view = ChildView.of_children(api, self._changed, namespaces)
+        self.deployments = Controller(api, profiles, default_engine_image, view=self.view)
+        self.batch = BatchJobController(api, profiles, view=self.view)
+        self._queues = {
+            DEPLOYMENT_LABEL: WorkQueue(
+                "llmdeployments", self.deployments.reconcile_queued, WORKERS
+            ),
+            BATCHJOB_LABEL: WorkQueue("llmbatchjobs", self.batch.reconcile_queued, 2),
+        }
+        # Level-based safety net: reverts drift nobody told us about and retries what failed.
+        self._resync = Resyncer(
+            "resync",
+            lambda: self.deployments.names(namespaces),
+            self.deployments.resync,
+            resync_seconds,
+        )
+
+    def start(self) -> None:
+        self.view.start()
+        for queue in self._queues.values():
+            queue.start()
+        self._resync.start()
+        self.batch.start_polling()
+
+    def stop(self) -> None:
+        self.batch.stop_polling()
+        self._resync.stop()
+        for queue in self._queues.values():
+            queue.stop()
+        self.view.stop()
+
+    def _changed(self, obj: dict[str, Any]) -> None:
+        """A child changed: queue its owner's reconcile."""
+        meta = obj["metadata"]
+        labels = meta.get("labels") or {}
+        for label, queue in self._queues.items():
+            owner = labels.get(label)
+            if owner:
+                queue.add((meta["namespace"], owner))

@@ -1,0 +1,230 @@
+"""The operator through faults of the API server: a restart (its watches, kopf's and its view's,
+break and requests fail; when the server is back every resource converges to exactly what it
+renders, with nothing left over and nothing twice), and server errors on every write (retried
+with a backoff per resource, and shown in status once they repeat)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+from localcluster.metricsstack.load import TINY_ARCHITECTURE
+from localcluster.supervisor import Cluster
+
+from llmfleet import API_GROUP as GROUP
+from llmfleet import API_VERSION as VERSION
+from llmfleet.models import LLMDeploymentSpec
+from llmfleet.models.deployment import KIND, PLURAL
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
+from llmfleet.planner import plan
+from llmfleet.render import Owner, render_fleet
+from llmfleet.render.fleet import MANAGED_KINDS
+from llmfleet.render.names import DEPLOYMENT_LABEL, MANAGED_BY
+
+from .harness import Operator, utcnow, wait_until
+
+pytestmark = pytest.mark.cluster
+
+COUNT = 20
+TINY = {
+    "model": {"name": "/models/tiny", "architecture": dict(TINY_ARCHITECTURE)},
+    "engine": {
+        "maxModelLen": 512,
+        "cpuKVCacheGiB": 1,
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
+    },
+    "autoscaling": {"enabled": False},
+}
+
+
+def rendered(name: str, namespace: str, uid: str) -> set[str]:
+    spec = LLMDeploymentSpec.model_validate(TINY)
+    owner = Owner(name=name, namespace=namespace, uid=uid)
+    return {
+        f"{o['kind']}/{o['metadata']['name']}"
+        for o in render_fleet(owner, spec, plan(spec, DEFAULT_GPU_PROFILES))
+    }
+
+
+def children(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    dyn = DynamicClient(api)
+    out = []
+    for api_version, kind in MANAGED_KINDS:
+        items = dyn.resources.get(api_version=api_version, kind=kind).get(
+            namespace=namespace, label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}"
+        )
+        out.extend({"kind": kind, **i.to_dict()} for i in items.items)
+    return out
+
+
+def converged(api: client.ApiClient, namespace: str) -> str | None:
+    """What is not yet as rendered, or None."""
+    items = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL
+    )["items"]
+    owners = {o["metadata"]["uid"]: o for o in items}
+    unreconciled = [
+        o["metadata"]["name"]
+        for o in items
+        if (o.get("status") or {}).get("observedGeneration") != 1
+        or not (o.get("status") or {}).get("conditions")
+    ]
+    if len(items) != COUNT or unreconciled:
+        return f"{len(items)} resources, not reconciled: {unreconciled}"
+    by_owner: dict[str, list[str]] = {uid: [] for uid in owners}
+    for child in children(api, namespace):
+        ref = f"{child['kind']}/{child['metadata']['name']}"
+        uids = [o["uid"] for o in child["metadata"].get("ownerReferences") or []]
+        live = [u for u in uids if u in owners]
+        if not live:
+            return f"orphan {ref} (owners {uids})"
+        by_owner[live[0]].append(ref)
+    for uid, refs in by_owner.items():
+        meta = owners[uid]["metadata"]
+        want = rendered(meta["name"], namespace, uid)
+        if sorted(refs) != sorted(want):
+            return f"{meta['name']}: children {sorted(refs)}, rendered {sorted(want)}"
+    return None
+
+
+def test_after_an_api_server_restart_mid_reconcile_twenty_resources_converge_exactly(
+    cluster: Cluster, api: client.ApiClient, namespace: str, operator: Operator
+) -> None:
+    custom = client.CustomObjectsApi(api)
+
+    def create(i: int) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": {"name": f"r-{i}"},
+            "spec": TINY,
+        }
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, range(COUNT)))
+    cluster.restart_apiserver()  # while the operator is still at work on them
+
+    missing: list[str | None] = [None]
+
+    def done() -> bool:
+        missing[0] = converged(api, namespace)
+        return missing[0] is None
+
+    try:
+        wait_until(done, timeout=180, interval=1, what="convergence after the restart")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; still: {missing[0]}") from None
+    assert operator.proc is not None
+    assert operator.proc.poll() is None, "the operator exited"
+
+    # The view's watches are live again: a child deleted by hand comes back, and a new resource
+    # gets its children.
+    apps = client.AppsV1Api(api)
+    apps.delete_namespaced_deployment("r-0-cpu", namespace)
+    create(COUNT)
+    wait_until(
+        lambda: (
+            "r-0-cpu"
+            in {
+                d.metadata.name
+                for d in apps.list_namespaced_deployment(
+                    namespace, label_selector=f"{DEPLOYMENT_LABEL}=r-0"
+                ).items
+                if not d.metadata.deletion_timestamp
+            }
+        ),
+        timeout=60,
+        what="the deleted engine Deployment re-created",
+    )
+    wait_until(
+        lambda: (
+            apps.list_namespaced_deployment(
+                namespace, label_selector=f"{DEPLOYMENT_LABEL}=r-{COUNT}"
+            ).items
+        ),
+        timeout=60,
+        what="children of a resource created after the restart",
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_server_error_on_every_apply_backs_off_and_shows_in_status_until_it_clears(
+    api: client.ApiClient, namespace: str, operator: Operator
+) -> None:
+    # An admission webhook that nothing serves: the API server answers every write of a
+    # Deployment here with 500 "failed calling webhook", as it would for a webhook that is down.
+    admission = client.AdmissionregistrationV1Api(api)
+    hook = f"down-{namespace}"[:63]
+    admission.create_validating_webhook_configuration(
+        {
+            "metadata": {"name": hook},
+            "webhooks": [
+                {
+                    "name": "down.llmfleet.dev",
+                    "clientConfig": {"url": f"https://127.0.0.1:{free_port()}/validate"},
+                    "rules": [
+                        {
+                            "apiGroups": ["apps"],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["deployments"],
+                        }
+                    ],
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                    },
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 2,
+                }
+            ],
+        }
+    )
+    custom = client.CustomObjectsApi(api)
+
+    def degraded() -> dict[str, Any]:
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "flaky")
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Degraded"), {})
+
+    try:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": "flaky"}}
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, {**body, "spec": TINY}
+        )
+        failing = wait_until(
+            lambda: degraded().get("reason") == "ReconcileFailing" and degraded(),
+            timeout=60,
+            what="Degraded=True ReconcileFailing",
+        )
+        assert failing["status"] == "True"
+        assert "failed calling webhook" in failing["message"], failing
+        assert "in a row; next try in" in failing["message"], failing
+        # Backed off: few tries in 20 s, though the resync runs every 5 s and kopf retries too.
+        since = utcnow()
+        time.sleep(20)
+        tries = [
+            w for w in operator.writes_since(since, namespace) if "/deployments/" in w["requestURI"]
+        ]
+        assert len(tries) <= 8, [w["requestReceivedTimestamp"] for w in tries]
+    finally:
+        admission.delete_validating_webhook_configuration(hook)
+    cleared = wait_until(
+        lambda: degraded().get("reason") not in (None, "ReconcileFailing") and degraded(),
+        timeout=120,
+        what="Degraded no longer ReconcileFailing once the webhook is gone",
+    )
+    assert cleared["status"] == "False", cleared
+    assert client.AppsV1Api(api).list_namespaced_deployment(namespace).items
