@@ -77,6 +77,10 @@ unit: venv ## Unit tests only (no cluster)
 test: lint tools debian-deps vllm ## Everything CI runs: lint, unit and end-to-end tests on the local cluster
 	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
 
+.PHONY: fuzz
+fuzz: venv tools ## 1,000 generated LLMDeployments against the local cluster and the operator
+	LLMFLEET_FUZZ_EXAMPLES=1000 $(VENV)/bin/pytest tests/e2e/test_fuzz.py -s $(PYTEST_ARGS)
+
 .PHONY: cluster-up
 cluster-up: venv tools ## Start the local cluster (etcd, apiserver, controller-manager, scheduler, kwok GPU nodes)
 	$(LOCALCLUSTER) up

@@ -259,6 +259,14 @@ MALFORMED: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.engine.extraArgs",
     ),
     (
+        "product-not-a-label-value",
+        {"gpus": {**H100, "product": "NVIDIA H100"}},
+        "api",
+        "spec.gpus.product",
+    ),
+    ("model-name-with-a-space", {"model": {"name": "my model"}}, "api", "spec.model.name"),
+    ("model-id-not-ascii", {"model": {"name": "org/modèle"}}, "api", "spec.model.name"),
+    (
         "unknown-model-without-architecture",
         {"model": {"name": "acme/secret-model"}},
         "planner",
@@ -325,6 +333,83 @@ def test_malformed_manifest_is_refused_naming_the_field(
     # The operator keeps serving: a good resource next to the bad one still converges.
     apply(cluster, namespace, llmd("good"))
     wait_available(api, namespace, "good")
+
+
+BAD_NAMES = {
+    "longer-than-56": "a" * 57,
+    "starts-with-a-digit": "1chat",
+    "has-a-dot": "chat.v1",
+}
+
+
+@pytest.mark.parametrize("name", BAD_NAMES.values(), ids=BAD_NAMES.keys())
+def test_a_name_its_children_could_not_carry_is_refused_at_admission(
+    cluster: Cluster, namespace: str, name: str
+) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        apply(cluster, namespace, llmd(name))
+    assert "metadata.name must be at most 56 characters" in err.value.stderr, err.value.stderr
+
+
+def test_the_longest_name_allowed_gets_every_child_including_the_router(
+    operator: Operator, api: client.ApiClient, cluster: Cluster, namespace: str
+) -> None:
+    name = "n" * 56
+    apply(cluster, namespace, llmd(name, autoscaling={"minReplicas": 1, "maxReplicas": 3}))
+    wait_until(
+        lambda: (
+            client.CoreV1Api(api)
+            .list_namespaced_service(namespace, field_selector=f"metadata.name={name}-router")
+            .items
+        ),
+        timeout=60,
+        what="the router's Service",
+    )
+    assert condition(get_llmd(api, namespace, name), "Degraded").get("reason") != "ApplyRefused"
+
+
+def test_text_beyond_ascii_reaches_the_engine_as_written(
+    operator: Operator, api: client.ApiClient, cluster: Cluster, namespace: str
+) -> None:
+    served = "chat-😀-модель-模型"
+    apply(
+        cluster,
+        namespace,
+        llmd(
+            "unicode", model={"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": served}
+        ),
+    )
+    obj = wait_available(api, namespace, "unicode")
+    assert condition(obj, "Degraded").get("status") == "False", condition(obj, "Degraded")
+    (engine,) = deployments(api, namespace)
+    container = engine.spec.template.spec.containers[0]
+    argv = [*(container.command or []), *(container.args or [])]
+    assert served in argv, argv
+
+
+def test_extra_args_that_weaken_the_endpoint_are_allowed_with_one_warning(
+    operator: Operator, api: client.ApiClient, cluster: Cluster, namespace: str
+) -> None:
+    weak = ["--trust-remote-code", "--allowed-local-media-path", "/data"]
+    apply(cluster, namespace, llmd("weak", engine={"extraArgs": weak}))
+
+    def warnings() -> list[str]:
+        return [
+            e.message
+            for e in client.CoreV1Api(api)
+            .list_namespaced_event(namespace, field_selector="involvedObject.name=weak")
+            .items
+            if e.type == "Warning" and e.reason == "EndpointWeakened"
+        ]
+
+    (message,) = wait_until(warnings, timeout=60, what="a Warning Event EndpointWeakened")
+    assert "--trust-remote-code" in message
+    assert "--allowed-local-media-path" in message
+    (engine,) = deployments(api, namespace)
+    container = engine.spec.template.spec.containers[0]
+    assert "--trust-remote-code" in (container.args or [])  # allowed, as asked
+    time.sleep(12)  # two resyncs of the e2e operator: the warning is not repeated
+    assert len(warnings()) == 1
 
 
 def test_operator_killed_mid_reconcile_converges_without_duplicates(

@@ -23,6 +23,14 @@ from llmfleet.models.status import Condition, PlanSummary
 
 KIND = "LLMBatchJob"
 PLURAL = "llmbatchjobs"
+# The name is the value of the labels that tie the Job and its pods to the LLMBatchJob.
+NAME_RULE = {
+    "rule": "size(self.metadata.name) <= 63",
+    "message": (
+        "metadata.name must be at most 63 characters: it is the value of the labels that tie "
+        "the Job and its pods to the LLMBatchJob, and Kubernetes limits label values to 63"
+    ),
+}
 SINGULAR = "llmbatchjob"
 SHORT_NAMES = ("llmbj",)
 CATEGORIES = ("llmfleet",)

@@ -77,6 +77,8 @@ class CrdDefinition:
     spec_model: type[BaseModel]
     status_model: type[BaseModel] | None = None
     printer_columns: tuple[PrinterColumn, ...] = field(default=())
+    # CEL over the whole object, for what the spec's own rules cannot see (metadata.name).
+    object_rules: tuple[dict[str, str], ...] = field(default=())
 
     @property
     def name(self) -> str:
@@ -188,6 +190,10 @@ def custom_resource_definition(definition: CrdDefinition) -> dict[str, Any]:
             "properties": properties,
         }
     }
+    if definition.object_rules:
+        version["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = [
+            dict(rule) for rule in definition.object_rules
+        ]
     if definition.printer_columns:
         version["additionalPrinterColumns"] = [
             column.to_crd() for column in definition.printer_columns

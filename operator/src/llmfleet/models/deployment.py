@@ -19,6 +19,22 @@ PLURAL = "llmdeployments"
 SINGULAR = "llmdeployment"
 SHORT_NAMES = ("llmd",)
 CATEGORIES = ("llmfleet",)
+# The operator names Services <name> and <name>-router (the longest suffix of its children), and
+# a Service name is a DNS-1035 label of at most 63 characters.
+LONGEST_CHILD_SUFFIX = "-router"
+MAX_NAME_LENGTH = 63 - len(LONGEST_CHILD_SUFFIX)
+NAME_RULE = {
+    "rule": (
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && "
+        f"size(self.metadata.name) <= {MAX_NAME_LENGTH}"
+    ),
+    "message": (
+        f"metadata.name must be at most {MAX_NAME_LENGTH} characters of lowercase letters, "
+        "digits and '-', starting with a letter and ending with a letter or digit: it names "
+        f"the Services <name> and <name>{LONGEST_CHILD_SUFFIX}, and Kubernetes limits Service "
+        "names to 63 such characters"
+    ),
+}
 
 Strategy = Literal["Auto", "SinglePod", "MultiPod"]
 Objective = Literal["Throughput", "Latency"]

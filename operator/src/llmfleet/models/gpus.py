@@ -72,9 +72,12 @@ class GpuSpec(ApiModel):
         default=None,
         min_length=1,
         max_length=63,
+        pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
         description=(
             "GPU product label value (e.g. NVIDIA-H100-80GB-HBM3); when set, pods get a "
-            "nodeSelector on nvidia.com/gpu.product so they land on that GPU model."
+            "nodeSelector on nvidia.com/gpu.product so they land on that GPU model. A label "
+            "value: letters, digits, '-', '_' and '.', starting and ending with a letter or "
+            "digit."
         ),
     )
     profile: str | None = Field(

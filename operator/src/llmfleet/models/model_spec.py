@@ -73,16 +73,26 @@ class ModelArchitecture(ApiModel):
     )
 
 
+# A Hugging Face repo id, an absolute path, or an s3:// or gs:// URI; never whitespace.
+MODEL_NAME_PATTERN = (
+    r"^([A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?|/[^\s]*|(s3|gs)://[^\s]+)$"
+)
+
+
 class ModelSpec(ApiModel):
     """The model to serve."""
 
     name: str = Field(
         min_length=1,
         max_length=1_024,
+        pattern=MODEL_NAME_PATTERN,
         description=(
-            "Hugging Face model id (e.g. meta-llama/Llama-3.1-70B-Instruct) or a path inside "
-            "the container; passed to vLLM as --model. Well-known ids are in the built-in "
-            "catalog, so architecture can be omitted for them."
+            "What vLLM loads (--model), one of: a Hugging Face repo id, `name` or "
+            "`org/name` of letters, digits, '-', '_' and '.' (e.g. "
+            "meta-llama/Llama-3.1-70B-Instruct); an absolute path inside the container "
+            "(/models/llama, e.g. on spec.model.cache); or an object-store URI that vLLM "
+            "streams from (s3://bucket/path, gs://bucket/path). No spaces. Well-known ids are "
+            "in the built-in catalog, so architecture can be omitted for them."
         ),
     )
     served_model_name: str | None = Field(

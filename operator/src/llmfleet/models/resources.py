@@ -8,6 +8,7 @@ from llmfleet.models.crd import AGE_COLUMN, CrdDefinition, PrinterColumn, Resour
 from llmfleet.models.deployment import (
     CATEGORIES,
     KIND,
+    NAME_RULE,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
@@ -31,6 +32,7 @@ LLMDEPLOYMENT = CrdDefinition(
     ),
     spec_model=LLMDeploymentSpec,
     status_model=LLMDeploymentStatus,
+    object_rules=(NAME_RULE,),
     printer_columns=(
         PrinterColumn("Strategy", "string", ".status.plan.strategy", "Planned layout."),
         PrinterColumn("Replicas", "integer", ".status.replicas", "Desired pods."),
@@ -57,6 +59,7 @@ LLMBATCHJOB = CrdDefinition(
     ),
     spec_model=batchjob.LLMBatchJobSpec,
     status_model=batchjob.LLMBatchJobStatus,
+    object_rules=(batchjob.NAME_RULE,),
     printer_columns=(
         PrinterColumn("Status", "string", ".status.phase", "Pending, Running, Complete, Failed."),
         PrinterColumn("Shards", "integer", ".status.shards", "Pods working in parallel."),

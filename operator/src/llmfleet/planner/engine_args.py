@@ -110,3 +110,27 @@ def merge_args(
         if group.flag is None or group.flag not in derived_flags:
             args.extend(group.tokens)
     return tuple(args)
+
+
+# Flags that are allowed but make the endpoint less safe, with what each opens up.
+WEAKENING_FLAGS: dict[str, str] = {
+    "--trust-remote-code": (
+        "runs Python code that comes with the model's repository inside the engine"
+    ),
+    "--allowed-local-media-path": (
+        "lets any request read files under that path of the engine's filesystem as media"
+    ),
+    "--api-key": (
+        "puts the API key in plain text in the Deployment, readable by anyone who may read "
+        "Deployments; give VLLM_API_KEY from a Secret instead"
+    ),
+    "--allowed-origins": "lets web pages of those origins call the endpoint from a browser",
+    "--allow-credentials": "lets browsers send their credentials along with cross-origin calls",
+}
+
+
+def weakening_args(args: Sequence[str]) -> tuple[str, ...]:
+    """What `spec.engine.extraArgs` gives up of the endpoint's safety, one line per flag, in
+    the order they were given."""
+    seen = dict.fromkeys(g.flag for g in group_args(args) if g.flag in WEAKENING_FLAGS)
+    return tuple(f"{flag} {WEAKENING_FLAGS[flag]}" for flag in seen if flag is not None)

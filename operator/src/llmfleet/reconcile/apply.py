@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from .cache import ChildView
 from .drift import needs_apply, with_hash
 
 log = logging.getLogger(__name__)
+APPLY_PATCH = "application/apply-patch+yaml"
 
 
 @dataclass
@@ -33,6 +35,20 @@ class ApplyResult:
     @property
     def writes(self) -> int:
         return len(self.created) + len(self.updated) + len(self.deleted)
+
+
+# What YAML may not carry raw in a double-quoted scalar, though JSON may: C1 controls and DEL
+# (refused: "control characters are not allowed"), the line breaks YAML 1.1 folds into spaces
+# (NEL, LS, PS) and the BOM and non-characters. Their JSON escapes are valid YAML.
+_RAW_IN_JSON_NOT_YAML = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+
+
+def apply_body(obj: dict[str, Any]) -> bytes:
+    """`obj` as a server-side apply body: JSON (which is YAML) in UTF-8. Not the client's own
+    serialiser, which escapes text beyond the BMP (an emoji) as a JSON surrogate pair that the
+    API server's YAML parser refuses ("invalid Unicode character escape code")."""
+    text = json.dumps(obj, ensure_ascii=False)
+    return _RAW_IN_JSON_NOT_YAML.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
 
 
 def ref(obj: dict[str, Any]) -> str:
@@ -79,10 +95,13 @@ class Applier:
             result.unchanged += 1
             assert live is not None
             return live
-        response = self.resource(desired["apiVersion"], desired["kind"]).server_side_apply(
-            body=desired,
-            name=meta["name"],
-            namespace=meta["namespace"],
+        resource = self.resource(desired["apiVersion"], desired["kind"])
+        # With a charset in the content type the client sends the bytes it is given.
+        response = self._dyn.request(
+            "patch",
+            resource.path(name=meta["name"], namespace=meta["namespace"]),
+            body=apply_body(desired),
+            content_type=f"{APPLY_PATCH}; charset=utf-8",
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
             serialize=False,

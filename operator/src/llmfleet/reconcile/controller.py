@@ -13,6 +13,7 @@ from llmfleet.models.deployment import KIND
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import Plan, plan
+from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, weakening_args
 from llmfleet.reconcile.apply import ApplyResult, ref
 from llmfleet.reconcile.base import Reconciler, generation
 from llmfleet.reconcile.cache import ChildView
@@ -126,7 +127,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             observed=observed,
             endpoint=router_url(owner) if router_enabled(spec, planned) else endpoint_url(owner),
         )
-        self._announce(body, old_status, planned, result)
+        self._announce(body, old_status, spec, planned, result)
         unverified = newly_unverified(old_status, new)
         if self.write_status(body, new) and unverified is not None:
             # Once, when PlanVerified turns False; not on every resync while it stays so.
@@ -141,11 +142,21 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         self,
         body: dict[str, Any],
         old_status: LLMDeploymentStatus,
+        spec: LLMDeploymentSpec,
         planned: Plan,
         result: ApplyResult,
     ) -> None:
         if old_status.plan != planned.summary():
             self.events.emit(body, "Normal", "Planned", planned.reason)
+        weakened = weakening_args(spec.engine.extra_args)
+        if weakened and old_status.observed_generation != generation(body):
+            # Once per spec: allowed, but whoever runs the cluster should know.
+            self.events.emit(
+                body,
+                "Warning",
+                "EndpointWeakened",
+                f"{EXTRA_ARGS_FIELD}: " + "; ".join(weakened),
+            )
         if result.writes:
             parts = [
                 f"{verb} {', '.join(items)}"

@@ -9,6 +9,7 @@ from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.planner import Plan
 from llmfleet.render.modelpod import GPU_RESOURCE, cache_and_tmp, model_env, resources
 from llmfleet.render.names import (
+    ENGINE_CONTAINER,
     HTTP_PORT,
     LAYOUT_LABEL,
     Owner,
@@ -88,8 +89,11 @@ def render_engine(
     pod_labels = {**common_labels(owner), LAYOUT_LABEL: layout}
     volumes, mounts = _volumes(spec, plan)
     container: dict[str, Any] = {
-        "name": "vllm",
+        "name": ENGINE_CONTAINER,
         "image": spec.engine.image or default_image,
+        # An engine that dies at start leaves its log's tail as the termination message, which
+        # status shows (Degraded EngineCrashLoop).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "command": list(ENGINE_COMMAND),
         "args": [
             *plan.vllm_args,

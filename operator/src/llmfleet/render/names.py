@@ -10,6 +10,7 @@ from llmfleet.models.deployment import KIND
 from llmfleet.planner import Plan
 
 MANAGED_BY = "llmfleet"
+ENGINE_CONTAINER = "vllm"  # the engine pod's one container
 DEPLOYMENT_LABEL = "llmfleet.dev/deployment"
 LAYOUT_LABEL = "llmfleet.dev/layout"
 COMPONENT_ENGINE = "engine"
