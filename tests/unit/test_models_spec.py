@@ -121,7 +121,7 @@ def test_spec_is_immutable() -> None:
         ),
         pytest.param(
             spec_with(strategy="Spread"),
-            "spec.strategy: Input should be 'Auto', 'SinglePod' or 'MultiPod'",
+            "spec.strategy: Input should be 'Auto', 'SinglePod', 'MultiPod' or 'MultiNode'",
             id="strategy-lists-allowed-values",
         ),
         pytest.param(

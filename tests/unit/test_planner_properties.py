@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from hypothesis import given, settings
@@ -74,7 +75,9 @@ def test_plan_stays_within_gpu_memory(manifest: dict[str, Any]) -> None:
     arch = manifest["model"]["architecture"]
     kv_heads = max(1, arch["numKeyValueHeads"] // result.tensor_parallel_size)
     element = 4 if spec.model.dtype == "float32" else 2
-    per_token = 2 * arch["numLayers"] * kv_heads * arch["headDim"] * element
+    # A GPU keeps the KV cache of its pipeline stage's layers (all of them without one).
+    layers = math.ceil(arch["numLayers"] / result.pipeline_parallel_size)
+    per_token = 2 * layers * kv_heads * arch["headDim"] * element
     assert result.kv_cache_tokens_per_replica * per_token <= result.kv_cache_gib_per_gpu * GIB
     assert result.kv_cache_tokens_per_replica >= result.max_model_len
 
@@ -87,9 +90,15 @@ def test_plan_uses_exactly_the_given_gpus(manifest: dict[str, Any]) -> None:
         return
     spec, result = outcome
     assert spec.gpus is not None
-    assert result.gpus_per_replica == result.tensor_parallel_size <= spec.gpus.per_node
+    tp, pp = result.tensor_parallel_size, result.pipeline_parallel_size
+    assert result.gpus_per_replica == tp * pp
+    assert tp <= spec.gpus.per_node
+    # Pipeline stages only across nodes, each stage a whole node.
+    assert (pp > 1) == (result.strategy == "MultiNode")
+    assert pp == 1 or tp == spec.gpus.per_node
     assert result.replicas * result.gpus_per_replica == result.total_gpus == spec.gpus.count
-    assert (result.strategy == "SinglePod") == (result.replicas == 1)
+    if result.strategy != "MultiNode":
+        assert (result.strategy == "SinglePod") == (result.replicas == 1)
     assert result.min_replicas <= result.max_replicas
 
 
@@ -102,6 +111,12 @@ def test_vllm_args_match_the_plan(manifest: dict[str, Any]) -> None:
     _, result = outcome
     args = list(result.vllm_args)
     assert args[args.index("--tensor-parallel-size") + 1] == str(result.tensor_parallel_size)
+    if result.pipeline_parallel_size > 1:
+        assert args[args.index("--pipeline-parallel-size") + 1] == str(
+            result.pipeline_parallel_size
+        )
+    else:
+        assert "--pipeline-parallel-size" not in args
     assert args[args.index("--max-model-len") + 1] == str(result.max_model_len)
     assert args[args.index("--max-num-seqs") + 1] == str(result.max_concurrent_sequences)
     assert 1 <= result.max_concurrent_sequences <= result.max_num_batched_tokens

@@ -152,7 +152,13 @@ def _table(item: _Planned) -> str:
         ("Model", item.model),
         ("Strategy", p.strategy),
         ("Replicas", f"{p.replicas} (autoscaling {p.min_replicas}-{p.max_replicas})"),
-        ("GPUs per replica", f"{p.gpus_per_replica} (tensor parallel {p.tensor_parallel_size})"),
+        (
+            "GPUs per replica",
+            f"{p.gpus_per_replica} (tensor parallel {p.tensor_parallel_size})"
+            if p.pipeline_parallel_size == 1
+            else f"{p.gpus_per_replica} over {p.pipeline_parallel_size} nodes (tensor parallel "
+            f"{p.tensor_parallel_size} x pipeline parallel {p.pipeline_parallel_size})",
+        ),
         ("Total GPUs", str(p.total_gpus)),
         ("Weights per GPU", f"{_gib(p.weights_gib_per_gpu)} of {_gib(p.weights_gib)} in all"),
         (
@@ -166,7 +172,8 @@ def _table(item: _Planned) -> str:
         ("Shared memory", f"{p.shm_size_gib} GiB"),
         ("Startup budget", f"{p.startup_budget_seconds} s"),
     ]
-    rows.append(("HPA target", f"{p.target_queue_depth} requests waiting per pod"))
+    unit = "replica" if p.pipeline_parallel_size > 1 else "pod"
+    rows.append(("HPA target", f"{p.target_queue_depth} requests waiting per {unit}"))
     if p.predicted is not None:
         q = p.predicted
         rows.append(("Workload", f"{q.prompt_tokens} prompt + {q.output_tokens} output tokens"))

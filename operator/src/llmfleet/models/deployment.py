@@ -36,7 +36,7 @@ NAME_RULE = {
     ),
 }
 
-Strategy = Literal["Auto", "SinglePod", "MultiPod"]
+Strategy = Literal["Auto", "SinglePod", "MultiPod", "MultiNode"]
 Objective = Literal["Throughput", "Latency"]
 
 
@@ -69,6 +69,14 @@ class LLMDeploymentSpec(ApiModel):
                 or s.gpus.per_node is None
                 or s.gpus.count <= s.gpus.per_node
             ),
+            field="strategy",
+        ),
+        CelRule(
+            rule="has(self.gpus) || self.strategy != 'MultiNode'",
+            message=(
+                "strategy MultiNode needs gpus: it spans GPU nodes (use strategy Auto or SinglePod)"
+            ),
+            holds=lambda s: s.gpus is not None or s.strategy != "MultiNode",
             field="strategy",
         ),
         CelRule(
@@ -105,9 +113,12 @@ class LLMDeploymentSpec(ApiModel):
         description=(
             "Layout. SinglePod: one pod using all gpus.count GPUs with tensor parallelism. "
             "MultiPod: at least two pods, their size chosen as for Auto. "
+            "MultiNode: each replica spans nodes, tensor parallel within a node and pipeline "
+            "parallel across nodes (a LeaderWorkerSet group). "
             "Auto: whichever layout spec.slo or the objective prefers by the planner's "
-            "predictions (by memory alone for GPUs without performance constants). One of "
-            "Auto, SinglePod, MultiPod. Default Auto."
+            "predictions (by memory alone for GPUs without performance constants), MultiNode "
+            "when the model fits no single node. One of Auto, SinglePod, MultiPod, MultiNode. "
+            "Default Auto."
         ),
     )
     objective: Objective = Field(

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from llmfleet.models.base import ApiModel
 
 ConditionStatus = Literal["True", "False", "Unknown"]
-PlannedStrategy = Literal["SinglePod", "MultiPod"]
+PlannedStrategy = Literal["SinglePod", "MultiPod", "MultiNode"]
 
 
 class Condition(ApiModel):
@@ -45,10 +45,21 @@ class Condition(ApiModel):
 class PlanSummary(ApiModel):
     """The layout the operator deployed, as chosen by the planner."""
 
-    strategy: PlannedStrategy = Field(description="Chosen layout: SinglePod or MultiPod.")
-    replicas: int = Field(ge=0, description="Pods in the planned layout, before autoscaling.")
-    gpus_per_replica: int = Field(ge=0, description="GPUs per pod (0 for CPU-only serving).")
+    strategy: PlannedStrategy = Field(
+        description="Chosen layout: SinglePod, MultiPod or MultiNode."
+    )
+    replicas: int = Field(
+        ge=0, description="Replicas in the planned layout (pods, or MultiNode groups)."
+    )
+    gpus_per_replica: int = Field(
+        ge=0, description="GPUs per replica, across its nodes (0 for CPU-only serving)."
+    )
     tensor_parallel_size: int = Field(ge=1, description="vLLM --tensor-parallel-size per pod.")
+    pipeline_parallel_size: int | None = Field(
+        default=None,
+        ge=2,
+        description="MultiNode only: vLLM --pipeline-parallel-size, one stage per node.",
+    )
     kv_cache_tokens_per_replica: int = Field(
         ge=0, description="Tokens of KV cache one pod holds, estimated by the planner."
     )

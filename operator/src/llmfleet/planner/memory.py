@@ -49,13 +49,21 @@ def kv_heads_per_gpu(arch: ModelArchitecture, tensor_parallel_size: int) -> int:
     return max(1, arch.num_key_value_heads // tensor_parallel_size)
 
 
+def layers_per_stage(arch: ModelArchitecture, pipeline_parallel_size: int) -> int:
+    """The layers of the deepest pipeline stage (vLLM splits them as evenly as it can)."""
+    return math.ceil(arch.num_layers / pipeline_parallel_size)
+
+
 def kv_bytes_per_token_per_gpu(
-    arch: ModelArchitecture, dtype: Dtype, tensor_parallel_size: int
+    arch: ModelArchitecture,
+    dtype: Dtype,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int = 1,
 ) -> int:
-    """Key and value, every layer, this GPU's heads."""
+    """Key and value, every layer of this GPU's pipeline stage, this GPU's heads."""
     return (
         2
-        * arch.num_layers
+        * layers_per_stage(arch, pipeline_parallel_size)
         * kv_heads_per_gpu(arch, tensor_parallel_size)
         * arch.head_dim
         * kv_bytes_per_element(dtype)
@@ -110,10 +118,17 @@ def fit_on_gpu(
     gpu_memory_utilization: float,
     max_num_batched_tokens: int,
     tensor_parallel_size: int,
+    pipeline_parallel_size: int = 1,
 ) -> GpuFit:
+    """One GPU of a replica of `tensor_parallel_size` x `pipeline_parallel_size` GPUs: its shard
+    of its stage's layers (the deepest stage: the one that fills first)."""
     budget = round_down(memory_gib * gpu_memory_utilization)
-    weights = round_up(weights_gib(arch, dtype, quantization) / tensor_parallel_size)
+    stage_share = layers_per_stage(arch, pipeline_parallel_size) / arch.num_layers
+    weights = round_up(weights_gib(arch, dtype, quantization) * stage_share / tensor_parallel_size)
     reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens))
     kv_cache = round_down(budget - weights - reserve)
-    tokens = kv_tokens_in(kv_cache, kv_bytes_per_token_per_gpu(arch, dtype, tensor_parallel_size))
+    per_token = kv_bytes_per_token_per_gpu(
+        arch, dtype, tensor_parallel_size, pipeline_parallel_size
+    )
+    tokens = kv_tokens_in(kv_cache, per_token)
     return GpuFit(tensor_parallel_size, budget, weights, reserve, kv_cache, tokens)

@@ -55,6 +55,7 @@ from llmfleet.planner.memory import (
     fit_on_gpu,
     kv_bytes_per_token_per_gpu,
     kv_tokens_in,
+    layers_per_stage,
     weights_gib,
 )
 from llmfleet.planner.parallelism import counts_that_split, splits_evenly, tensor_parallel_sizes
@@ -202,6 +203,7 @@ def _fit(
     tensor_parallel_size: int,
     *,
     fp8: bool = False,
+    pipeline: int = 1,
 ) -> GpuFit:
     return fit_on_gpu(
         arch,
@@ -211,6 +213,7 @@ def _fit(
         gpu_memory_utilization=settings.gpu_memory_utilization,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline,
     )
 
 
@@ -223,6 +226,12 @@ def _plan_gpus(
 ) -> Plan:
     sizes = tensor_parallel_sizes(arch, gpus.per_node)
     fits = {size: _fit(spec, gpus, arch, settings, size) for size in sizes}
+    one_node = [s for s in sizes if s <= min(gpus.count, gpus.per_node)]
+    fits_one_node = any(fits[s].sequences(settings.max_model_len) >= 1 for s in one_node)
+    if spec.strategy == "MultiNode" or (
+        spec.strategy == "Auto" and not fits_one_node and gpus.count > gpus.per_node
+    ):
+        return _plan_multinode(spec, gpus, arch, settings, extra, sizes)
     by_memory = _choose_layout(
         spec, gpus=gpus, arch=arch, settings=settings, sizes=sizes, fits=fits
     )
@@ -267,6 +276,163 @@ def _plan_gpus(
         candidates=tuple(_candidate(spec, c, chosen, why) for c in candidates),
         target_queue_depth=_target_queue_depth(spec, chosen.max_num_seqs),
     )
+
+
+def _plan_multinode(  # noqa: PLR0917
+    spec: LLMDeploymentSpec,
+    gpus: Gpus,
+    arch: ModelArchitecture,
+    settings: _Settings,
+    extra: tuple[ArgGroup, ...],
+    sizes: tuple[int, ...],
+) -> Plan:
+    """vLLM's guidance for a model larger than a node: tensor parallel within a node, pipeline
+    parallel across nodes. TP = the GPUs of a node; PP = the fewest nodes whose GPUs hold the
+    weights and the KV cache (at least MIN_CONCURRENT_SEQUENCES full-length sequences when some
+    depth does); replicas = what the nodes make of that."""
+    tp, length, count = gpus.per_node, settings.max_model_len, gpus.count
+    if tp not in sizes:
+        raise PlanError(
+            "spec.gpus.perNode",
+            f"a multi-node replica runs tensor parallel over a whole node, and {tp} GPUs "
+            f"(perNode) do not divide {spec.model.name}'s {arch.num_attention_heads} attention "
+            f"heads and {arch.num_key_value_heads} KV heads into powers of two: one of "
+            f"{_join(sizes)}",
+        )
+    if count % tp:
+        raise PlanError(
+            "spec.gpus.count",
+            f"a multi-node layout fills whole nodes: {count} GPUs is not a multiple of "
+            f"perNode {tp}; use {_join([tp * n for n in range(2, 5)])}",
+        )
+    nodes = count // tp
+    if nodes < 2:
+        raise PlanError(
+            "spec.strategy",
+            f"strategy MultiNode spans nodes, but {count} GPUs make one node of {tp}; give "
+            f"spec.gpus.count {2 * tp} or more, or use strategy Auto",
+        )
+    depths = [pp for pp in range(2, nodes + 1) if nodes % pp == 0]
+    if depths[0] > arch.num_layers:
+        raise PlanError(
+            "spec.gpus.count",
+            f"{spec.model.name} has {arch.num_layers} layers, fewer than the {depths[0]} "
+            "pipeline stages these nodes would make; use fewer GPUs",
+        )
+    depths = [pp for pp in depths if pp <= arch.num_layers]
+    fits = {pp: _fit(spec, gpus, arch, settings, tp, pipeline=pp) for pp in depths}
+    holding = [pp for pp in depths if fits[pp].sequences(length) >= 1]
+    if not holding:
+        deepest = fits[depths[-1]]
+        total = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+        raise PlanError(
+            "spec.gpus.count",
+            f"{spec.model.name} ({total:.1f} GiB of {_precision(spec)} weights) does not fit "
+            f"{count} GPUs even over "
+            f"{depths[-1]} nodes: at TP={tp} x PP={depths[-1]} each GPU needs "
+            f"{deepest.weights_gib:.2f} GiB of weights + {deepest.reserve_gib:.2f} GiB reserve "
+            f"and one {length}-token sequence, but vLLM may use {deepest.budget_gib:.2f} GiB; "
+            "add nodes (spec.gpus.count), use fp8 (spec.model.quantization) or a shorter "
+            "spec.engine.maxModelLen",
+        )
+    enough = [pp for pp in holding if fits[pp].sequences(length) >= MIN_CONCURRENT_SEQUENCES]
+    pp = (enough or holding)[0]
+    fit = fits[pp]
+    replicas = nodes // pp
+    seqs = concurrency_for(fit.kv_tokens, settings.workload, settings.max_num_seqs)
+    min_replicas, max_replicas = _multinode_bounds(spec, replicas, tp * pp, count)
+    total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+    single = max(s for s in sizes if s <= tp)
+    reason = " ".join(
+        (
+            _explain_sizing(spec, gpus, arch, settings, fit),
+            f"It does not fit one node: at TP={single} each GPU would hold "
+            f"{_fit(spec, gpus, arch, settings, single).weights_gib:.2f} GiB of weights.",
+            f"So each replica spans {pp} nodes, as vLLM advises for models larger than a node: "
+            f"tensor parallel within a node (TP={tp}) and pipeline parallel across nodes "
+            f"(PP={pp}, {layers_per_stage(arch, pp)} of {arch.num_layers} layers per stage).",
+            f"At TP={tp} x PP={pp}: {_describe_fit(fit, length)}.",
+            f"The {count} GPUs make {_plural(replicas, 'replica')} of {tp * pp} GPUs.",
+            "Speed is not predicted for pipeline-parallel layouts.",
+            _batching_sentence(
+                settings, seqs, _kv_bound_source(fit.kv_tokens, settings.workload), "replica"
+            ),
+        )
+    )
+    return Plan(
+        strategy="MultiNode",
+        replicas=replicas,
+        gpus_per_replica=tp * pp,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        weights_gib_per_gpu=fit.weights_gib,
+        kv_cache_tokens_per_replica=fit.kv_tokens,
+        max_concurrent_sequences=seqs,
+        vllm_args=_vllm_args(spec, settings, tp, seqs, extra, pipeline_parallel_size=pp),
+        reason=reason,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        total_gpus=replicas * tp * pp,
+        weights_gib=round(total_weights, 2),
+        kv_cache_gib_per_gpu=fit.kv_cache_gib,
+        reserve_gib_per_gpu=fit.reserve_gib,
+        max_model_len=length,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        shm_size_gib=SHM_BASE_GIB + SHM_GIB_PER_EXTRA_GPU * (tp - 1),
+        startup_budget_seconds=_startup_budget(total_weights),
+        node_selector=_node_selector(gpus),
+        tolerations=gpus.tolerations,
+        candidates=tuple(
+            Candidate(
+                strategy="MultiNode",
+                tensor_parallel_size=tp,
+                pipeline_parallel_size=depth,
+                replicas=nodes // depth,
+                kv_cache_tokens_per_replica=fits[depth].kv_tokens,
+                max_num_seqs=concurrency_for(
+                    fits[depth].kv_tokens, settings.workload, settings.max_num_seqs
+                ),
+                chosen=depth == pp,
+                verdict=(
+                    f"the fewest nodes per replica that hold the model and "
+                    f"{_plural(fits[depth].sequences(length), 'full-length sequence')}"
+                    if depth == pp
+                    else f"PP={depth} holds {fits[depth].sequences(length)} full-length "
+                    f"sequences, PP={pp} is shallower"
+                    if depth > pp
+                    else f"PP={depth} holds {fits[depth].sequences(length)} full-length "
+                    f"sequences, too few"
+                ),
+            )
+            for depth in depths
+        ),
+        target_queue_depth=_target_queue_depth(spec, seqs),
+    )
+
+
+def _multinode_bounds(
+    spec: LLMDeploymentSpec, replicas: int, gpus_per_replica: int, count: int
+) -> tuple[int, int]:
+    """A multi-node replica takes whole nodes: the autoscaler may not reach past spec.gpus."""
+    autoscaling = spec.autoscaling
+    if not autoscaling.enabled:
+        return replicas, replicas
+    minimum = autoscaling.min_replicas or replicas
+    maximum = autoscaling.max_replicas or replicas
+    most = count // gpus_per_replica
+    if maximum > most:
+        raise PlanError(
+            "spec.autoscaling.maxReplicas",
+            f"{maximum} replicas of {gpus_per_replica} GPUs need {maximum * gpus_per_replica} "
+            f"GPUs, more than spec.gpus.count {count}; a multi-node replica takes whole nodes, "
+            f"so set maxReplicas to at most {most} or give more GPUs",
+        )
+    if maximum < minimum:
+        raise PlanError(
+            "spec.autoscaling.maxReplicas",
+            f"{maximum} is below minReplicas {minimum}; set maxReplicas to at least that",
+        )
+    return minimum, maximum
 
 
 def _candidate(spec: LLMDeploymentSpec, c: Evaluated, chosen: Evaluated, why: str) -> Candidate:
@@ -628,9 +794,11 @@ def _explain_batching(settings: _Settings, chosen: Evaluated, by_slo: bool) -> s
     return _batching_sentence(settings, chosen.max_num_seqs, source)
 
 
-def _batching_sentence(settings: _Settings, max_num_seqs: int, source: str) -> str:
+def _batching_sentence(
+    settings: _Settings, max_num_seqs: int, source: str, unit: str = "pod"
+) -> str:
     return (
-        f"Each pod runs up to {max_num_seqs} sequences at once ({source}) and batches up to "
+        f"Each {unit} runs up to {max_num_seqs} sequences at once ({source}) and batches up to "
         f"{settings.max_num_batched_tokens:,} tokens per step."
     )
 
@@ -677,6 +845,8 @@ def _vllm_args(
     tensor_parallel_size: int,
     max_num_seqs: int,
     extra: tuple[ArgGroup, ...],
+    *,
+    pipeline_parallel_size: int = 1,
 ) -> tuple[str, ...]:
     model = spec.model
     derived: list[tuple[str, tuple[str, ...]]] = [("--model", (model.name,))]
@@ -689,6 +859,8 @@ def _vllm_args(
     if model.quantization == "fp8":
         derived.append(("--quantization", ("fp8",)))
     derived.append(("--tensor-parallel-size", (str(tensor_parallel_size),)))
+    if pipeline_parallel_size > 1:
+        derived.append(("--pipeline-parallel-size", (str(pipeline_parallel_size),)))
     derived.append(("--max-model-len", (str(settings.max_model_len),)))
     if spec.gpus is not None:
         derived.append(("--gpu-memory-utilization", (f"{settings.gpu_memory_utilization:g}",)))

@@ -13,8 +13,11 @@ from llmfleet.models.status import PlannedStrategy, PlanSummary, Prediction
 class Candidate(ApiModel):
     """One layout the planner considered, with its memory fit, predicted speed and verdict."""
 
-    strategy: PlannedStrategy = Field(description="SinglePod or MultiPod.")
+    strategy: PlannedStrategy = Field(description="SinglePod, MultiPod or MultiNode.")
     tensor_parallel_size: int = Field(ge=1, description="GPUs per pod (tensor parallel).")
+    pipeline_parallel_size: int = Field(
+        default=1, ge=1, description="Pipeline stages per replica, one node each (MultiNode)."
+    )
     replicas: int = Field(ge=0, description="Pods the GPUs make at this size.")
     kv_cache_tokens_per_replica: int = Field(ge=0, description="KV cache of one pod, tokens.")
     max_num_seqs: int = Field(ge=0, description="Sequences per pod the plan would allow.")
@@ -27,10 +30,19 @@ class Plan(ApiModel):
     """A fleet layout for one LLMDeploymentSpec. Serialise with
     `model_dump(by_alias=True, mode="json")`; the JSON keys are a stable interface."""
 
-    strategy: PlannedStrategy = Field(description="SinglePod or MultiPod.")
-    replicas: int = Field(ge=1, description="Pods at the planned (minimum) scale.")
-    gpus_per_replica: int = Field(ge=0, description="GPUs per pod; 0 for CPU-only serving.")
+    strategy: PlannedStrategy = Field(description="SinglePod, MultiPod or MultiNode.")
+    replicas: int = Field(
+        ge=1, description="Replicas at the planned (minimum) scale: pods, or MultiNode groups."
+    )
+    gpus_per_replica: int = Field(
+        ge=0, description="GPUs per replica (across its nodes); 0 for CPU-only serving."
+    )
     tensor_parallel_size: int = Field(ge=1, description="vLLM --tensor-parallel-size.")
+    pipeline_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="vLLM --pipeline-parallel-size: stages per replica, one node each.",
+    )
     weights_gib_per_gpu: float = Field(
         alias="weightsGiBPerGPU", ge=0, description="Weights held by each GPU, GiB; 0 on CPU."
     )
@@ -98,6 +110,9 @@ class Plan(ApiModel):
             replicas=self.replicas,
             gpus_per_replica=self.gpus_per_replica,
             tensor_parallel_size=self.tensor_parallel_size,
+            pipeline_parallel_size=(
+                self.pipeline_parallel_size if self.pipeline_parallel_size > 1 else None
+            ),
             kv_cache_tokens_per_replica=self.kv_cache_tokens_per_replica,
             max_concurrent_sequences=self.max_concurrent_sequences,
         )

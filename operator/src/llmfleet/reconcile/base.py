@@ -220,7 +220,7 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
         try:
             planned = self.plan(spec)
         except PlanError as e:
-            self.refuse(body, old, "PlanningFailed", str(e), spec)
+            self.refuse(body, old, e.reason, str(e), spec)
         return self.run(body, old, spec, planned)
 
     def refuse(

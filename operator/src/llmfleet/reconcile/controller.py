@@ -12,7 +12,7 @@ from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.models.deployment import KIND
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import LLMDeploymentStatus
-from llmfleet.planner import Plan, plan
+from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, weakening_args
 from llmfleet.reconcile.apply import ApplyResult, ref
 from llmfleet.reconcile.base import Reconciler, generation
@@ -42,7 +42,16 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         self.kv_cache = EngineKVCache(HTTP_PORT)
 
     def plan(self, spec: LLMDeploymentSpec) -> Plan:
-        return plan(spec, self.profiles)
+        planned = plan(spec, self.profiles)
+        if planned.strategy == "MultiNode":
+            raise PlanError(
+                "spec.gpus",
+                f"{planned.reason} This version of the operator plans multi-node layouts "
+                "(`llmfleet plan` shows them) but does not yet create them: a replica over "
+                "several nodes needs a LeaderWorkerSet, which it does not render yet.",
+                reason="MultiNodeNotServed",
+            )
+        return planned
 
     def refused_status(
         self, old: LLMDeploymentStatus, generation: int, reason: str, message: str

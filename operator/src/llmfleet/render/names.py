@@ -45,7 +45,8 @@ def layout_id(plan: Plan) -> str:
     """Short id of a layout; a layout change renders a new engine Deployment beside the old."""
     if plan.gpus_per_replica == 0:
         return CPU_LAYOUT
-    return f"{TP_LAYOUT_PREFIX}{plan.tensor_parallel_size}"
+    tp = f"{TP_LAYOUT_PREFIX}{plan.tensor_parallel_size}"
+    return tp if plan.pipeline_parallel_size == 1 else f"{tp}-pp{plan.pipeline_parallel_size}"
 
 
 def engine_deployment_name(owner_name: str, plan: Plan) -> str:
