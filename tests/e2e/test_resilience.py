@@ -1,7 +1,8 @@
-"""The operator through faults of the API server: a restart (its watches, kopf's and its view's,
-break and requests fail; when the server is back every resource converges to exactly what it
-renders, with nothing left over and nothing twice), and server errors on every write (retried
-with a backoff per resource, and shown in status once they repeat)."""
+"""The operator through faults: an API server restart (its watches, kopf's and its view's, break
+and requests fail; when the server is back every resource converges to exactly what it renders,
+with nothing left over and nothing twice), server errors on every write (retried with a backoff
+per resource, and shown in status once they repeat), and a lost node (its pods come back where
+GPUs allow; status says ScalingLimited where they cannot)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from localcluster.metricsstack.load import TINY_ARCHITECTURE
+from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
 
 from llmfleet import API_GROUP as GROUP
@@ -228,3 +230,70 @@ def test_a_server_error_on_every_apply_backs_off_and_shows_in_status_until_it_cl
     )
     assert cleared["status"] == "False", cleared
     assert client.AppsV1Api(api).list_namespaced_deployment(namespace).items
+
+
+LOSS_PRODUCT = "LLMFleet-Node-Loss-H100"  # this test's own nodes: no other test's pods land there
+
+
+def test_a_lost_node_s_pods_come_back_where_gpus_allow_and_status_says_when_they_cannot(
+    cluster: Cluster, api: client.ApiClient, namespace: str, operator: Operator
+) -> None:
+    pool = Pool(name="loss", count=2, gpus=8, product=LOSS_PRODUCT, gpu_memory_mib=81559)
+    cluster.apply_nodes([pool])
+    cluster.wait_nodes_ready()
+    custom, apps, core = (
+        client.CustomObjectsApi(api),
+        client.AppsV1Api(api),
+        client.CoreV1Api(api),
+    )
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": "fleet"},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "gpus": {"count": 16, "memoryGiB": 80, "perNode": 8, "product": LOSS_PRODUCT},
+            "autoscaling": {"enabled": False},
+        },
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+    def condition(ctype: str) -> dict[str, Any]:
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fleet")
+        found = (obj.get("status") or {}).get("conditions") or []
+        return next((c for c in found if c["type"] == ctype), {})
+
+    def running() -> list[client.V1Pod]:
+        return [
+            p
+            for p in core.list_namespaced_pod(
+                namespace, label_selector="app.kubernetes.io/component=engine"
+            ).items
+            if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+        ]
+
+    wait_until(lambda: len(running()) == 16, timeout=120, what="16 engine pods running")
+    children = sorted(d.metadata.name for d in apps.list_namespaced_deployment(namespace).items)
+
+    lost = "kwok-loss-1"
+    core.delete_node(lost)
+    limited = wait_until(
+        lambda: condition("ScalingLimited").get("status") == "True" and condition("ScalingLimited"),
+        timeout=180,
+        interval=2,
+        what="ScalingLimited=True once the lost node's pods find no GPUs",
+    )
+    assert limited["reason"] == "InsufficientGPUs", limited
+    assert all(p.spec.node_name != lost for p in running())
+
+    cluster.apply_nodes([pool])  # the node comes back
+    wait_until(lambda: len(running()) == 16, timeout=180, interval=2, what="16 running again")
+    wait_until(
+        lambda: condition("ScalingLimited").get("status") == "False",
+        timeout=60,
+        what="ScalingLimited=False",
+    )
+    # Nothing orphaned or doubled: the same children as before the loss.
+    assert sorted(d.metadata.name for d in apps.list_namespaced_deployment(namespace).items) == (
+        children
+    )
