@@ -130,12 +130,16 @@ class Applier:
                 owners = live["metadata"].get("ownerReferences") or []
                 if r in keep_set or r in hold_set or not any(o["uid"] == owner_uid for o in owners):
                     continue
-                try:
-                    self.resource(api_version, kind).delete(
-                        name=live["metadata"]["name"],
-                        namespace=namespace,
-                        body={"propagationPolicy": "Background"},
-                    )
-                except NotFoundError:  # the view had not yet heard that it went
-                    continue
-                result.deleted.append(r)
+                if self.delete(api_version, kind, namespace, live["metadata"]["name"]):
+                    result.deleted.append(r)
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        """Delete a child, its own children in the background; False when it was already gone
+        (the view had not yet heard)."""
+        try:
+            self.resource(api_version, kind).delete(
+                name=name, namespace=namespace, body={"propagationPolicy": "Background"}
+            )
+        except NotFoundError:
+            return False
+        return True

@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes.dynamic.exceptions import NotFoundError
 
 from llmfleet.models.batchjob import (
     KIND,
@@ -37,7 +36,6 @@ from llmfleet.reconcile.apply import ApplyResult
 from llmfleet.reconcile.base import Reconciler, generation
 from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.conditions import FALSE, TRUE, condition, find, keep_transition_times
-from llmfleet.reconcile.events import namespace_terminating
 from llmfleet.reconcile.resync import Resyncer
 from llmfleet.render.batchjob import (
     BATCHJOB_LABEL,
@@ -457,14 +455,9 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
             p["metadata"].get("deletionTimestamp") for p in pods
         ):
             return False
-        if not namespace_terminating(self.events, ns):
+        if not self.events.namespace_terminating(ns):
             return False
-        with contextlib.suppress(NotFoundError):
-            self.applier.resource("batch/v1", "Job").delete(
-                name=job["metadata"]["name"],
-                namespace=ns,
-                body={"propagationPolicy": "Background"},
-            )
+        if self.applier.delete("batch/v1", "Job", ns, job["metadata"]["name"]):
             result.deleted.append(f"Job/{job['metadata']['name']}")
         return True
 

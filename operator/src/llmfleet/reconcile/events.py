@@ -18,7 +18,7 @@ COMPONENT = FIELD_MANAGER
 
 class EventRecorder:
     def __init__(self, api: k8s.ApiClient) -> None:
-        self.core = k8s.CoreV1Api(api)
+        self._core = k8s.CoreV1Api(api)
 
     def emit(self, body: dict[str, Any], etype: str, reason: str, message: str) -> None:
         meta = body["metadata"]
@@ -49,24 +49,26 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(meta["namespace"], event)
+            self._core.create_namespaced_event(meta["namespace"], event)
         except k8s.ApiException as e:  # an Event is worth less than the reconcile that made it
             log.warning("could not post event %s on %s: %s", reason, meta["name"], e.reason)
 
-
-def namespace_terminating(events: EventRecorder, namespace: str) -> bool:
-    """Whether `namespace` is being deleted. Asked with a dry-run Event, which the API server
-    refuses with the cause NamespaceTerminating: the operator may create Events wherever it
-    works, while reading a Namespace would take a cluster-scoped grant."""
-    probe = {
-        "metadata": {"name": f"llmfleet-probe.{uuid.uuid4().hex[:12]}", "namespace": namespace},
-        "involvedObject": {"kind": "Namespace", "name": namespace},
-        "reason": "Probe",
-        "message": "dry run",
-        "type": "Normal",
-    }
-    try:
-        events.core.create_namespaced_event(namespace, probe, dry_run="All")
-    except k8s.ApiException as e:
-        return e.status == 403 and "NamespaceTerminating" in str(e.body or "")
-    return False
+    def namespace_terminating(self, namespace: str) -> bool:
+        """Whether `namespace` is being deleted. Asked with a dry-run Event, which the API
+        server refuses with the cause NamespaceTerminating: the operator may create Events
+        wherever it works, while reading a Namespace would take a cluster-scoped grant."""
+        probe = {
+            "metadata": {
+                "name": f"llmfleet-probe.{uuid.uuid4().hex[:12]}",
+                "namespace": namespace,
+            },
+            "involvedObject": {"kind": "Namespace", "name": namespace},
+            "reason": "Probe",
+            "message": "dry run",
+            "type": "Normal",
+        }
+        try:
+            self._core.create_namespaced_event(namespace, probe, dry_run="All")
+        except k8s.ApiException as e:
+            return e.status == 403 and "NamespaceTerminating" in str(e.body or "")
+        return False
