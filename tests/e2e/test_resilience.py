@@ -277,14 +277,21 @@ def test_a_lost_node_s_pods_come_back_where_gpus_allow_and_status_says_when_they
 
     lost = "kwok-loss-1"
     core.delete_node(lost)
+    # PodGC deletes the lost node's pods a few at a time; each one's replacement finds no GPU.
+    wait_until(
+        lambda: all(p.spec.node_name != lost for p in running()),
+        timeout=180,
+        interval=2,
+        what="no pod left running on the lost node",
+    )
     limited = wait_until(
         lambda: condition("ScalingLimited").get("status") == "True" and condition("ScalingLimited"),
-        timeout=180,
+        timeout=60,
         interval=2,
         what="ScalingLimited=True once the lost node's pods find no GPUs",
     )
     assert limited["reason"] == "InsufficientGPUs", limited
-    assert all(p.spec.node_name != lost for p in running())
+    assert len(running()) == 8  # the surviving node's, no more
 
     cluster.apply_nodes([pool])  # the node comes back
     wait_until(lambda: len(running()) == 16, timeout=180, interval=2, what="16 running again")
