@@ -5,6 +5,7 @@ writes from the API server's audit log."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +29,9 @@ from .waiting import wait_until
 CHART = REPO / "charts" / "llmfleet"
 OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
+# Flags of the chart's operator container that the process takes as the chart renders them (the
+# others it sets itself: loopback endpoints, the resync period, the profiles' file).
+CHART_FLAGS = ("--engine-network-policy=",)
 
 
 def free_port() -> int:
@@ -62,6 +67,9 @@ class Operator:
     metrics_port: int = field(default_factory=free_port)
     # GPU profiles added to the chart's gpuProfiles value at install (name -> profile).
     gpu_profiles_extra: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Chart values set at install (`--set` arguments), e.g. engine.networkPolicy.enabled=true.
+    chart_values: tuple[str, ...] = ()
+    chart_args: list[str] = field(default_factory=list)
     username: str = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}"
 
     @property
@@ -102,6 +110,7 @@ class Operator:
                     for name, profile in sorted(self.gpu_profiles_extra.items())
                     for arg in ("--set-json", f"gpuProfiles.{name}={json.dumps(profile)}")
                 ),
+                *(arg for value in self.chart_values for arg in ("--set", value)),
                 "--wait",
             ],
             check=True,
@@ -120,6 +129,18 @@ class Operator:
                 "jsonpath={.data.gpu-profiles\\.yaml}",
             )
         )
+        args = json.loads(
+            k(
+                "get",
+                "deployment",
+                RELEASE,
+                "-n",
+                OPERATOR_NAMESPACE,
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].args}",
+            )
+        )
+        self.chart_args = [a for a in args if a.startswith(CHART_FLAGS)]
         token = k("create", "token", RELEASE, "-n", OPERATOR_NAMESPACE, "--duration=24h").strip()
         cfg = yaml.safe_load(self.cluster.kubeconfig.read_text())
         cfg["users"] = [{"name": "operator", "user": {"token": token}}]
@@ -149,6 +170,7 @@ class Operator:
                 "INFO",
                 "--gpu-profiles",
                 str(self.gpu_profiles),
+                *self.chart_args,
             ],
             stdout=logf,
             stderr=subprocess.STDOUT,
@@ -158,6 +180,24 @@ class Operator:
         logf.close()
         (self.cluster.state_dir / "operator.pid").write_text(str(self.proc.pid))
         wait_until(self._serving_metrics, timeout=30, what="operator metrics endpoint")
+
+    @contextlib.contextmanager
+    def configured(self, *chart_values: str) -> Iterator[None]:
+        """Inside the block the chart is installed with these values and the operator runs with
+        what they render; after it, with the values it had before (both restart the operator,
+        which then reconciles every resource again, as after an upgrade)."""
+        before = self.chart_values
+        self.kill()
+        self.chart_values = before + chart_values
+        try:
+            self.install_identity()
+            self.start()
+            yield
+        finally:
+            self.kill()
+            self.chart_values = before
+            self.install_identity()
+            self.start()
 
     def _serving_metrics(self) -> bool:
         try:

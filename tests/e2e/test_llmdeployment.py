@@ -426,7 +426,7 @@ def test_a_model_larger_than_a_node_is_planned_over_two_nodes_and_reported_not_s
         return c if c.get("status") == "False" else None
 
     cond = wait_until(planned, timeout=30, what="Planned=False")
-    assert cond["reason"] == "MultiNodeNotServed", cond
+    assert cond["reason"] == "LeaderWorkerSetMissing", cond
     assert "TP=8" in cond["message"], cond["message"]
     assert "PP=2" in cond["message"], cond["message"]
     assert "LeaderWorkerSet" in cond["message"], cond["message"]

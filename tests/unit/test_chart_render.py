@@ -210,6 +210,15 @@ EXPECTED_RULES = {
         "delete",
     },
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {
+        "get",
+        "list",
+        "watch",
+        "create",
+        "patch",
+        "delete",
+    },
     ("", "serviceaccounts"): {"get", "list", "watch", "create", "patch", "delete"},
     ("rbac.authorization.k8s.io", "roles"): {"get", "list", "watch", "create", "patch", "delete"},
     ("rbac.authorization.k8s.io", "rolebindings"): {

@@ -26,6 +26,9 @@ PASS_THROUGH = {
     "/affinity/podAntiAffinity",
     "/definitions/envVar/valueFrom",
     "/definitions/topologySpreadConstraint/labelSelector",
+    "/definitions/networkPolicyPeer/podSelector",
+    "/definitions/networkPolicyPeer/namespaceSelector",
+    "/definitions/networkPolicyPeer/ipBlock",
 }
 ROW = re.compile(
     r"^\| `(?P<key>[^`]+)` \| (?P<type>[^|]+) \| `(?P<default>[^`]*)` \| (?P<desc>.+) \|$"

@@ -72,6 +72,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- include "llmfleet.fullname" . -}}
 {{- end -}}
 
+{{/*
+The operator's --engine-network-policy (JSON): the scrapers and clients of engine.networkPolicy,
+and the operator's own pods, which read each engine's KV-cache size for PlanVerified.
+*/}}
+{{- define "llmfleet.engineNetworkPolicy" -}}
+{{- $operator := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) "podSelector" (dict "matchLabels" (include "llmfleet.selectorLabels" . | fromYaml)) -}}
+{{- dict "scrapers" .Values.engine.networkPolicy.scrapers "clients" .Values.engine.networkPolicy.clients "operator" (list $operator) | toJson -}}
+{{- end -}}
+
 {{/* Port of kopf's liveness endpoint (flag --liveness), probed at /healthz. */}}
 {{- define "llmfleet.healthPort" -}}8080{{- end -}}
 
@@ -116,6 +125,17 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Multi-node layouts: one LeaderWorkerSet per layout (sigs.k8s.io/lws, a prerequisite only for
+# models larger than a node). Watched whether or not the cluster serves it: the operator looks
+# the API up again while it is missing, and reports Planned=False LeaderWorkerSetMissing.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The engines' NetworkPolicy (engine.networkPolicy); watched and pruned whether or not it is on,
+# so that turning it off removes the policies it made.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The vLLM Router's identity for its pod discovery. The Role it grants (pods get/list/watch) is
 # within what the operator holds below, as Kubernetes requires of anyone creating a Role. Watched

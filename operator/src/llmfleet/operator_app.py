@@ -12,6 +12,7 @@ from kubernetes import config as k8s_config
 from prometheus_client import start_http_server
 
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
 
 CONNECTIONS = 32
@@ -32,6 +33,7 @@ class OperatorConfig:
     gpu_profiles_path: Path | None = None
     kubeconfig: str | None = None
     default_engine_image: str = DEFAULT_ENGINE_IMAGE
+    engine_network_policy: EngineNetworkPolicy | None = None
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -62,6 +64,7 @@ def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
         api,
         profiles,
         default_engine_image=cfg.default_engine_image,
+        network_policy=cfg.engine_network_policy,
         namespaces=cfg.namespaces,
         resync_seconds=cfg.resync_seconds,
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.network_policy import EngineNetworkPolicy, parse_engine_network_policy
 
 if TYPE_CHECKING:
     from llmfleet.operator_app import OperatorConfig
@@ -81,11 +82,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "LLMFLEET_DEFAULT_ENGINE_IMAGE; default %(default)s)",
     )
     p.add_argument(
+        "--engine-network-policy",
+        default=env("LLMFLEET_ENGINE_NETWORK_POLICY", ""),
+        type=_network_policy,
+        help="JSON {scrapers, operator, clients: [NetworkPolicyPeer]}: render a NetworkPolicy "
+        "per LLMDeployment that admits only its router, these scrapers and the operator to the "
+        "engines (env LLMFLEET_ENGINE_NETWORK_POLICY; default: none)",
+    )
+    p.add_argument(
         "--kubeconfig",
         default=env("KUBECONFIG") or None,
         help="kubeconfig to use outside a cluster (default: in-cluster config)",
     )
     p.set_defaults(func=_run)
+
+
+def _network_policy(text: str) -> EngineNetworkPolicy | None:
+    """argparse type: a bad value stops the operator with one line naming the flag."""
+    try:
+        return parse_engine_network_policy(text)
+    except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
+        raise argparse.ArgumentTypeError(f"not a valid engine NetworkPolicy: {e}") from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -118,4 +135,5 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         gpu_profiles_path=args.gpu_profiles,
         kubeconfig=args.kubeconfig,
         default_engine_image=args.default_engine_image,
+        engine_network_policy=args.engine_network_policy,
     )

@@ -19,10 +19,12 @@ from llmfleet.models.refs import SecretKeyRef
 
 SchedulingPolicy = Literal["fcfs", "priority"]
 
-# Flags the operator owns: the Service and probes target the port it sets, and the GPU count per
-# pod follows the planned tensor-parallel size. Underscored spellings are accepted by vLLM too.
+# Flags the operator owns: the Service and probes target the port it sets, the GPU count per
+# pod follows the planned tensor-parallel size, and a multi-node replica's pods find each other
+# with the launcher flags it sets. Underscored spellings are accepted by vLLM too.
 RESERVED_ARG_PATTERN = (
-    r"^(-tp|-pp|-dp|--(host|port|(tensor|pipeline|data)[-_]parallel[-_]size))(=.*)?$"
+    r"^(-tp|-pp|-dp|--(host|port|(tensor|pipeline|data)[-_]parallel[-_]size"
+    r"|nnodes|node[-_]rank|master[-_](addr|port)|headless))(=.*)?$"
 )
 _RESERVED_ARG = re.compile(RESERVED_ARG_PATTERN)
 
@@ -109,8 +111,9 @@ class EngineSpec(ApiModel):
             ),
             message=(
                 "extraArgs must not set --host, --port, --tensor-parallel-size, "
-                "--pipeline-parallel-size or --data-parallel-size: the operator sets them "
-                "from the plan (choose the layout with spec.strategy and spec.gpus)"
+                "--pipeline-parallel-size, --data-parallel-size or the multi-node launcher's "
+                "--nnodes, --node-rank, --master-addr, --master-port, --headless: the operator "
+                "sets them from the plan (choose the layout with spec.strategy and spec.gpus)"
             ),
             holds=lambda e: not any(_RESERVED_ARG.search(arg) for arg in e.extra_args),
             field="extraArgs",

@@ -31,7 +31,7 @@ from llmfleet.models.batchjob import (
 )
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import PlanSummary
-from llmfleet.planner import Plan, plan
+from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.reconcile.apply import ApplyResult
 from llmfleet.reconcile.base import Reconciler, generation
 from llmfleet.reconcile.cache import ChildView
@@ -377,7 +377,16 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         self._poller: Resyncer | None = None
 
     def plan(self, spec: LLMBatchJobSpec) -> Plan:
-        return plan(spec.deployment_spec(), self.profiles)
+        planned = plan(spec.deployment_spec(), self.profiles)
+        if planned.pipeline_parallel_size > 1:
+            raise PlanError(
+                "spec.gpus",
+                f"{planned.reason} An LLMBatchJob runs each shard as one pod on one node; a "
+                "model larger than a node needs fp8 (spec.model.quantization) or larger GPUs, "
+                "or an LLMDeployment (which spans nodes) to send the requests to.",
+                reason="MultiNodeNotSupported",
+            )
+        return planned
 
     def refused_status(
         self, old: LLMBatchJobStatus, generation: int, reason: str, message: str

@@ -36,6 +36,7 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from llmfleet.render.batchjob import BATCH_KINDS, BATCHJOB_LABEL
 from llmfleet.render.fleet import MANAGED_KINDS
@@ -47,6 +48,9 @@ Kind = tuple[str, str]  # apiVersion, kind
 OnChange = Callable[[dict[str, Any]], None]
 WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from where it stood
 RETRY_MIN, RETRY_MAX = 0.5, 30.0  # after a failed list or watch (API server restarting)
+# How often a kind the API server does not serve (LeaderWorkerSet before it is installed) is
+# looked up again.
+ABSENT_RECHECK_SECONDS = 15.0
 
 
 def _compact(kind: Kind, obj: dict[str, Any]) -> bytes:
@@ -74,7 +78,10 @@ class Informer:
     ) -> None:
         self.kind = kind
         self._namespace = namespace
-        self._resource = dyn.resources.get(api_version=kind[0], kind=kind[1])
+        self._dyn = dyn
+        self._resource: Any = None  # looked up by the watch thread: the API may come and go
+        # Whether the API server serves this kind (None: not looked up yet).
+        self.served: bool | None = None
         self._selector = selector
         self._index_labels = tuple(index_labels)
         self._on_change = on_change
@@ -124,6 +131,9 @@ class Informer:
         failures = 0
         while not self._stop.is_set():
             try:
+                if self._resource is None and not self._look_up():
+                    self._stop.wait(ABSENT_RECHECK_SECONDS)
+                    continue
                 if version is None:
                     version = self._relist()
                     self.synced.set()
@@ -133,11 +143,46 @@ class Informer:
                 if e.status == 410:  # our resourceVersion is older than the server keeps
                     version = None
                     continue
+                if e.status == 404:  # the kind is no longer served (its CRD was deleted)
+                    self._gone()
+                    version = None
+                    continue
                 failures += 1
                 self._pause(failures, f"API {e.status} {e.reason}")
             except Exception as e:  # connection refused or reset: the API server is restarting
                 failures += 1
                 self._pause(failures, repr(e))
+
+    def _look_up(self) -> bool:
+        """Whether the API server serves the kind now; while it does not, the view holds none
+        of it and counts as listed."""
+        try:
+            self._resource = self._dyn.resources.get(api_version=self.kind[0], kind=self.kind[1])
+        except ResourceNotFoundError:
+            if self.served is not False:
+                log.info(
+                    "%s (%s) is not served; looking again every %.0fs",
+                    self.kind[1],
+                    self.kind[0],
+                    ABSENT_RECHECK_SECONDS,
+                )
+            self.served = False
+            self.synced.set()
+            return False
+        self.served = True
+        return True
+
+    def _gone(self) -> None:
+        """The kind stopped being served: forget its objects, as the API server has."""
+        log.info("%s (%s) is no longer served", self.kind[1], self.kind[0])
+        with self._lock:
+            held = list(self._objects.items())
+        for key, raw in held:
+            self._forget(key)
+            self._notify(json.loads(raw))
+        self._resource = None
+        self.served = False
+        self._dyn.resources.invalidate_cache()
 
     def _pause(self, failures: int, why: str) -> None:
         delay = min(RETRY_MAX, RETRY_MIN * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
@@ -304,6 +349,14 @@ class ChildView:
         self, api_version: str, kind: str, namespace: str, label: str, value: str
     ) -> list[dict[str, Any]]:
         return self.informer(api_version, kind, namespace).by_label(namespace, label, value)
+
+    def serves(self, api_version: str, kind: str) -> bool:
+        """Whether the API server serves this kind, as last looked up (True until then)."""
+        return all(
+            i.served is not False
+            for (k, _ns), i in self._informers.items()
+            if k == (api_version, kind)
+        )
 
     def size(self) -> int:
         """How many objects the view holds."""

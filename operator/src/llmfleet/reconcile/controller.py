@@ -10,6 +10,7 @@ from kubernetes import client as k8s
 from llmfleet import metrics as m
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.models.deployment import KIND
+from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import Plan, PlanError, plan
@@ -20,6 +21,7 @@ from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
 from llmfleet.reconcile.status import Observed, invalid_status, newly_unverified, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
+from llmfleet.render.leaderworkerset import LWS_API_VERSION, LWS_KIND
 from llmfleet.render.names import DEPLOYMENT_LABEL, HTTP_PORT
 from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_name, router_url
 from llmfleet.render.service import endpoint_url
@@ -36,20 +38,24 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
         default_engine_image: str = DEFAULT_ENGINE_IMAGE,
         view: ChildView | None = None,
+        network_policy: EngineNetworkPolicy | None = None,
     ) -> None:
         super().__init__(api, profiles, view)
         self.default_engine_image = default_engine_image  # for specs without engine.image
+        self.network_policy = network_policy  # None: the engines get no NetworkPolicy
         self.kv_cache = EngineKVCache(HTTP_PORT)
 
     def plan(self, spec: LLMDeploymentSpec) -> Plan:
         planned = plan(spec, self.profiles)
-        if planned.strategy == "MultiNode":
+        if planned.pipeline_parallel_size > 1 and not self.view.serves(LWS_API_VERSION, LWS_KIND):
+            # Checked again on every resync: installing LeaderWorkerSet later is enough.
             raise PlanError(
                 "spec.gpus",
-                f"{planned.reason} This version of the operator plans multi-node layouts "
-                "(`llmfleet plan` shows them) but does not yet create them: a replica over "
-                "several nodes needs a LeaderWorkerSet, which it does not render yet.",
-                reason="MultiNodeNotServed",
+                f"{planned.reason} A replica over several nodes runs as a LeaderWorkerSet "
+                f"({LWS_API_VERSION}), which this cluster does not serve: install "
+                "LeaderWorkerSet (sigs.k8s.io/lws; see the chart's README), or give the model "
+                "GPUs that one node holds (spec.gpus).",
+                reason="LeaderWorkerSetMissing",
             )
         return planned
 
@@ -93,17 +99,21 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         owner = Owner(name=name, namespace=ns, uid=meta["uid"])
         result = ApplyResult()
         live: dict[str, dict[str, Any]] = {}
-        rendered = render_fleet(owner, spec, planned, self.default_engine_image)
+        rendered = render_fleet(
+            owner, spec, planned, self.default_engine_image, self.network_policy
+        )
         for obj in rendered:
             live[ref(obj)] = self.applier.apply(obj, result)
 
         engine_name = engine_deployment_name(name, planned)
-        engine = live.get(f"Deployment/{engine_name}")
+        engine_kind = LWS_KIND if planned.pipeline_parallel_size > 1 else "Deployment"
+        engine = live.get(f"{engine_kind}/{engine_name}")
         mine = (DEPLOYMENT_LABEL, name)
         old_engines = tuple(
             d
-            for d in self.view.by_label("apps/v1", "Deployment", ns, *mine)
-            if d["metadata"]["name"] != engine_name and not _is_router(d)
+            for kind in (("apps/v1", "Deployment"), (LWS_API_VERSION, LWS_KIND))
+            for d in self.view.by_label(*kind, ns, *mine)
+            if ref(d) != f"{engine_kind}/{engine_name}" and not _is_router(d)
         )
         # The previous layout keeps serving until the new one holds its minimum replicas.
         new_ready = int(((engine or {}).get("status") or {}).get("readyReplicas") or 0)
@@ -119,7 +129,11 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         still_old = tuple(d for d in old_engines if ref(d) in hold)
 
         pods = tuple(p for p in self.view.by_label("v1", "Pod", ns, *mine) if not _is_router(p))
-        template = ((engine or {}).get("spec") or {}).get("template")
+        engine_spec = (engine or {}).get("spec") or {}
+        # A LeaderWorkerSet's leaders are the engines that serve and report their KV cache.
+        template = engine_spec.get("template") or (
+            engine_spec.get("leaderWorkerTemplate") or {}
+        ).get("leaderTemplate")
         observed = Observed(
             engine=engine,
             old_engines=still_old,

@@ -14,6 +14,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.reconcile.batchjob import BatchJobController
 from llmfleet.reconcile.cache import ChildView
@@ -35,11 +36,14 @@ class Manager:
         profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
         *,
         default_engine_image: str = DEFAULT_ENGINE_IMAGE,
+        network_policy: EngineNetworkPolicy | None = None,
         namespaces: Sequence[str] = (),
         resync_seconds: float = 60.0,
     ) -> None:
         self.view = ChildView.of_children(api, self._changed, namespaces)
-        self.deployments = Controller(api, profiles, default_engine_image, view=self.view)
+        self.deployments = Controller(
+            api, profiles, default_engine_image, view=self.view, network_policy=network_policy
+        )
         self.batch = BatchJobController(api, profiles, view=self.view)
         self._queues = {
             DEPLOYMENT_LABEL: WorkQueue(

@@ -6,7 +6,14 @@ from typing import Any
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
-from llmfleet.render.names import Owner, engine_deployment_name, metadata, selector_labels
+from llmfleet.render.leaderworkerset import LWS_API_VERSION, LWS_KIND
+from llmfleet.render.names import (
+    Owner,
+    engine_deployment_name,
+    group_selector,
+    metadata,
+    selector_labels,
+)
 
 # The custom metric prometheus-adapter serves from vLLM's `vllm:num_requests_waiting` gauge.
 QUEUE_METRIC = "vllm_num_requests_waiting"
@@ -14,14 +21,17 @@ SCALE_UP_PERIOD_SECONDS = 15
 
 
 def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
+    grouped = plan.pipeline_parallel_size > 1
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
         "metadata": metadata(owner, owner.name),
         "spec": {
+            # A LeaderWorkerSet's scale subresource selects its leaders only: the pods that
+            # serve, and so the ones whose queue the metric reads.
             "scaleTargetRef": {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
+                "apiVersion": LWS_API_VERSION if grouped else "apps/v1",
+                "kind": LWS_KIND if grouped else "Deployment",
                 "name": engine_deployment_name(owner.name, plan),
             },
             "minReplicas": plan.min_replicas,
@@ -59,10 +69,18 @@ def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, A
     }
 
 
-def render_pdb(owner: Owner) -> dict[str, Any]:
+def render_pdb(owner: Owner, plan: Plan) -> dict[str, Any]:
+    """At most one engine pod evicted at a time. For a multi-node layout the budget spans every
+    pod of every group (a group serves only whole): one pod down takes at most one group down.
+    One budget per group could not do that, since each would allow one of its own pods."""
+    selector = (
+        group_selector(owner, plan)
+        if plan.pipeline_parallel_size > 1
+        else {"matchLabels": selector_labels(owner)}
+    )
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": metadata(owner, owner.name),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(owner)}},
+        "spec": {"maxUnavailable": 1, "selector": selector},
     }

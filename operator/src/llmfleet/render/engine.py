@@ -9,6 +9,7 @@ from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.planner import Plan
 from llmfleet.render.modelpod import GPU_RESOURCE, cache_and_tmp, model_env, resources
 from llmfleet.render.names import (
+    COMPONENT_ENGINE,
     ENGINE_CONTAINER,
     HTTP_PORT,
     LAYOUT_LABEL,
@@ -77,26 +78,25 @@ def _volumes(
     return [shm, *volumes], [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts]
 
 
-def render_engine(
+def engine_pod_template(
     owner: Owner,
     spec: LLMDeploymentSpec,
     plan: Plan,
     default_image: str = DEFAULT_ENGINE_IMAGE,
+    *,
+    launcher_args: tuple[str, ...] = (),
+    serving: bool = True,
+    component: str = COMPONENT_ENGINE,
 ) -> dict[str, Any]:
-    """The engine Deployment; `default_image` runs it when spec.engine.image is unset."""
-    name = engine_deployment_name(owner.name, plan)
+    """The pod of one engine: a serving one (the OpenAI API on HTTP_PORT, probed, drained), or a
+    multi-node replica's headless worker (`serving=False`: no API, so no probes). `launcher_args`
+    are the multi-node launcher's flags."""
     layout = layout_id(plan)
-    pod_labels = {**common_labels(owner), LAYOUT_LABEL: layout}
+    pod_labels = {**common_labels(owner, component), LAYOUT_LABEL: layout}
     volumes, mounts = _volumes(spec, plan)
-    container: dict[str, Any] = {
-        "name": ENGINE_CONTAINER,
-        "image": spec.engine.image or default_image,
-        # An engine that dies at start leaves its log's tail as the termination message, which
-        # status shows (Degraded EngineCrashLoop).
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "command": list(ENGINE_COMMAND),
-        "args": [
-            *plan.vllm_args,
+    args = [*plan.vllm_args, *launcher_args]
+    if serving:
+        args += [
             "--host",
             "0.0.0.0",
             "--port",
@@ -104,18 +104,27 @@ def render_engine(
             # On SIGTERM vLLM cuts in-flight requests short unless given time to finish them.
             "--shutdown-timeout",
             str(SHUTDOWN_TIMEOUT_SECONDS),
-        ],
+        ]
+    container: dict[str, Any] = {
+        "name": ENGINE_CONTAINER,
+        "image": spec.engine.image or default_image,
+        # An engine that dies at start leaves its log's tail as the termination message, which
+        # status shows (Degraded EngineCrashLoop).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "command": list(ENGINE_COMMAND),
+        "args": args,
         "env": _env(spec),
-        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": resources(spec.engine, plan),
-        **_probes(plan),
-        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}},
         "volumeMounts": mounts,
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
         },
     }
+    if serving:
+        container["ports"] = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
+        container.update(_probes(plan))
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}}
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
@@ -138,6 +147,25 @@ def render_engine(
         ]
     if plan.node_selector:
         pod_spec["nodeSelector"] = dict(plan.node_selector)
+    metadata_: dict[str, Any] = {"labels": pod_labels}
+    if serving:
+        metadata_["annotations"] = {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(HTTP_PORT),
+            "prometheus.io/path": "/metrics",
+        }
+    return {"metadata": metadata_, "spec": pod_spec}
+
+
+def render_engine(
+    owner: Owner,
+    spec: LLMDeploymentSpec,
+    plan: Plan,
+    default_image: str = DEFAULT_ENGINE_IMAGE,
+) -> dict[str, Any]:
+    """The engine Deployment; `default_image` runs it when spec.engine.image is unset."""
+    name = engine_deployment_name(owner.name, plan)
+    layout = layout_id(plan)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": {**selector_labels(owner), "llmfleet.dev/layout": layout}},
         # Never drop below the serving capacity during a rollout; the surge pod needs free GPUs.
@@ -145,17 +173,7 @@ def render_engine(
             "type": "RollingUpdate",
             "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
         },
-        "template": {
-            "metadata": {
-                "labels": pod_labels,
-                "annotations": {
-                    "prometheus.io/scrape": "true",
-                    "prometheus.io/port": str(HTTP_PORT),
-                    "prometheus.io/path": "/metrics",
-                },
-            },
-            "spec": pod_spec,
-        },
+        "template": engine_pod_template(owner, spec, plan, default_image),
     }
     if not spec.autoscaling.enabled:
         # With an HPA the HPA owns replicas; rendering them would fight it on every apply.

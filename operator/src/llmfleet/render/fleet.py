@@ -5,10 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
+from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.planner import Plan
 from llmfleet.render.autoscaling import render_hpa, render_pdb
 from llmfleet.render.engine import render_engine
+from llmfleet.render.leaderworkerset import (
+    LWS_API_VERSION,
+    LWS_KIND,
+    render_leaderworkerset,
+)
 from llmfleet.render.names import Owner
+from llmfleet.render.network_policy import render_network_policy
 from llmfleet.render.router import render_router
 from llmfleet.render.service import render_service
 
@@ -18,8 +25,12 @@ MANAGED_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "ServiceAccount"),
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    # Before the pods it protects exist.
+    ("networking.k8s.io/v1", "NetworkPolicy"),
     ("v1", "Service"),
     ("apps/v1", "Deployment"),
+    # Multi-node layouts; an API the cluster may not serve (the view then holds none).
+    (LWS_API_VERSION, LWS_KIND),
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
     ("policy/v1", "PodDisruptionBudget"),
 )
@@ -31,14 +42,19 @@ def render_fleet(
     spec: LLMDeploymentSpec,
     plan: Plan,
     default_engine_image: str = DEFAULT_ENGINE_IMAGE,
+    network_policy: EngineNetworkPolicy | None = None,
 ) -> list[dict[str, Any]]:
     """Every child of the LLMDeployment; `default_engine_image` (the operator's
-    --default-engine-image) runs the engines when spec.engine.image is unset."""
-    objects = [render_service(owner), render_engine(owner, spec, plan, default_engine_image)]
+    --default-engine-image) runs the engines when spec.engine.image is unset, and
+    `network_policy` (its --engine-network-policy) adds the engines' NetworkPolicy."""
+    engines = render_leaderworkerset if plan.pipeline_parallel_size > 1 else render_engine
+    objects = [render_service(owner), engines(owner, spec, plan, default_engine_image)]
+    if network_policy is not None:
+        objects.append(render_network_policy(owner, spec, plan, network_policy))
     if spec.autoscaling.enabled:
         objects.append(render_hpa(owner, spec, plan))
     # A budget only makes sense when losing one pod still leaves one serving.
     if plan.min_replicas > 1:
-        objects.append(render_pdb(owner))
+        objects.append(render_pdb(owner, plan))
     objects.extend(render_router(owner, spec, plan))
     return sorted(objects, key=lambda o: (_KIND_ORDER.index(o["kind"]), o["metadata"]["name"]))

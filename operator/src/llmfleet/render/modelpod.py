@@ -39,8 +39,9 @@ def resources(engine: EngineSpec, plan: Plan) -> dict[str, Any]:
     requests: dict[str, str] = dict(user.requests or {}) if user else {}
     limits: dict[str, str] = dict(user.limits or {}) if user else {}
     if plan.gpus_per_replica:
-        # Extended resources: the request defaults to the limit.
-        limits[GPU_RESOURCE] = str(plan.gpus_per_replica)
+        # Extended resources: the request defaults to the limit. A multi-node replica has one
+        # pod per pipeline stage, each on a node of its own.
+        limits[GPU_RESOURCE] = str(plan.gpus_per_replica // plan.pipeline_parallel_size)
     else:
         requests.setdefault("cpu", DEFAULT_CPU_REQUEST)
         if plan.cpu_memory_gib:

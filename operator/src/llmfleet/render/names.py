@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,12 @@ MANAGED_BY = "llmfleet"
 ENGINE_CONTAINER = "vllm"  # the engine pod's one container
 DEPLOYMENT_LABEL = "llmfleet.dev/deployment"
 LAYOUT_LABEL = "llmfleet.dev/layout"
+COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT_ENGINE = "engine"
+# A multi-node replica's pods other than its leader: they run the model's other pipeline stages
+# and serve nothing, so the engine Service, the router, the HPA's metric and the PodMonitor (all
+# of which select COMPONENT_ENGINE) never see them.
+COMPONENT_ENGINE_WORKER = "engine-worker"
 HTTP_PORT = 8000
 # Layout ids (layout_id) and, matching every one of them, a regular expression: the dashboards
 # select an LLMDeployment's engine Deployments of every layout with ENGINE_NAME_SUFFIX_PATTERN.
@@ -49,16 +55,35 @@ def layout_id(plan: Plan) -> str:
     return tp if plan.pipeline_parallel_size == 1 else f"{tp}-pp{plan.pipeline_parallel_size}"
 
 
+# A LeaderWorkerSet's name starts the names of its StatefulSets (`<name>` for the leaders,
+# `<name>-<group>` for each group's workers), whose pods carry `<statefulset>-<10-char hash>` as
+# the controller-revision-hash label (at most 63): so at most 52 - len("-999") characters.
+MAX_GROUPED_NAME = 48
+
+
 def engine_deployment_name(owner_name: str, plan: Plan) -> str:
-    return f"{owner_name}-{layout_id(plan)}"
+    """The engine Deployment's name (or, for a multi-node layout, the LeaderWorkerSet's)."""
+    suffix = f"-{layout_id(plan)}"
+    name = f"{owner_name}{suffix}"
+    if plan.pipeline_parallel_size > 1 and len(name) > MAX_GROUPED_NAME:
+        digest = hashlib.sha256(owner_name.encode()).hexdigest()[:5]
+        keep = MAX_GROUPED_NAME - len(suffix) - len(digest) - 1
+        name = f"{owner_name[:keep].rstrip('-')}-{digest}{suffix}"
+    return name
 
 
 def selector_labels(owner: Owner, component: str = COMPONENT_ENGINE) -> dict[str, str]:
     """Labels every engine pod of this LLMDeployment has, whatever its layout."""
     return {
         DEPLOYMENT_LABEL: owner.name,
-        "app.kubernetes.io/component": component,
+        COMPONENT_LABEL: component,
     }
+
+
+def group_selector(owner: Owner, plan: Plan) -> dict[str, Any]:
+    """Every pod of this layout, a multi-node replica's leaders and workers alike (the router
+    carries no layout label)."""
+    return {"matchLabels": {DEPLOYMENT_LABEL: owner.name, LAYOUT_LABEL: layout_id(plan)}}
 
 
 def common_labels(owner: Owner, component: str = COMPONENT_ENGINE) -> dict[str, str]:
