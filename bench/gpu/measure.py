@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".gpu-bundle", "gpu"))
 
@@ -54,6 +55,7 @@ def main() -> None:
         "model": os.path.basename(a.model.rstrip("/")),
         "gpu": info["gpu"],
         "vllm": info["vllm"],
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),  # the GPU machine's clock, UTC
     }
     emit({**base, "kind": "engine", "engine_args": kw, **info}, a.results)
     make = prompt_maker(a.model, a.seed)

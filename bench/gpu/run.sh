@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root, after the vLLM bundle is installed (bench/gpu/README.md):
-#   bash bench/gpu/run.sh PHASE     PHASE: a | b | c | h200   (results: $OUT/<phase>.jsonl, logs beside it)
+#   bash bench/gpu/run.sh PHASE     PHASE: a | b | c | h200 | h200-70b-fp8[-b] | h100-70b-fp8[-u095]
+#   (results: $OUT/<phase>.jsonl, logs beside it)
 # Every engine runs with dummy weights and prefix caching off (common.py's defaults); one JSON line a figure.
 set -uo pipefail
 . .gpu-bundle/gpu/env.sh
@@ -11,6 +12,12 @@ m() { local tag=$1 secs=$2; shift 2
   echo "== $tag ($(date +%T))"
   timeout "$secs" python3 bench/gpu/measure.py --tag "$tag" --results "$R" "$@" > "$OUT/$tag.log" 2>&1
   echo "   exit $? ($(date +%T)); $(grep -c '^{' "$OUT/$tag.log") lines"; grep -E 'Error|error:' "$OUT/$tag.log" | tail -3; }
+started() { grep -q '"kind": "engine"' "$OUT/$1.log" 2>/dev/null; }   # did the engine of run $1 start?
+# The 70B shape in fp8 on ONE GPU: vLLM --quantization fp8 quantizes the bf16 weights on load (0.26.0
+# materializes one layer at a time on the GPU, so the 131 GiB of bf16 never sit there at once). Engine
+# arguments are the plan's for bench/gpu/plan-70b-fp8.yaml (`llmfleet plan`): max_num_seqs and
+# max_num_batched_tokens as the planner sets them, max_model_len 8192, utilization 0.9.
+FP8=(--engine-arg quantization=fp8 --max-model-len 8192 --max-num-batched-tokens 16384)
 L8=$MODELS/llama-3.1-8b Q7=$MODELS/qwen2.5-7b L70=$MODELS/llama-3.1-70b
 # Validation points (concurrency x prompt x output), none of them in the calibration sweep of 2026-11-23.
 POINTS=1x1024x256,8x2048x128,32x1024x256,64x256x512,128x2048x64,192x768x256,96x128x128,24x7936x64
@@ -31,5 +38,30 @@ c)  # A long workload (2048/512): KV holds 444,528 / 2,560 = 173 such sequences;
 h200)  # The same shape and points on an H200 (4.8 TB/s HBM3e): checks the model's per-GPU constants.
     m h200-plan-8b 400 "$L8" --max-num-seqs 512 --max-num-batched-tokens 16384 --ttft 1024,7936 \
       --points 1x1024x256,32x1024x256,128x2048x64,192x768x256 --saturate 1024x512x256 ;;
+h200-70b-fp8)  # 2026-11-24: start 162 s (first, compiling), TTFT + points ~1.5 min, the top_p run 135 s;
+    # measure.py runs --saturate before --saturate-greedy, and the greedy run was cut at 490 s (-> -b).
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/nvidia-smi.txt"
+    m h200-70b-fp8 490 "$L70" "${FP8[@]}" --max-num-seqs 242 --ttft 128,512,2048,7936 \
+      --points 1x512x256,1x1024x256,8x512x256,32x1024x256,64x512x256,128x512x256 \
+      --saturate-greedy 1024x512x256 --saturate 1024x512x256
+    # Only if vLLM could not start it: the same without CUDA graphs / torch.compile.
+    started h200-70b-fp8 || m h200-70b-fp8-eager 300 "$L70" "${FP8[@]}" --max-num-seqs 242 --enforce-eager \
+      --ttft 512 --points 1x512x256,32x1024x256 --saturate-greedy 1024x512x256 ;;
+h200-70b-fp8-b)  # The greedy saturation run that h200-70b-fp8 ran out of time for (same engine).
+    m h200-70b-fp8-b 480 "$L70" "${FP8[@]}" --max-num-seqs 242 --saturate-greedy 1024x512x256 ;;
+h100-70b-fp8)  # The plan accepts it with 8,976 KV tokens (11 sequences); does vLLM start it? 2026-11-24:
+    # no, "No available memory for the cache blocks" (-0.26 GiB) at 8192 and 4096 alike (the activation
+    # peak follows max_num_batched_tokens, not max_model_len); the 2048 try was cut by the 600 s call.
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/nvidia-smi.txt"
+    m h100-70b-fp8 330 "$L70" "${FP8[@]}" --max-num-seqs 11 --ttft 512,2048 \
+      --points 1x512x256,8x512x256 --saturate-greedy 256x512x256
+    # If it does not fit: try shorter contexts, 4096 then 2048.
+    ok=h100-70b-fp8
+    for len in 4096 2048; do started $ok && break; ok=h100-70b-fp8-l$len
+      m $ok 200 "$L70" "${FP8[@]}" --max-model-len $len --max-num-seqs 11 --ttft 512 \
+        --points 1x512x256,8x512x256 --saturate-greedy 256x512x256; done ;;
+h100-70b-fp8-u095)  # At 0.9 vLLM found -0.26 GiB for the KV cache (any max_model_len): what 0.95 leaves.
+    m h100-70b-fp8-u095 300 "$L70" "${FP8[@]}" --gpu-memory-utilization 0.95 --max-num-seqs 11 --ttft 512,2048 \
+      --points 1x512x256,8x512x256 --saturate-greedy 128x512x256 ;;
 *)  echo "unknown phase $PHASE"; exit 2 ;;
 esac
