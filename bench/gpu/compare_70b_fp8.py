@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from llmfleet.models.catalog import lookup_architecture
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
@@ -26,7 +27,12 @@ def _pct(pred: float, meas: float) -> str:
 
 def main(paths: list[str]) -> None:
     assert ARCH is not None
-    rows = [json.loads(line) for p in paths for line in open(p) if line.startswith("{")]
+    rows = [
+        json.loads(line)
+        for p in paths
+        for line in Path(p).read_text().splitlines()
+        if line.startswith("{")
+    ]
     engines = {r["tag"]: r for r in rows if r["kind"] == "engine"}
     out = []
     for r in rows:
@@ -63,13 +69,16 @@ def main(paths: list[str]) -> None:
             )
         elif r["kind"] == "ttft":
             p = pod.ttft_s(r["in"]) * 1e3
-            line = f"TTFT {r['in']:5d} tok: {r['ttft_ms']:9.2f} ms, planner {p:9.2f} {_pct(p, r['ttft_ms'])}"
+            measured = r["ttft_ms"]
+            line = f"TTFT {r['in']:5d} tok: {measured:9.2f} ms, planner {p:9.2f} "
+            line += _pct(p, measured)
         elif r["kind"] == "point":
             c, i, o = r["concurrency"], r["in"], r["out"]
             pi = pod.itl_s(c, i, o) * 1e3
             pt = pod.output_tokens_per_s(c, i, o)
             line = (
-                f"c{c:<4d}{i}/{o}: ITL {r['itl_ms']:7.3f} ms, planner {pi:7.3f} {_pct(pi, r['itl_ms'])}; "
+                f"c{c:<4d}{i}/{o}: ITL {r['itl_ms']:7.3f} ms, "
+                f"planner {pi:7.3f} {_pct(pi, r['itl_ms'])}; "
                 f"out {r['out_tok_s']:8.1f} tok/s, planner {pt:8.1f} {_pct(pt, r['out_tok_s'])}"
             )
         elif r["kind"] == "saturate":
