@@ -165,18 +165,26 @@ def test_kubectl_and_helm_report_the_pinned_versions(cluster: Cluster) -> None:
     assert helm.stdout.strip() == pins["HELM_VERSION"]
 
 
-def test_leaderworkerset_controller_is_the_pinned_version(cluster: Cluster) -> None:
-    crd = json.loads(cluster.kubectl("get", "crd", f"{LWS_PLURAL}.{LWS_GROUP}", "-o", "json"))
-    assert [v["name"] for v in crd["spec"]["versions"] if v["served"]] == [LWS_VERSION]
-    log = (cluster.state_dir / f"{LWS}.log").read_text()
-    assert f'"gitVersion": "{pinned_versions()["LWS_VERSION"]}"' in log
-
-
 # --- LeaderWorkerSet (sigs.k8s.io/lws, run by the supervisor) -----------------------------------
 
 
 @pytest.fixture
-def h100_quad(cluster: Cluster, api: client.ApiClient, namespace: str) -> Iterator[str]:
+def lws_cluster(cluster: Cluster) -> Cluster:
+    """The session's cluster, which runs LeaderWorkerSet unless it was started without it."""
+    if not cluster.lws:
+        pytest.skip("the cluster runs without LeaderWorkerSet (LLMFLEET_LWS=0)")
+    return cluster
+
+
+def test_leaderworkerset_controller_is_the_pinned_version(lws_cluster: Cluster) -> None:
+    crd = json.loads(lws_cluster.kubectl("get", "crd", f"{LWS_PLURAL}.{LWS_GROUP}", "-o", "json"))
+    assert [v["name"] for v in crd["spec"]["versions"] if v["served"]] == [LWS_VERSION]
+    log = (lws_cluster.state_dir / f"{LWS}.log").read_text()
+    assert f'"gitVersion": "{pinned_versions()["LWS_VERSION"]}"' in log
+
+
+@pytest.fixture
+def h100_quad(lws_cluster: Cluster, api: client.ApiClient, namespace: str) -> Iterator[str]:
     """Four 8 x H100 nodes of the test's own (a GPU product label no other test uses): two groups
     of a leader and a worker, each pod taking a whole node. Afterwards the test's namespace goes
     first, then the nodes once kwok has removed their pods (a pod left on a deleted node waits
@@ -192,8 +200,8 @@ def h100_quad(cluster: Cluster, api: client.ApiClient, namespace: str) -> Iterat
         memory="1536Gi",
     )
     names = [n["metadata"]["name"] for n in node_manifests(pool)]
-    cluster.apply_nodes([pool])
-    cluster.wait_nodes_ready()
+    lws_cluster.apply_nodes([pool])
+    lws_cluster.wait_nodes_ready()
     yield product
     core = client.CoreV1Api(api)
     core.delete_namespace(namespace, propagation_policy="Background")
@@ -205,7 +213,7 @@ def h100_quad(cluster: Cluster, api: client.ApiClient, namespace: str) -> Iterat
         what="the pool's pods gone",
     )
     for name in names:
-        cluster.kubectl("delete", "node", name, "--wait=false")
+        lws_cluster.kubectl("delete", "node", name, "--wait=false")
 
 
 def leader_worker_set(name: str, product: str, size: int = 2) -> dict[str, Any]:
@@ -382,14 +390,14 @@ def test_leaderworkerset_scales_through_its_scale_subresource(
 
 
 def test_cluster_without_leaderworkerset_has_no_such_api(
-    api: client.ApiClient, cluster: Cluster, namespace: str
+    api: client.ApiClient, lws_cluster: Cluster, namespace: str
 ) -> None:
     """What the operator meets on a cluster without LWS (Cluster.without_lws(); a cluster started
     with LLMFLEET_LWS=0 removes what an earlier start installed the same way, remove_lws): no API
     group, and no webhook left behind that would refuse pods carrying its labels."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    with cluster.without_lws():
-        assert not cluster.alive(LWS)
+    with lws_cluster.without_lws():
+        assert not lws_cluster.alive(LWS)
         groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
         assert LWS_GROUP not in groups
         with pytest.raises(client.ApiException) as refused:
@@ -409,6 +417,6 @@ def test_cluster_without_leaderworkerset_has_no_such_api(
         # (Gone before the controller comes back: it would retry this pod, no group's, in vain.)
         core.delete_namespaced_pod("x-0", namespace, grace_period_seconds=0)
     # Back: the controller runs and its webhooks answer again (start_lws checked both).
-    assert cluster.alive(LWS)
+    assert lws_cluster.alive(LWS)
     groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
     assert LWS_GROUP in groups
