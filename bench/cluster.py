@@ -20,6 +20,9 @@ BENCH_PORTS = Ports(
     controller_manager=20257 + 1000 * CLUSTER_INDEX,
     scheduler=20259 + 1000 * CLUSTER_INDEX,
     kwok=20247 + 1000 * CLUSTER_INDEX,
+    lws_webhook=20263 + 1000 * CLUSTER_INDEX,
+    lws_metrics=20264 + 1000 * CLUSTER_INDEX,
+    lws_health=20265 + 1000 * CLUSTER_INDEX,
 )
 
 

@@ -6,15 +6,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from .supervisor import DEFAULT_PROFILE, Cluster
+from .supervisor import DEFAULT_PROFILE, LWS_ENV, Cluster
 
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="localcluster", description=__doc__)
     p.add_argument("action", choices=["up", "down", "status", "wipe", "kubeconfig"])
     p.add_argument("--profile", type=Path, default=DEFAULT_PROFILE, help="node-pool profile YAML")
+    p.add_argument(
+        "--no-lws",
+        action="store_true",
+        help=f"without the LeaderWorkerSet controller and API (like {LWS_ENV}=0)",
+    )
     args = p.parse_args()
-    c = Cluster()
+    c = Cluster(lws=False) if args.no_lws else Cluster()
     if args.action == "up":
         c.up(args.profile)
     elif args.action == "down":

@@ -17,6 +17,9 @@ PROMETHEUS_VERSION=v2.42.0
 # v2.17.0 is refused by the Go module proxy here ("This module version is not available") and
 # v2.16.0 has no checksum-database entry there: v2.15.0 is the newest that verifies.
 KSM_VERSION=v2.15.0
+# LeaderWorkerSet: the controller that multi-node layouts run on (issue 18), and its CRD, RBAC and
+# webhook configurations from the same module.
+LWS_VERSION=v0.7.0
 
 CACHE="${LLMFLEET_CACHE:-$HOME/.cache/llmfleet}"
 export GOFLAGS="-mod=mod -trimpath"
@@ -164,6 +167,27 @@ build_kube_state_metrics() {
     k8s.io/kube-state-metrics/v2 kube-state-metrics
 }
 
+build_lws() {
+  go_wrap_build lws sigs.k8s.io/lws "$LWS_VERSION" \
+    "-X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION" \
+    sigs.k8s.io/lws/cmd lws-controller-manager
+  local out="$CACHE/bin/lws-$LWS_VERSION"
+  [ -s "$out/config/crd/leaderworkersets.yaml" ] && return 0
+  # What upstream's kustomize install applies, from the module the binary was built from: the CRD,
+  # the manager's ClusterRoles and the webhook configurations with the patches that scope the pod
+  # webhooks to LeaderWorkerSet pods. The supervisor points them at 127.0.0.1.
+  local dir
+  dir=$(cd "$CACHE" && GOFLAGS= go mod download -json "sigs.k8s.io/lws@$LWS_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  rm -rf "$out/config.tmp"; mkdir -p "$out/config.tmp/crd" "$out/config.tmp/rbac" "$out/config.tmp/webhook"
+  cp "$dir/config/rbac/role.yaml" "$dir/config/rbac/auth_proxy_role.yaml" "$out/config.tmp/rbac/"
+  cp "$dir/config/webhook/manifests.yaml" "$dir/config/webhook/mutating-patch.yaml" \
+     "$dir/config/webhook/validating-patch.yaml" "$out/config.tmp/webhook/"
+  cp "$dir/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" \
+     "$out/config.tmp/crd/leaderworkersets.yaml"
+  chmod -R u+w "$out/config.tmp"  # copies of the read-only module cache
+  rm -rf "$out/config"; mv "$out/config.tmp" "$out/config"
+}
+
 # Print the bin directory of a component (for the Makefile and the cluster supervisor).
 bindir() {
   case $1 in
@@ -174,21 +198,22 @@ bindir() {
     prometheus-adapter) echo "$CACHE/bin/prometheus-adapter-$PROM_ADAPTER_VERSION" ;;
     kube-state-metrics) echo "$CACHE/bin/kube-state-metrics-$KSM_VERSION" ;;
     prometheus) echo "$CACHE/bin/prometheus-v0.${PROMETHEUS_VERSION#v2.}" ;;
+    lws) echo "$CACHE/bin/lws-$LWS_VERSION" ;;
     *) echo "unknown component $1" >&2; return 2 ;;
   esac
 }
 
 if [ "${1:-}" = "--bindir" ]; then bindir "$2"; exit; fi
 if [ "${1:-}" = "--versions" ]; then
-  printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nPROM_ADAPTER_VERSION=%s\nKSM_VERSION=%s\nPROMETHEUS_VERSION=%s\n' \
-    "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROM_ADAPTER_VERSION" "$KSM_VERSION" "$PROMETHEUS_VERSION"
+  printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nPROM_ADAPTER_VERSION=%s\nKSM_VERSION=%s\nPROMETHEUS_VERSION=%s\nLWS_VERSION=%s\n' \
+    "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROM_ADAPTER_VERSION" "$KSM_VERSION" "$PROMETHEUS_VERSION" "$LWS_VERSION"
   exit
 fi
 mkdir -p "$CACHE/bin"
 exec 9>"$CACHE/.build.lock"
 flock 9  # one build at a time: make, tests and a second shell may all ask at once
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(etcd kubernetes kwok helm prometheus prometheus-adapter kube-state-metrics)
+[ ${#components[@]} -gt 0 ] || components=(etcd kubernetes kwok lws helm prometheus prometheus-adapter kube-state-metrics)
 start=$(date +%s)
 for c in "${components[@]}"; do
   t0=$(date +%s)

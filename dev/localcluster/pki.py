@@ -35,7 +35,23 @@ CLIENTS = (
     Client("node-runner", "llmfleet-node-runner", "system:masters"),
     # The operator under test; its permissions come from the chart's RBAC, bound by the tests.
     Client("operator", "llmfleet-operator"),
+    # The LeaderWorkerSet controller, with the ClusterRoles upstream ships (lws.py, bound by
+    # supervisor.py to this user).
+    Client("lws-controller", "lws-controller-manager"),
 )
+
+
+@dataclass(frozen=True)
+class Server:
+    stem: str  # file stem
+    common_name: str
+    sans: tuple[str, ...]
+
+
+# Serving certificates of what the API server calls back: the LeaderWorkerSet webhooks, which it
+# dials at https://127.0.0.1:<port> and verifies against ca.crt (their caBundle).
+SERVERS = (Server("lws-webhook", "lws-webhook", ("IP:127.0.0.1", "DNS:localhost")),)
+CLIENT_EXT = "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n"
 
 
 def _run(*args: str) -> None:
@@ -91,9 +107,28 @@ def _signed(d: Path, ca: str, stem: str, subj: str, ext: str) -> None:
 
 
 def ensure(d: Path) -> None:
-    """Create every key and certificate under `d` once; later calls reuse them."""
-    if (d / "complete").exists():
-        return
+    """Create every key and certificate under `d` once; later calls reuse them and make only
+    the certificates of CLIENTS and SERVERS that a state directory made before them lacks."""
+    if not (d / "complete").exists():
+        _ensure_core(d)
+    for c in CLIENTS:
+        if not (d / f"{c.name}.crt").exists():
+            subj = f"/CN={c.common_name}" + (f"/O={c.organization}" if c.organization else "")
+            _signed(d, "ca", c.name, subj, CLIENT_EXT)
+    for srv in SERVERS:
+        if not (d / f"{srv.stem}.crt").exists():
+            _signed(
+                d,
+                "ca",
+                srv.stem,
+                f"/CN={srv.common_name}",
+                "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth\nsubjectAltName=" + ",".join(srv.sans) + "\n",
+            )
+
+
+def _ensure_core(d: Path) -> None:
+    """The CAs, the API server's certificates and the service-account key."""
     d.mkdir(parents=True, exist_ok=True)
     _ca(d, "ca", "llmfleet-local-ca")
     _ca(d, "front-proxy-ca", "llmfleet-local-front-proxy-ca")
@@ -105,13 +140,7 @@ def ensure(d: Path) -> None:
         "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
         "extendedKeyUsage=serverAuth\nsubjectAltName=" + ",".join(APISERVER_SANS) + "\n",
     )
-    client_ext = (
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n"
-    )
-    for c in CLIENTS:
-        subj = f"/CN={c.common_name}" + (f"/O={c.organization}" if c.organization else "")
-        _signed(d, "ca", c.name, subj, client_ext)
-    _signed(d, "front-proxy-ca", "front-proxy-client", "/CN=front-proxy-client", client_ext)
+    _signed(d, "front-proxy-ca", "front-proxy-client", "/CN=front-proxy-client", CLIENT_EXT)
     _key(d / "sa.key")
     _run("ec", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub"))
     (d / "complete").write_text("")

@@ -3,9 +3,11 @@ process of ours, bound to 127.0.0.1, with its pid and log under the cluster's st
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from . import pki
+from . import lws, pki
 from .nodes import KWOK_ANNOTATION, Pool, load_profile, node_manifests
 
 if TYPE_CHECKING:
@@ -45,6 +47,15 @@ UPSTREAM_HPA_SYNC_PERIOD = "15s"  # kube-controller-manager's default: what mana
 # router and clients on 2 cores starved the apiserver and the HPA loop (one HPA evaluation per
 # ~40 s instead of per 5 s, handler timeouts), so these processes run ahead of the workloads.
 CONTROL_PLANE_NICE = -10
+# The LeaderWorkerSet controller (dev/localcluster/lws.py) starts with the cluster unless
+# LLMFLEET_LWS=0 (or Cluster(lws=False)): then the LeaderWorkerSet API is absent, as on a cluster
+# where nobody installed it.
+LWS_ENV = "LLMFLEET_LWS"
+LWS = "lws-controller"  # its pidfile, log and kubeconfig stem
+
+
+def lws_by_default() -> bool:
+    return os.environ.get(LWS_ENV, "1") != "0"
 
 
 def ahead_of_workloads(cmd: list[str], **popen: Any) -> subprocess.Popen[bytes]:
@@ -77,6 +88,9 @@ class Ports:
     controller_manager: int = 10257 + 1000 * CLUSTER_INDEX
     scheduler: int = 10259 + 1000 * CLUSTER_INDEX
     kwok: int = 10247 + 1000 * CLUSTER_INDEX
+    lws_webhook: int = 10263 + 1000 * CLUSTER_INDEX
+    lws_metrics: int = 10264 + 1000 * CLUSTER_INDEX
+    lws_health: int = 10265 + 1000 * CLUSTER_INDEX
 
 
 def bindir(component: str) -> Path:
@@ -99,6 +113,8 @@ class Cluster:
         default_factory=lambda: Path(os.environ.get("LLMFLEET_CLUSTER_DIR", REPO / ".cluster"))
     )
     ports: Ports = field(default_factory=Ports)
+    # Whether up() starts the LeaderWorkerSet controller (and installs its API) or removes both.
+    lws: bool = field(default_factory=lws_by_default)
 
     @property
     def pki_dir(self) -> Path:
@@ -124,7 +140,8 @@ class Cluster:
     def up(self, profile: Path = DEFAULT_PROFILE, log: Callable[[str], None] = print) -> float:
         """Bring the cluster up (reusing whatever already runs); return the seconds it took."""
         start = time.monotonic()
-        subprocess.run([str(BUILD_TOOLS), "etcd", "kubernetes", "kwok"], check=True)
+        tools = ["etcd", "kubernetes", "kwok", *(["lws"] if self.lws else [])]
+        subprocess.run([str(BUILD_TOOLS), *tools], check=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pki.ensure(self.pki_dir)
         for name in (c.name for c in pki.CLIENTS):
@@ -136,9 +153,16 @@ class Cluster:
         self._start("kube-controller-manager", self._controller_manager_cmd())
         self._start("kube-scheduler", self._scheduler_cmd())
         self._start("kwok", self._kwok_cmd())
+        # While the controller manager starts (its default ServiceAccount comes seconds later).
+        if self.lws:
+            self._install_lws()
+        elif self.lws_dir.exists():
+            self.remove_lws()  # installed by an earlier up() on this state directory
         self.apply_nodes(load_profile(profile))
         self.wait_nodes_ready()
         self._wait_default_serviceaccount()
+        if self.lws:
+            self._wait_lws()
         took = time.monotonic() - start
         log(f"cluster up in {took:.1f}s; KUBECONFIG={self.kubeconfig}")
         return took
@@ -166,16 +190,144 @@ class Cluster:
         self._stop(name, grace)
 
     def running(self) -> dict[str, bool]:
-        return {name: self._alive(name) for name in COMPONENTS}
+        """Whether each component of this cluster (the LWS controller only with `lws`) lives."""
+        return {name: self._alive(name) for name in COMPONENTS if self.lws or name != LWS}
 
     def healthy(self) -> bool:
         if not all(self.running().values()):
             return False
+        if not self.lws and self._alive(LWS):
+            return False  # asked for a cluster without LeaderWorkerSet
         try:
             self._get(f"{self.server}/readyz", auth=True)
         except (OSError, urllib.error.URLError):
             return False
         return True
+
+    # --- LeaderWorkerSet controller (dev/localcluster/lws.py) -------------------------------
+    # Part of the cluster unless `lws` is off; in COMPONENTS, so down() stops it first.
+
+    @property
+    def lws_dir(self) -> Path:
+        """Its configuration and serving certificate; present while the cluster has LWS."""
+        return self.state_dir / "lws"
+
+    def start_lws(self, timeout: float = 60) -> None:
+        """Install the LeaderWorkerSet API (CRD, RBAC, webhook configurations) and start its
+        controller, or reuse the running one; return once the API server's calls through every
+        LWS webhook succeed."""
+        subprocess.run([str(BUILD_TOOLS), "lws"], check=True)
+        pki.ensure(self.pki_dir)
+        self._write_kubeconfig(LWS)
+        self._install_lws()
+        self._wait_lws(timeout)
+
+    def remove_lws(self) -> None:
+        """Stop the controller and remove the LeaderWorkerSet API as if it had never been
+        installed: its webhook configurations, RBAC and CRD (and with it every LeaderWorkerSet;
+        the garbage collector removes their StatefulSets). Returns once the CRD is gone."""
+        self._stop(LWS)
+        config = bindir("lws") / "config"
+        if config.exists():  # (else never built, so never installed)
+            self.kubectl(
+                "delete",
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=120s",
+                *lws.webhook_names(config),
+                *lws.rbac_names(config),
+                f"customresourcedefinition/{lws.CRD_NAME}",
+            )
+        shutil.rmtree(self.lws_dir, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def without_lws(self) -> Iterator[None]:
+        """The LeaderWorkerSet API absent inside the block (remove_lws), and back after it when
+        this cluster runs it: for tests of what happens on a cluster without it."""
+        had = self.lws
+        self.remove_lws()
+        self.lws = False
+        try:
+            yield
+        finally:
+            self.lws = had
+            if had:
+                self.start_lws()
+
+    def _install_lws(self) -> None:
+        if self._alive(LWS):
+            return
+        config = bindir("lws") / "config"
+        certs = self.lws_dir / "certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        # controller-runtime's webhook server reads tls.crt and tls.key from its certDir.
+        shutil.copyfile(self.pki_dir / "lws-webhook.crt", certs / "tls.crt")
+        shutil.copyfile(self.pki_dir / "lws-webhook.key", certs / "tls.key")
+        p = self.ports
+        cfg = self.lws_dir / "config.yaml"
+        cfg.write_text(
+            lws.controller_config(
+                p.lws_webhook, certs, f"127.0.0.1:{p.lws_metrics}", f"127.0.0.1:{p.lws_health}"
+            )
+        )
+        ca = base64.b64encode((self.pki_dir / "ca.crt").read_bytes()).decode()
+        docs = [
+            *lws.rbac(config),
+            *lws.webhook_configurations(config, f"https://127.0.0.1:{p.lws_webhook}", ca),
+        ]
+        # One kubectl for all of it: the CRD file as upstream ships it, the rest from stdin.
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=llmfleet-localcluster",
+            "-f",
+            str(lws.crd_file(config)),
+            "-f",
+            "-",
+            input="\n---\n".join(yaml.safe_dump(d) for d in docs),
+        )
+        # Started before the CRD is Established, controller-runtime finds no such kind and
+        # retries its LeaderWorkerSet watch only after 10 s. (Not `kubectl wait`: it fails on
+        # a CRD that has no conditions yet.)
+        url = f"{self.server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{lws.CRD_NAME}"
+        deadline = time.monotonic() + 60
+        while not _condition(json.loads(self._get(url, auth=True)), "Established"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {lws.CRD_NAME} not Established after 60 s")
+            time.sleep(0.05)
+        binary = bindir("lws") / "lws-controller-manager"
+        self._start(LWS, lws.command(binary, self._kubeconfig_for(LWS), cfg))
+
+    def _wait_lws(self, timeout: float = 60) -> None:
+        """Wait until a server-side dry run of a LeaderWorkerSet and of a worker pod passes the
+        LWS webhooks, the pod coming back with LWS_LEADER_ADDRESS injected: the CRD is
+        Established and the API server reaches the controller's webhooks and trusts them."""
+        deadline = time.monotonic() + timeout
+        body = "\n---\n".join(yaml.safe_dump(d) for d in lws.probe("default"))
+        last = ""
+        while time.monotonic() < deadline:
+            pid = self._pid(LWS)
+            if pid is None or not _pid_exists(pid):
+                raise RuntimeError(f"{LWS} exited; see {self.state_dir / (LWS + '.log')}")
+            try:
+                out = self.kubectl("create", "--dry-run=server", "-o=json", "-f=-", input=body)
+            except subprocess.CalledProcessError as e:
+                last = (e.stderr or "").strip()
+                time.sleep(0.2)
+                continue
+            pod = next(o for o in _json_stream(out) if o["kind"] == "Pod")
+            env = {e["name"] for e in pod["spec"]["containers"][0].get("env", [])}
+            if "LWS_LEADER_ADDRESS" in env:
+                return
+            last = f"the pod webhook injected no LWS_LEADER_ADDRESS: {sorted(env)}"
+            time.sleep(0.2)
+        raise TimeoutError(
+            f"LeaderWorkerSet webhooks not serving after {timeout}s: {last}; "
+            f"see {self.state_dir / (LWS + '.log')}"
+        )
+
+    # --- end of LeaderWorkerSet block -------------------------------------------------------
 
     # --- node runner: optional local node whose pods really run (dev/localcluster/noderunner) -
     # One block, owned by the data-plane tests. down() stops the runner through its pidfile, and
@@ -563,7 +715,24 @@ class Cluster:
         raise TimeoutError("default ServiceAccount never appeared; see kube-controller-manager.log")
 
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", LWS)
+
+
+def _condition(obj: dict[str, Any], kind: str) -> bool:
+    """Whether `obj` has the status condition `kind` True."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c["type"] == kind and c["status"] == "True" for c in conditions)
+
+
+def _json_stream(text: str) -> Iterator[dict[str, Any]]:
+    """The objects of kubectl's `-o json` output for several objects: one JSON document each."""
+    decoder, pos = json.JSONDecoder(), 0
+    while pos < len(text.rstrip()):
+        obj, end = decoder.raw_decode(text, pos)
+        yield obj
+        pos = end
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
 
 
 def _group_alive(pgid: int) -> bool:
