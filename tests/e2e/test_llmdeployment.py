@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client, watch
-from localcluster.supervisor import REPO, Cluster
+from localcluster.supervisor import Cluster
 
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
@@ -410,27 +410,6 @@ def test_extra_args_that_weaken_the_endpoint_are_allowed_with_one_warning(
     assert "--trust-remote-code" in (container.args or [])  # allowed, as asked
     time.sleep(12)  # two resyncs of the e2e operator: the warning is not repeated
     assert len(warnings()) == 1
-
-
-def test_a_model_larger_than_a_node_is_planned_over_two_nodes_and_reported_not_served(
-    operator: Operator, api: client.ApiClient, cluster: Cluster, namespace: str
-) -> None:
-    body = yaml.safe_load((REPO / "examples" / "llama-3.1-405b-2x8xh100.yaml").read_text())
-    body["spec"]["gpus"] = {**H100, "count": 16}  # the tests' own two nodes of eight
-    body["spec"]["model"].pop("tokenSecretRef")
-    apply(cluster, namespace, body)
-    name = body["metadata"]["name"]
-
-    def planned() -> dict[str, Any] | None:
-        c = condition(get_llmd(api, namespace, name), "Planned")
-        return c if c.get("status") == "False" else None
-
-    cond = wait_until(planned, timeout=30, what="Planned=False")
-    assert cond["reason"] == "LeaderWorkerSetMissing", cond
-    assert "TP=8" in cond["message"], cond["message"]
-    assert "PP=2" in cond["message"], cond["message"]
-    assert "LeaderWorkerSet" in cond["message"], cond["message"]
-    assert not client.AppsV1Api(api).list_namespaced_deployment(namespace).items
 
 
 def test_operator_killed_mid_reconcile_converges_without_duplicates(

@@ -29,7 +29,9 @@ def spec(**overrides: Any) -> LLMDeploymentSpec:
 
 
 def children(s: LLMDeploymentSpec, owner: Owner = OWNER, **kw: Any) -> dict[str, dict[str, Any]]:
-    return {f"{o['kind']}/{o['metadata']['name']}": o for o in render_fleet(owner, s, plan(s), **kw)}
+    return {
+        f"{o['kind']}/{o['metadata']['name']}": o for o in render_fleet(owner, s, plan(s), **kw)
+    }
 
 
 def lws(s: LLMDeploymentSpec) -> dict[str, Any]:
