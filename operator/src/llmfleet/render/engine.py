@@ -87,6 +87,7 @@ def engine_pod_template(
     launcher_args: tuple[str, ...] = (),
     serving: bool = True,
     component: str = COMPONENT_ENGINE,
+    command: tuple[str, ...] = ENGINE_COMMAND,
 ) -> dict[str, Any]:
     """The pod of one engine: a serving one (the OpenAI API on HTTP_PORT, probed, drained), or a
     multi-node replica's headless worker (`serving=False`: no API, so no probes). `launcher_args`
@@ -111,7 +112,7 @@ def engine_pod_template(
         # An engine that dies at start leaves its log's tail as the termination message, which
         # status shows (Degraded EngineCrashLoop).
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "command": list(ENGINE_COMMAND),
+        "command": list(command),
         "args": args,
         "env": _env(spec),
         "resources": resources(spec.engine, plan),

@@ -2,9 +2,9 @@
 one replica of `pipeline_parallel_size` pods, one per node, `tensor_parallel_size` GPUs each.
 
 The pods start vLLM's own multi-node launcher (the `mp` executor: `--nnodes`, `--node-rank`,
-`--master-addr`, `--master-port`, and `--headless` on the workers), not Ray: nothing to start
-before vLLM, one process tree per pod, and the leader serves the API as a single-node engine
-does. LeaderWorkerSet's pod webhook gives every pod of a group the leader's address
+`--master-addr`, `--master-port`, and `vllm serve --headless` on the workers), not Ray: nothing
+to start before vLLM, one process tree per pod, and the leader serves the API as a single-node
+engine does. LeaderWorkerSet's pod webhook gives every pod of a group the leader's address
 (LWS_LEADER_ADDRESS) and its own index in the group (LWS_WORKER_INDEX); Kubernetes expands
 `$(VAR)` in the arguments from them. A group restarts as a whole when one of its pods does
 (RecreateGroupOnPodRestart): a pipeline with a stage gone cannot serve.
@@ -36,6 +36,11 @@ LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
 WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
 # torch.distributed's rendezvous on the leader (vLLM's --master-port).
 MASTER_PORT = 29500
+# `vllm serve`, the console script's module: only it honours --headless (it then starts the
+# node's workers and no API server). The OpenAI server module the leader runs ignores the flag and
+# starts an engine of its own, which fails on a follower node ("collective_rpc should not be
+# called on follower node", vLLM 0.32).
+HEADLESS_COMMAND = ("python3", "-m", "vllm.entrypoints.cli.main", "serve")
 
 
 def launcher_args(plan: Plan, node_rank: str) -> tuple[str, ...]:
@@ -68,6 +73,7 @@ def render_leaderworkerset(
         launcher_args=(*launcher_args(plan, f"$({WORKER_INDEX_ENV})"), "--headless"),
         serving=False,
         component=COMPONENT_ENGINE_WORKER,
+        command=HEADLESS_COMMAND,
     )
     lws_spec: dict[str, Any] = {
         "leaderWorkerTemplate": {
