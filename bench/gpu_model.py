@@ -2,13 +2,16 @@
 
 No GPU is needed here: the GPU runs (bench/gpu/run.sh, measure.py) produced the JSON lines this
 reads. It fits the performance model's efficiencies to the calibration runs (the H100 sweep and
-batch-1 TTFTs of 2026-11-23 in reference-h100-2026-11-23.json), compares the model, with the
-constants the planner ships, on every point that was left out of the fit (other concurrencies,
-prompt lengths, a second model shape, an H200), and the planner's KV-cache figure with vLLM's
-for every engine started. Writes bench/gpu/calibration.json and bench/plots/prediction.png.
+batch-1 TTFTs of 2026-11-23 in reference-h100-2026-11-23.json, bf16), and its two fp8 constants
+to the Llama-3.1-70B fp8 runs on one H200 (2026-11-24) with the bf16 ones held fixed; compares
+the model, with the constants the planner ships, on every point that was left out of the fits
+(other concurrencies, prompt lengths, a second model shape, an H200 in bf16, the H100 in fp8),
+and the planner's KV-cache figure with vLLM's for every engine started (and that the planner
+refuses what vLLM refused). Writes bench/gpu/calibration.json and bench/plots/prediction.png.
 
-`python -m bench.gpu_model --fit` prints the fitted constants (copy them into
-operator/src/llmfleet/planner/performance.py); `make bench BENCH=gpu_model` records the figures.
+`python -m bench.gpu_model --fit` (bf16) and `--fit-fp8` print the fitted constants (copy them
+into operator/src/llmfleet/planner/performance.py); `make bench BENCH=gpu_model` records the
+figures.
 """
 
 from __future__ import annotations
@@ -22,10 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from llmfleet.models.catalog import lookup_architecture
-from llmfleet.models.model_spec import ModelArchitecture
+from llmfleet.models.model_spec import ModelArchitecture, Quantization
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
 from llmfleet.planner.memory import fit_on_gpu
-from llmfleet.planner.performance import CALIBRATED, Efficiencies, Gpu, PodModel, pod_model
+from llmfleet.planner.performance import (
+    CALIBRATED,
+    Efficiencies,
+    Gpu,
+    PodModel,
+    pod_model,
+)
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "gpu"
@@ -35,11 +44,41 @@ RUNS = (
     "h100-2026-11-23-b.jsonl",
     "h100-2026-11-23-c.jsonl",
     "h200-2026-11-23.jsonl",
+    "h100-2026-11-24-70b-fp8.jsonl",
+)
+# The fp8 constants are fitted to these runs' points; the H100 fp8 points are held out.
+FP8_CALIBRATION_RUNS = ("h200-2026-11-24-70b-fp8.jsonl",)
+# Engines vLLM refused to start (bench/gpu/logs/<tag>.log.gz: "Available KV cache memory:
+# -0.26 GiB"), which the planner must refuse too: model, GPU, utilization, maxModelLen, mnbt.
+REFUSED: tuple[tuple[str, str, str, float, int, int, Quantization], ...] = (
+    ("h100-70b-fp8", "llama-3.1-70b", "NVIDIA H100 80GB HBM3", 0.9, 8192, 16384, "fp8"),
+    (
+        "h100-70b-fp8-l4096",
+        "llama-3.1-70b",
+        "NVIDIA H100 80GB HBM3",
+        0.9,
+        4096,
+        16384,
+        "fp8",
+    ),
+    (
+        "h100-70b-fp8-l2048",
+        "llama-3.1-70b",
+        "NVIDIA H100 80GB HBM3",
+        0.9,
+        2048,
+        16384,
+        "fp8",
+    ),
 )
 PLOT = HERE / "plots" / "prediction.png"
 OUTPUT = DATA / "calibration.json"
 
-MODELS = {"llama-3.1-8b": "meta-llama/Llama-3.1-8B", "qwen2.5-7b": "Qwen/Qwen2.5-7B"}
+MODELS = {
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
+}
 GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA H200": "h200-141gb"}
 
 
@@ -48,7 +87,12 @@ def _gpu(device: str) -> tuple[Gpu, float]:
     assert profile.hbm_gbps
     assert profile.bf16_tflops
     assert profile.interconnect_gbps
-    gpu = Gpu(profile.hbm_gbps, profile.bf16_tflops, profile.fp8_tflops, profile.interconnect_gbps)
+    gpu = Gpu(
+        profile.hbm_gbps,
+        profile.bf16_tflops,
+        profile.fp8_tflops,
+        profile.interconnect_gbps,
+    )
     return gpu, profile.memory_gib
 
 
@@ -69,12 +113,13 @@ class Engine:
     max_model_len: int
     max_num_batched_tokens: int
     kv_tokens: int
+    quantization: Quantization = "none"
 
     def pod(self, efficiencies: Efficiencies = CALIBRATED) -> PodModel:
         return pod_model(
             _arch(self.model),
             dtype="bfloat16",
-            quantization="none",
+            quantization=self.quantization,
             tensor_parallel_size=1,
             gpu=_gpu(self.device)[0],
             max_num_batched_tokens=self.max_num_batched_tokens,
@@ -85,7 +130,7 @@ class Engine:
         fit = fit_on_gpu(
             _arch(self.model),
             dtype="bfloat16",
-            quantization="none",
+            quantization=self.quantization,
             memory_gib=_gpu(self.device)[1],
             gpu_memory_utilization=self.utilization,
             max_num_batched_tokens=self.max_num_batched_tokens,
@@ -121,9 +166,10 @@ class Point:
 
     def label(self) -> str:
         gpu = "H200" if "H200" in self.engine.device else "H100"
-        return (
-            f"{gpu} {self.engine.model} c{self.concurrency} {self.prompt}/{self.output} {self.what}"
-        )
+        model = self.engine.model
+        if self.engine.quantization != "none":
+            model += f" {self.engine.quantization}"
+        return f"{gpu} {model} c{self.concurrency} {self.prompt}/{self.output} {self.what}"
 
 
 def calibration_points() -> list[Point]:
@@ -142,16 +188,20 @@ def calibration_points() -> list[Point]:
     return points
 
 
-def _records() -> list[dict[str, Any]]:
+def _records(runs: tuple[str, ...] = RUNS) -> list[dict[str, Any]]:
     rows = []
-    for name in RUNS:
-        rows += [json.loads(line) for line in (DATA / name).read_text().splitlines() if line]
+    for name in runs:
+        rows += [
+            json.loads(line)
+            for line in (DATA / name).read_text().splitlines()
+            if line.startswith("{")
+        ]
     return rows
 
 
-def engines() -> dict[str, Engine]:
+def engines(runs: tuple[str, ...] = RUNS) -> dict[str, Engine]:
     found = {}
-    for r in _records():
+    for r in _records(runs):
         if r["kind"] == "engine":
             args = r["engine_args"]
             found[r["tag"]] = Engine(
@@ -162,14 +212,16 @@ def engines() -> dict[str, Engine]:
                 args["max_model_len"],
                 r["max_num_batched_tokens"],
                 r["kv_tokens"],
+                args.get("quantization") or "none",
             )
     return found
 
 
-def validation_points() -> list[Point]:
-    known = engines()
+def validation_points(runs: tuple[str, ...] = RUNS) -> list[Point]:
+    """Every measured point of `runs` (those left out of the fits, by default)."""
+    known = engines(runs)
     points = []
-    for r in _records():
+    for r in _records(runs):
         engine = known.get(r["tag"])
         if r["kind"] == "point" and engine:
             c, p, o = r["concurrency"], r["in"], r["out"]
@@ -187,9 +239,17 @@ def _loss(points: list[Point], e: Efficiencies) -> float:
     return sum(math.log(p.predict(e) / p.measured) ** 2 for p in points)
 
 
-def fit(points: list[Point]) -> Efficiencies:
-    """Nelder-Mead over the four fitted efficiencies (log space keeps them positive)."""
-    names = ("memory", "compute", "step_overhead_ms", "sequence_overhead_us")
+def fp8_calibration_points() -> list[Point]:
+    return validation_points(FP8_CALIBRATION_RUNS)
+
+
+BF16_FITTED = ("memory", "compute", "step_overhead_ms", "sequence_overhead_us")
+FP8_FITTED = ("fp8_compute", "fp8_layer_overhead_us")
+
+
+def fit(points: list[Point], names: tuple[str, ...] = BF16_FITTED) -> Efficiencies:
+    """Nelder-Mead over the fitted efficiencies `names`, the others held at the planner's
+    (log space keeps them positive)."""
     start = [math.log(getattr(CALIBRATED, n)) for n in names]
 
     def make(x: list[float]) -> Efficiencies:
@@ -198,7 +258,7 @@ def fit(points: list[Point]) -> Efficiencies:
     def f(x: list[float]) -> float:
         return _loss(points, make(x))
 
-    simplex = [start] + [
+    simplex: list[list[float]] = [start] + [
         [v + (0.2 if i == j else 0) for j, v in enumerate(start)] for i in range(len(start))
     ]
     for _ in range(400):
@@ -253,13 +313,22 @@ def _plot(points: list[Point]) -> None:
         strict=True,
     ):
         chosen = [p for p in points if p.what == what]
-        for device, marker in (("H100", "o"), ("H200", "s")):
-            mine = [p for p in chosen if device in p.engine.device]
+        for device, quant, marker in (
+            ("H100", "none", "o"),
+            ("H200", "none", "s"),
+            ("H100", "fp8", "^"),
+        ):
+            mine = [
+                p for p in chosen if device in p.engine.device and p.engine.quantization == quant
+            ]
+            if not mine:
+                continue
+            name = device if quant == "none" else f"{device} 70B {quant}"
             ax.scatter(
                 [p.measured for p in mine],
                 [p.predict() for p in mine],
                 marker=marker,
-                label=f"{device} ({len(mine)})",
+                label=f"{name} ({len(mine)})",
             )
         values = [p.measured for p in chosen] + [p.predict() for p in chosen]
         low, high = min(values) * 0.8, max(values) * 1.25
@@ -281,24 +350,49 @@ def _plot(points: list[Point]) -> None:
         )
         ax.legend(fontsize=8)
     fig.suptitle(
-        "Planner performance model vs vLLM 0.26.0 (points not used for calibration; 2026-11-23)"
+        "Planner performance model vs vLLM 0.26.0, points not used for calibration "
+        "(bf16 2026-11-23; H100 70B fp8 2026-11-24)"
     )
     fig.tight_layout()
     PLOT.parent.mkdir(exist_ok=True)
     fig.savefig(PLOT, dpi=110)
 
 
+def refusals() -> list[dict[str, Any]]:
+    """The planner's KV cache for the engines vLLM refused (0: the planner refuses too)."""
+    found = []
+    for tag, model, device, utilization, length, mnbt, quantization in REFUSED:
+        engine = Engine(tag, model, device, utilization, length, mnbt, 0, quantization)
+        found.append({"tag": tag, "gpu": device, "planner": engine.planner_kv_tokens()})
+    return found
+
+
+def _report(points: list[Point]) -> list[dict[str, Any]]:
+    return [
+        {
+            "point": p.label(),
+            "measured": p.measured,
+            "predicted": round(p.predict(), 3),
+            "error_pct": round(p.error_pct(), 1),
+        }
+        for p in points
+    ]
+
+
 def run() -> dict[str, float]:
     validation = validation_points()
     errors = [abs(p.error_pct()) for p in validation if p.what in ("out_tok_s", "itl_ms")]
+    fp8 = [p for p in validation if p.engine.quantization == "fp8"]
+    fp8_errors = [abs(p.error_pct()) for p in fp8 if p.what in ("out_tok_s", "itl_ms")]
     kv = []
-    for e in engines().values():
+    for e in engines(RUNS + FP8_CALIBRATION_RUNS).values():
         planned = e.planner_kv_tokens()
         kv.append(
             {
                 "tag": e.tag,
                 "gpu": e.device,
                 "model": e.model,
+                "quantization": e.quantization,
                 "utilization": e.utilization,
                 "max_model_len": e.max_model_len,
                 "planner": planned,
@@ -310,44 +404,54 @@ def run() -> dict[str, float]:
     report = {
         "efficiencies": CALIBRATED.__dict__,
         "calibration_loss": _loss(calibration_points(), CALIBRATED),
+        "fp8_calibration_loss": _loss(fp8_calibration_points(), CALIBRATED),
         "kv": kv,
+        "refused_by_vllm": refusals(),
         "engine_args": args,
-        "validation": [
-            {
-                "point": p.label(),
-                "measured": p.measured,
-                "predicted": round(p.predict(), 3),
-                "error_pct": round(p.error_pct(), 1),
-            }
-            for p in validation
-        ],
-        "source": "vLLM 0.26.0 on NVIDIA H100 80GB HBM3 and NVIDIA H200, 2026-11-23 (bench/gpu/)",
+        "validation": _report(validation),
+        "fp8_calibration": _report(fp8_calibration_points()),
+        "source": (
+            "vLLM 0.26.0 on NVIDIA H100 80GB HBM3 and NVIDIA H200, 2026-11-23 (bf16) and "
+            "2026-11-24 (Llama-3.1-70B fp8) (bench/gpu/)"
+        ),
     }
     OUTPUT.write_text(json.dumps(report, indent=2) + "\n")
     _plot(validation)
     return {
-        "gpu_kv_error_max_pct": max(abs(k["error_pct"]) for k in kv),
+        "gpu_kv_error_max_pct": max(abs(k["error_pct"]) for k in kv if k["quantization"] == "none"),
+        "gpu_kv_fp8_error_max_pct": max(
+            abs(k["error_pct"]) for k in kv if k["quantization"] == "fp8"
+        ),
         "gpu_engine_args_throughput_ratio": args["ratio"],
         "gpu_prediction_error_p50_pct": statistics.median(errors),
         "gpu_prediction_error_max_pct": max(errors),
         "gpu_prediction_points": float(len(errors)),
+        "gpu_fp8_prediction_error_p50_pct": statistics.median(fp8_errors),
+        "gpu_fp8_prediction_error_max_pct": max(fp8_errors),
     }
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--fit", action="store_true", help="fit the efficiencies and print them")
+    p.add_argument("--fit-fp8", action="store_true", help="fit the fp8 constants, print them")
     args = p.parse_args()
-    if args.fit:
-        points = calibration_points()
-        fitted = fit(points)
+    if args.fit or args.fit_fp8:
+        if args.fit:
+            points, fitted = calibration_points(), fit(calibration_points())
+        else:
+            points = fp8_calibration_points()
+            fitted = fit(points, FP8_FITTED)
+            held_out = [q for q in validation_points() if q.engine.quantization == "fp8"]
+            points = points + held_out
         print(fitted)
         for point in points:
             print(f"  {point.label():45s} {point.measured:10.3f} {point.error_pct(fitted):+6.1f} %")
         return
     figures = run()
     print(json.dumps(figures, indent=2))
-    for v in json.loads(OUTPUT.read_text())["validation"]:
+    report = json.loads(OUTPUT.read_text())
+    for v in report["validation"] + report["fp8_calibration"]:
         print(
             f"  {v['point']:45s} {v['measured']:10.3f} {v['predicted']:10.3f} "
             f"{v['error_pct']:+6.1f} %"

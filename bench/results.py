@@ -20,12 +20,24 @@ TABLE_END = "<!-- bench:end -->"
 # name -> (what it measures, unit); the README table lists them in this order.
 FIGURES: dict[str, tuple[str, str]] = {
     "cluster_cold_build_s": ("Build every cluster component from empty Go caches", "s"),
-    "cluster_warm_start_s": ("`make cluster-up` with components built (fresh state)", "s"),
+    "cluster_warm_start_s": (
+        "`make cluster-up` with components built (fresh state)",
+        "s",
+    ),
     "reconcile_p50_ms": ("Apply → children created, p50 over 50 LLMDeployments", "ms"),
     "reconcile_p99_ms": ("Apply → children created, p99 over 50 LLMDeployments", "ms"),
-    "reconcile_500_total_s": ("Reconcile 500 LLMDeployments (applied at once) to status", "s"),
-    "operator_rss_mib_500": ("Operator resident memory holding 500 LLMDeployments", "MiB"),
-    "idle_writes_per_min": ("Operator API writes per minute with nothing changing", "writes/min"),
+    "reconcile_500_total_s": (
+        "Reconcile 500 LLMDeployments (applied at once) to status",
+        "s",
+    ),
+    "operator_rss_mib_500": (
+        "Operator resident memory holding 500 LLMDeployments",
+        "MiB",
+    ),
+    "idle_writes_per_min": (
+        "Operator API writes per minute with nothing changing",
+        "writes/min",
+    ),
     "scale_reaction_prometheus_s": (
         "Load start → Prometheus shows the queue above the HPA target (vLLM, 1 → 2 pods; median)",
         "s",
@@ -40,7 +52,10 @@ FIGURES: dict[str, tuple[str, str]] = {
         "s",
     ),
     "scale_reaction_desired_max_s": ("… the slowest of the 3 runs", "s"),
-    "scale_reaction_engine_start_s": ("New engine pod created → Ready (vLLM CPU startup)", "s"),
+    "scale_reaction_engine_start_s": (
+        "New engine pod created → Ready (vLLM CPU startup)",
+        "s",
+    ),
     "scale_reaction_ready_s": ("Load start → the new engine pod Ready", "s"),
     "batching_wall_per_request_s_c1": (
         "64 equal requests through the router at concurrency 1: wall ÷ requests",
@@ -61,18 +76,39 @@ FIGURES: dict[str, tuple[str, str]] = {
         "The same 1,000 requests through vLLM's OpenAI server, 256 in flight: generated tokens/s",
         "tok/s",
     ),
-    "batch_offline_vs_online": ("Offline batch runner tokens/s ÷ online server tokens/s", "x"),
-    "router_overhead_p50_ms": ("vLLM Router: added latency per request vs one engine, p50", "ms"),
-    "router_overhead_p99_ms": ("vLLM Router: added latency per request vs one engine, p99", "ms"),
-    "router_rps": ("vLLM Router: requests/s passed to a no-op upstream (2 shared cores)", "req/s"),
+    "batch_offline_vs_online": (
+        "Offline batch runner tokens/s ÷ online server tokens/s",
+        "x",
+    ),
+    "router_overhead_p50_ms": (
+        "vLLM Router: added latency per request vs one engine, p50",
+        "ms",
+    ),
+    "router_overhead_p99_ms": (
+        "vLLM Router: added latency per request vs one engine, p99",
+        "ms",
+    ),
+    "router_rps": (
+        "vLLM Router: requests/s passed to a no-op upstream (2 shared cores)",
+        "req/s",
+    ),
     "router_skew_ttft_p99_ratio": (
         "Skewed load over 3 engines: TTFT p99, power_of_two ÷ round_robin (lower is better)",
         "x",
     ),
-    "router_skew_throughput_ratio": ("… generated tokens/s, power_of_two ÷ round_robin", "x"),
+    "router_skew_throughput_ratio": (
+        "… generated tokens/s, power_of_two ÷ round_robin",
+        "x",
+    ),
     "gpu_kv_error_max_pct": (
         "Planner KV-cache tokens vs vLLM's, worst of 9 engines (2 shapes, utilization 0.8/0.9/"
         "0.95, context 8k/16k/32k; H100 80GB HBM3 and H200, vLLM 0.26.0, 2026-11-23)",
+        "%",
+    ),
+    "gpu_kv_fp8_error_max_pct": (
+        "… worst of 3 engines of Llama-3.1-70B in fp8 on one GPU (H200 at 0.9 twice, H100 80GB "
+        "at 0.95: the planner errs low, vLLM's activation peak varies 2.99-3.56 GiB; the "
+        "planner also refuses the 3 H100 engines at 0.9 that vLLM refused), 2026-11-24",
         "%",
     ),
     "gpu_engine_args_throughput_ratio": (
@@ -82,11 +118,20 @@ FIGURES: dict[str, tuple[str, str]] = {
     ),
     "gpu_prediction_error_p50_pct": (
         "Predicted vs measured output tok/s and ITL, median |error| over the points left out "
-        "of calibration (H100 and H200, 2 shapes, vLLM 0.26.0, 2026-11-23)",
+        "of calibration (H100 and H200, 3 shapes, vLLM 0.26.0, 2026-11-23/24)",
         "%",
     ),
     "gpu_prediction_error_max_pct": ("… the worst of those points", "%"),
-    "gpu_prediction_points": ("… how many (tok/s and ITL counted apart)", "points"),
+    "gpu_prediction_points": (
+        "… how many (tok/s and ITL counted apart; with the H100's 5 Llama-3.1-70B fp8 points, "
+        "2026-11-24)",
+        "points",
+    ),
+    "gpu_fp8_prediction_error_p50_pct": (
+        "… of those, the H100 fp8 points, held out of the fp8 fit (17 H200 fp8 points), median",
+        "%",
+    ),
+    "gpu_fp8_prediction_error_max_pct": ("… the worst of the H100 fp8 points", "%"),
 }
 
 

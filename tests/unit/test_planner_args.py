@@ -134,22 +134,23 @@ def test_latency_prefills_in_smaller_chunks_than_throughput(
 @pytest.mark.parametrize(
     ("memory_gib", "spec", "seqs"),
     [
-        # 80 GiB: 72.00 usable - 14.96 weights - 2.50 reserve (16384 batched tokens) = 54.54 GiB
-        # of KV cache at 128 KiB per token = 446,784 tokens; // 768 = 581, capped at 512.
+        # 80 GiB: (80 - 0.82 CUDA does not report) x 0.9 = 71.26 usable - 14.96 weights - 2.05
+        # reserve (16384 batched tokens) = 54.25 GiB of KV cache at 128 KiB per token = 444,416
+        # tokens (vLLM: 444,528-444,928 on an H100); // 768 = 578, capped at 512.
         pytest.param(80, {}, 512, id="capped-at-512-cuda-graph-batches"),
-        # 24 GiB (below 70 GiB: 8192 batched tokens, a 2.00 GiB reserve): 21.60 - 14.96 - 2.00
-        # = 4.64 GiB = 38,000 tokens; // (512 + 256) = 49.
-        pytest.param(24, {}, 49, id="kv-bound-default-512-plus-256-workload"),
-        # 446,784 // (4096 + 1024) = 87.
+        # 24 GiB (below 70 GiB: 8192 batched tokens, a 1.18 GiB reserve): 20.86 - 14.96 - 1.18
+        # = 4.72 GiB = 38,656 tokens; // (512 + 256) = 50.
+        pytest.param(24, {}, 50, id="kv-bound-default-512-plus-256-workload"),
+        # 444,416 // (4096 + 1024) = 86.
         pytest.param(
             80,
             {"workload": {"promptTokens": 4096, "outputTokens": 1024}},
-            87,
+            86,
             id="kv-bound-by-a-longer-workload",
         ),
         # maxModelLen 512 < 768: the default workload shrinks to 341 + 171 = 512 tokens, so
-        # 38,000 // 512 = 74 (not 38,000 // 768 = 49).
-        pytest.param(24, {"engine": {"maxModelLen": 512}}, 74, id="workload-shrinks-to-context"),
+        # 38,656 // 512 = 75 (not 38,656 // 768 = 50).
+        pytest.param(24, {"engine": {"maxModelLen": 512}}, 75, id="workload-shrinks-to-context"),
     ],
 )
 def test_max_num_seqs_is_what_the_kv_cache_holds_of_the_workload(

@@ -2,8 +2,9 @@
 
 Figures come from each model's published config.json on the Hugging Face Hub
 (num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim or hidden_size /
-num_attention_heads, max_position_embeddings) and parameter counts from the model cards or the
-Hub's safetensors metadata. For multimodal Gemma 3 the text_config figures are used and the
+num_attention_heads, max_position_embeddings; vocab_size and tie_word_embeddings for the models
+whose hidden_size is heads x head_dim) and parameter counts from the model cards or the Hub's
+safetensors metadata. For multimodal Gemma 3 the text_config figures are used and the
 parameter count includes the vision tower, which vLLM also loads.
 """
 
@@ -20,7 +21,14 @@ _INSTRUCT_SUFFIX = "-instruct"
 
 # Positional on purpose: the entries below read as a table in config.json order.
 def _arch(  # noqa: PLR0917
-    params_b: float, layers: int, heads: int, kv_heads: int, head_dim: int, max_pos: int
+    params_b: float,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    max_pos: int,
+    vocab: int | None = None,
+    tied: bool = False,
 ) -> ModelArchitecture:
     return ModelArchitecture(
         parameters_billions=params_b,
@@ -29,24 +37,26 @@ def _arch(  # noqa: PLR0917
         num_key_value_heads=kv_heads,
         head_dim=head_dim,
         max_position_embeddings=max_pos,
+        vocab_size=vocab,
+        tie_word_embeddings=tied,
     )
 
 
-_LLAMA_3_70B = _arch(70.6, 80, 64, 8, 128, 131072)
+_LLAMA_3_70B = _arch(70.6, 80, 64, 8, 128, 131072, 128256)
 
 _ENTRIES: dict[str, ModelArchitecture] = {
     # meta-llama: Llama 3.1 / 3.2 / 3.3 config.json (rope-scaled to 128k context).
-    "meta-llama/Llama-3.1-8B": _arch(8.03, 32, 32, 8, 128, 131072),
+    "meta-llama/Llama-3.1-8B": _arch(8.03, 32, 32, 8, 128, 131072, 128256),
     "meta-llama/Llama-3.1-70B": _LLAMA_3_70B,
-    "meta-llama/Llama-3.1-405B": _arch(405.9, 126, 128, 8, 128, 131072),
-    "meta-llama/Llama-3.2-1B": _arch(1.24, 16, 32, 8, 64, 131072),
-    "meta-llama/Llama-3.2-3B": _arch(3.21, 28, 24, 8, 128, 131072),
+    "meta-llama/Llama-3.1-405B": _arch(405.9, 126, 128, 8, 128, 131072, 128256),
+    "meta-llama/Llama-3.2-1B": _arch(1.24, 16, 32, 8, 64, 131072, 128256, tied=True),
+    "meta-llama/Llama-3.2-3B": _arch(3.21, 28, 24, 8, 128, 131072, 128256, tied=True),
     "meta-llama/Llama-3.3-70B-Instruct": _LLAMA_3_70B,
     # Qwen2.5: the Instruct config.json's 32768 (longer contexts need YaRN rope scaling).
-    "Qwen/Qwen2.5-7B": _arch(7.62, 28, 28, 4, 128, 32768),
-    "Qwen/Qwen2.5-32B": _arch(32.8, 64, 40, 8, 128, 32768),
-    "Qwen/Qwen2.5-72B": _arch(72.7, 80, 64, 8, 128, 32768),
-    "mistralai/Mistral-7B-v0.3": _arch(7.25, 32, 32, 8, 128, 32768),
+    "Qwen/Qwen2.5-7B": _arch(7.62, 28, 28, 4, 128, 32768, 152064),
+    "Qwen/Qwen2.5-32B": _arch(32.8, 64, 40, 8, 128, 32768, 152064),
+    "Qwen/Qwen2.5-72B": _arch(72.7, 80, 64, 8, 128, 32768, 152064),
+    "mistralai/Mistral-7B-v0.3": _arch(7.25, 32, 32, 8, 128, 32768, 32768),
     # Gemma 3 interleaves sliding-window layers; sizing every layer as global attention
     # overestimates its KV cache, which errs on the safe side.
     "google/gemma-3-4b-it": _arch(4.3, 34, 8, 4, 256, 131072),

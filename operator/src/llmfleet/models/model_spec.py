@@ -71,6 +71,23 @@ class ModelArchitecture(ApiModel):
             "max_position_embeddings). Caps spec.engine.maxModelLen."
         ),
     )
+    vocab_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description=(
+            "Vocabulary size (config.json vocab_size). With quantization fp8 vLLM keeps the "
+            "embeddings and the output head (vocabSize x numAttentionHeads x headDim each) in "
+            "16 bits, and the planner counts them so; unset, it counts every weight at 8 bits."
+        ),
+    )
+    tie_word_embeddings: bool = Field(
+        default=False,
+        description=(
+            "The output head shares the input embeddings' weights (config.json "
+            "tie_word_embeddings): one vocabulary matrix instead of two."
+        ),
+    )
 
 
 # A Hugging Face repo id, an absolute path, or an s3:// or gs:// URI; never whitespace.

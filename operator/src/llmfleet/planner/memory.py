@@ -1,15 +1,28 @@
 """How much of a GPU the weights, the runtime and the KV cache take.
 
-The model follows vLLM's own accounting: vLLM may use `memoryGiB x gpuMemoryUtilization` of each
-GPU; it loads its shard of the weights, profiles a forward pass of `maxNumBatchedTokens` tokens
-to find the activation peak, and gives the rest to the KV cache.
+The model follows vLLM's own accounting (vLLM 0.26.0's gpu_worker log: "Desired GPU memory
+utilization is (0.9, 71.26 GiB). Actual usage is 15.0 GiB for weight, 1.72 GiB for peak
+activation, 0.22 GiB for non-torch memory"): vLLM may use `gpuMemoryUtilization` of the memory
+CUDA reports for the GPU; it loads its shard of the weights, profiles a forward pass of
+`maxNumBatchedTokens` tokens to find the activation peak, and gives the rest to the KV cache.
 
-`RUNTIME_RESERVE_GIB + maxNumBatchedTokens x hidden size x ACTIVATION_BYTES_PER_TOKEN_UNIT`
-stands in for that profile. 1.5 GiB covers the CUDA context, NCCL buffers and CUDA graphs
-(vLLM captures graphs for batch sizes up to 512). 16 bytes per token per hidden unit is a
-few bf16 copies of the residual stream plus the MLP intermediate (about 3.5 x hidden) and the
-sampler's logits, kept unsharded so the estimate errs high: 1 GiB for Llama-3.1-70B at 8192
-batched tokens, 0.5 GiB for an 8B model.
+* CUDA reports less than the datasheet's memory: 79.18 GiB on an H100 80GB HBM3
+  (torch.cuda.mem_get_info, bench/gpu/ 2026-11-23/24). `memoryGiB` is the datasheet figure, so
+  the planner takes CUDA_UNREACHABLE_GIB off it before applying the utilization. (An H200,
+  profile 140 GiB, reports 139.8: this errs low there by 0.6 GiB.)
+* `RUNTIME_RESERVE_GIB + maxNumBatchedTokens x hidden size x ACTIVATION_BYTES_PER_TOKEN_UNIT`
+  stands in for the profile run. vLLM measured 0.22 GiB of non-torch memory and, at 16384
+  batched tokens, an activation peak of 1.72-1.78 GiB for Llama-3.1-8B (hidden 4096) and
+  2.99-3.56 GiB for Llama-3.1-70B in fp8 (hidden 8192; the higher figure on a fresh
+  torch.compile): 28 bytes per token per hidden unit covers the Llama shapes' worst (the MLP
+  intermediate, 3.5 x hidden, in bf16 dominates), kept unsharded over tensor parallelism so
+  the estimate errs high there. Models with a wider MLP use more (Qwen2.5-7B: 2.14 GiB at
+  hidden 3584, 1.53 GiB by this rule). CUDA graphs (0.1-1.3 GiB) come out of the headroom
+  above the utilization: vLLM 0.26.0 does not take them from the KV cache.
+* Weights: parameters x bytes per weight; with fp8 (quantized on load) vLLM keeps the
+  embeddings and the output head in 16 bits ("Model loading took 67.73 GiB" for Llama-3.1-70B,
+  65.75 GiB at 8 bits throughout), so they count at 2 bytes where the architecture gives a
+  vocabulary size.
 """
 
 from __future__ import annotations
@@ -20,8 +33,9 @@ from dataclasses import dataclass
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
 
 GIB = 1024**3
-RUNTIME_RESERVE_GIB = 1.5
-ACTIVATION_BYTES_PER_TOKEN_UNIT = 16
+CUDA_UNREACHABLE_GIB = 0.82
+RUNTIME_RESERVE_GIB = 0.3
+ACTIVATION_BYTES_PER_TOKEN_UNIT = 28
 # vLLM allocates the KV cache in blocks of 16 tokens.
 KV_BLOCK_TOKENS = 16
 
@@ -40,8 +54,44 @@ def kv_bytes_per_element(dtype: Dtype) -> int:
     return 4 if dtype == "float32" else 2
 
 
+def embedding_parameters(arch: ModelArchitecture) -> float:
+    """The input embeddings and the output head (one matrix when tied); 0 when unknown."""
+    if arch.vocab_size is None:
+        return 0.0
+    matrices = 1 if arch.tie_word_embeddings else 2
+    return float(matrices * arch.vocab_size * arch.num_attention_heads * arch.head_dim)
+
+
 def weights_gib(arch: ModelArchitecture, dtype: Dtype, quantization: Quantization) -> float:
-    return arch.parameters_billions * 1e9 * bytes_per_weight(dtype, quantization) / GIB
+    total = arch.parameters_billions * 1e9 * bytes_per_weight(dtype, quantization)
+    if quantization == "fp8":
+        # vLLM's online fp8 quantizes the linear layers only: the embeddings and the output
+        # head stay in the 16-bit activation dtype.
+        embeddings = embedding_parameters(arch)
+        total += embeddings * (_DTYPE_BYTES[dtype] - bytes_per_weight(dtype, quantization))
+    return total / GIB
+
+
+def usable_gib(memory_gib: float) -> float:
+    """What CUDA reports of a GPU of `memory_gib` (datasheet) GiB."""
+    return max(0.0, memory_gib - CUDA_UNREACHABLE_GIB)
+
+
+def budget_gib(memory_gib: float, gpu_memory_utilization: float) -> float:
+    """What vLLM may use of one GPU."""
+    return round_down(usable_gib(memory_gib) * gpu_memory_utilization)
+
+
+def memory_for_budget(needed_gib: float, gpu_memory_utilization: float) -> float:
+    """The datasheet memory (GiB) of a GPU that gives vLLM `needed_gib`."""
+    return needed_gib / gpu_memory_utilization + CUDA_UNREACHABLE_GIB
+
+
+def batched_tokens_within(arch: ModelArchitecture, reserve_gib: float) -> int:
+    """The most max-num-batched-tokens whose runtime reserve stays within `reserve_gib`."""
+    hidden_units = arch.num_attention_heads * arch.head_dim
+    room = (reserve_gib - RUNTIME_RESERVE_GIB) * GIB
+    return max(0, int(room // (hidden_units * ACTIVATION_BYTES_PER_TOKEN_UNIT)))
 
 
 def kv_heads_per_gpu(arch: ModelArchitecture, tensor_parallel_size: int) -> int:
@@ -122,7 +172,7 @@ def fit_on_gpu(
 ) -> GpuFit:
     """One GPU of a replica of `tensor_parallel_size` x `pipeline_parallel_size` GPUs: its shard
     of its stage's layers (the deepest stage: the one that fills first)."""
-    budget = round_down(memory_gib * gpu_memory_utilization)
+    budget = budget_gib(memory_gib, gpu_memory_utilization)
     stage_share = layers_per_stage(arch, pipeline_parallel_size) / arch.num_layers
     weights = round_up(weights_gib(arch, dtype, quantization) * stage_share / tensor_parallel_size)
     reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens))

@@ -12,8 +12,14 @@ chunk) through the model once:
 * a fixed per-step cost (scheduling, sampling, launches) and a per-sequence one.
 
 Bandwidths and peaks are the GPU profile's datasheet figures; the efficiencies (what fraction
-of them vLLM achieves) are fitted by bench/gpu/calibrate.py to the H100 runs of 2026-11-23
-(bench/gpu/, vLLM 0.26.0) and checked on points left out of the fit and on an H200. Interconnect
+of them vLLM achieves) are fitted by bench/gpu_model.py to the H100 runs of 2026-11-23
+(bench/gpu/, vLLM 0.26.0, bf16) and checked on points left out of the fit and on an H200.
+Weights quantized to fp8 on load (vLLM --quantization fp8) have their own two constants,
+fitted to Llama-3.1-70B on one H200 (2026-11-24) and checked on one H100: the linear layers'
+fraction of the fp8 peak (cutlass scaled-mm at these shapes reaches about half of it, not the
+bf16 GEMMs' 73 %), and a per-layer cost of every step (quantizing the activations to fp8 before
+each linear layer, dynamic per-token scales). Attention stays in bf16 (the KV cache is bf16),
+so its FLOPs count at the bf16 peak. Interconnect
 figures are NVIDIA's published NVLink bandwidth with the efficiency NCCL reaches on all-reduce;
 no multi-GPU machine has calibrated them yet.
 
@@ -31,12 +37,16 @@ from dataclasses import dataclass
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
 from llmfleet.planner.memory import GIB, kv_bytes_per_token_per_gpu, weights_gib
 
-# Fitted by bench/gpu/calibrate.py (see its output, bench/gpu/calibration.json).
-CALIBRATION_NAME = "NVIDIA H100 80GB HBM3, vLLM 0.26.0, 2026-11-23"
+# Fitted by bench/gpu_model.py (see its output, bench/gpu/calibration.json).
+CALIBRATION_NAME = (
+    "NVIDIA H100 80GB HBM3, vLLM 0.26.0, 2026-11-23 (bf16); NVIDIA H200, 2026-11-24 (fp8)"
+)
 MEMORY_EFFICIENCY = 0.897
 COMPUTE_EFFICIENCY = 0.728
 STEP_OVERHEAD_MS = 1.25
 SEQUENCE_OVERHEAD_US = 6.18
+FP8_COMPUTE_EFFICIENCY = 0.614
+FP8_LAYER_OVERHEAD_US = 28.5
 # NCCL and vLLM's custom all-reduce reach about 80 % of NVLink's bandwidth on large messages;
 # each all-reduce also costs a few microseconds (published NCCL tests, not measured here).
 INTERCONNECT_EFFICIENCY = 0.8
@@ -51,6 +61,8 @@ class Efficiencies:
     compute: float = COMPUTE_EFFICIENCY
     step_overhead_ms: float = STEP_OVERHEAD_MS
     sequence_overhead_us: float = SEQUENCE_OVERHEAD_US
+    fp8_compute: float = FP8_COMPUTE_EFFICIENCY
+    fp8_layer_overhead_us: float = FP8_LAYER_OVERHEAD_US
     interconnect: float = INTERCONNECT_EFFICIENCY
     allreduce_latency_us: float = ALLREDUCE_LATENCY_US
 
@@ -88,9 +100,19 @@ class PodModel:
         return self.gpu.hbm_gbps * 1e9 * self.efficiencies.memory
 
     @property
+    def _fp8_math(self) -> bool:
+        return self.fp8_compute and self.gpu.fp8_tflops is not None
+
+    @property
     def _flops(self) -> float:
-        peak = self.gpu.fp8_tflops if self.fp8_compute and self.gpu.fp8_tflops else None
-        return (peak or self.gpu.bf16_tflops) * 1e12 * self.efficiencies.compute
+        """The linear layers' FLOP/s."""
+        if self.gpu.fp8_tflops is not None and self.fp8_compute:
+            return self.gpu.fp8_tflops * 1e12 * self.efficiencies.fp8_compute
+        return self._bf16_flops
+
+    @property
+    def _bf16_flops(self) -> float:
+        return self.gpu.bf16_tflops * 1e12 * self.efficiencies.compute
 
     def _allreduce_s(self, tokens: float) -> float:
         tp = self.tensor_parallel_size
@@ -109,13 +131,21 @@ class PodModel:
         of prompts `prompt_len` long prefilled in the same step."""
         tokens = sequences + prompt_tokens
         linear_flops = tokens * 2 * self.parameters / self.tensor_parallel_size
-        linear = max(self.weight_bytes_per_gpu / self._bandwidth, linear_flops / self._flops)
+        weights_s = self.weight_bytes_per_gpu / self._bandwidth
+        if self._fp8_math:
+            # fp8 GEMMs between the two rooflines run below both: neither bound alone fits the
+            # measured steps (bench/gpu/ 2026-11-24), their quadrature sum does.
+            linear = math.hypot(weights_s, linear_flops / self._flops)
+        else:
+            linear = max(weights_s, linear_flops / self._flops)
         kv_read = sequences * context * self.kv_bytes_per_token_per_gpu / self._bandwidth
         # Causal attention over a prompt: each token attends to half the prompt on average.
         attention_flops = 2 * self.layers * self.hidden * prompt_tokens * prompt_len
-        attention = attention_flops / self.tensor_parallel_size / self._flops
+        attention = attention_flops / self.tensor_parallel_size / self._bf16_flops
         fixed = self.efficiencies.step_overhead_ms * 1e-3
         fixed += sequences * self.efficiencies.sequence_overhead_us * 1e-6
+        if self._fp8_math:
+            fixed += self.layers * self.efficiencies.fp8_layer_overhead_us * 1e-6
         return fixed + linear + kv_read + attention + self._allreduce_s(tokens)
 
     def prefill_s(self, prompts: int, prompt_len: int) -> float:

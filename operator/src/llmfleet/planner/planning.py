@@ -52,10 +52,13 @@ from llmfleet.planner.errors import PlanError
 from llmfleet.planner.memory import (
     GIB,
     GpuFit,
+    batched_tokens_within,
     fit_on_gpu,
     kv_bytes_per_token_per_gpu,
     kv_tokens_in,
     layers_per_stage,
+    memory_for_budget,
+    usable_gib,
     weights_gib,
 )
 from llmfleet.planner.parallelism import counts_that_split, splits_evenly, tensor_parallel_sizes
@@ -242,7 +245,7 @@ def _plan_gpus(
     reason = " ".join(
         (
             _explain_sizing(spec, gpus, arch, settings, fit),
-            _explain_smaller_sizes(settings, sizes, fits, tp),
+            _explain_smaller_sizes(settings, sizes, fits, tp, spec.model.quantization),
             why,
             _explain_batching(settings, chosen, spec.slo is not None),
         )
@@ -332,8 +335,9 @@ def _plan_multinode(  # noqa: PLR0917
             f"{depths[-1]} nodes: at TP={tp} x PP={depths[-1]} each GPU needs "
             f"{deepest.weights_gib:.2f} GiB of weights + {deepest.reserve_gib:.2f} GiB reserve "
             f"and one {length}-token sequence, but vLLM may use {deepest.budget_gib:.2f} GiB; "
-            "add nodes (spec.gpus.count), use fp8 (spec.model.quantization) or a shorter "
-            "spec.engine.maxModelLen",
+            "add nodes (spec.gpus.count)"
+            + (", use fp8 (spec.model.quantization)" if spec.model.quantization == "none" else "")
+            + " or a shorter spec.engine.maxModelLen",
         )
     enough = [pp for pp in holding if fits[pp].sequences(length) >= MIN_CONCURRENT_SEQUENCES]
     pp = (enough or holding)[0]
@@ -695,7 +699,8 @@ def _does_not_fit(
         f"at tensor-parallel size {widest} each GPU needs {fit.weights_gib:.2f} GiB of weights "
         f"+ {fit.reserve_gib:.2f} GiB runtime reserve + {one_sequence:.2f} GiB of KV cache for "
         f"one {length}-token sequence = {needed:.2f} GiB, but vLLM may use {fit.budget_gib:.2f} "
-        f"GiB ({gpus.memory_gib:g} GiB x gpuMemoryUtilization "
+        f"GiB ({usable_gib(gpus.memory_gib):.2f} GiB that CUDA reports of "
+        f"{gpus.memory_gib:g} GiB x gpuMemoryUtilization "
         f"{settings.gpu_memory_utilization:g})"
     )
     options: list[str] = []
@@ -711,8 +716,20 @@ def _does_not_fit(
                 f"TP={widest})"
             )
     if fit.kv_tokens >= 16:
+        # Only where some KV cache is left: with none, a shorter context frees nothing (the
+        # activation reserve follows maxNumBatchedTokens, not maxModelLen).
         options.append(f"spec.engine.maxModelLen {fit.kv_tokens} or less")
-    needed_memory = math.ceil(needed / settings.gpu_memory_utilization)
+    batched = batched_tokens_within(arch, fit.budget_gib - fit.weights_gib - one_sequence)
+    if settings.max_num_seqs is not None:
+        batched = batched if batched >= settings.max_num_seqs else 0
+    if 0 < batched < settings.max_num_batched_tokens:
+        batched = batched // 256 * 256 or batched
+        options.append(
+            f"spec.engine.maxNumBatchedTokens {batched} or less ("
+            f"{settings.max_num_batched_tokens} now: vLLM keeps room for the activations of "
+            "that many tokens)"
+        )
+    needed_memory = math.ceil(memory_for_budget(needed, settings.gpu_memory_utilization))
     options.append(f"GPUs with at least {needed_memory} GiB (spec.gpus.memoryGiB)")
     if wider:
         field, where = "spec.gpus.count", f"on {_plural(gpus.count, 'GPU')}"
@@ -750,7 +767,11 @@ def _describe_fit(fit: GpuFit, length: int) -> str:
 
 
 def _explain_smaller_sizes(
-    settings: _Settings, sizes: tuple[int, ...], fits: dict[int, GpuFit], chosen: int
+    settings: _Settings,
+    sizes: tuple[int, ...],
+    fits: dict[int, GpuFit],
+    chosen: int,
+    quantization: str = "none",
 ) -> str:
     length = settings.max_model_len
     text = f"At TP={chosen}: {_describe_fit(fits[chosen], length)}."
@@ -758,8 +779,8 @@ def _explain_smaller_sizes(
     if sequences < MIN_CONCURRENT_SEQUENCES:
         text += (
             f" Only {_plural(sequences, 'full-length sequence')} fit, below the "
-            f"{MIN_CONCURRENT_SEQUENCES} the planner aims for; expect queueing, or use fp8, "
-            "more GPUs or a shorter maxModelLen."
+            f"{MIN_CONCURRENT_SEQUENCES} the planner aims for; expect queueing, or use "
+            f"{'fp8, ' if quantization == 'none' else ''}more GPUs or a shorter maxModelLen."
         )
     smaller = [size for size in sizes if size < chosen]
     if not smaller:
