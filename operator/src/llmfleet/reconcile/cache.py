@@ -16,6 +16,11 @@ view has not seen yet queues the owner again, so the next reconcile reads the tr
 never does is answer before its first list: `wait_synced` holds reconciles until every kind has
 been listed, so an operator that just started never takes existing children for missing.
 
+A kind the API server does not serve (LeaderWorkerSet, which only multi-node layouts need) is
+not an error: its informer counts as listed and empty, looks the kind up again every
+ABSENT_RECHECK_SECONDS, and forgets what it held if the kind goes away (its CRD deleted);
+`serves` tells the reconcile, which then reports the missing API in status.
+
 Each object is kept as its compact JSON without `managedFields` (the bulk of a live object, and
 read by nobody here): a few KiB instead of the tens a parsed dict takes, and every reader gets a
 copy of its own that no other thread can change under it.
