@@ -337,6 +337,9 @@ def test_cluster_down_leaves_no_vllm_or_runner_process(vllm_python: Path) -> Non
             controller_manager=20257 + 1000 * CLUSTER_INDEX,
             scheduler=20259 + 1000 * CLUSTER_INDEX,
             kwok=20247 + 1000 * CLUSTER_INDEX,
+            lws_webhook=20263 + 1000 * CLUSTER_INDEX,
+            lws_metrics=20264 + 1000 * CLUSTER_INDEX,
+            lws_health=20265 + 1000 * CLUSTER_INDEX,
         ),
     )
     try:
