@@ -164,7 +164,10 @@ def save(figures: dict[str, float]) -> dict[str, Any]:
     data = load()
     data.update({k: round(v, 3) for k, v in figures.items()})
     data["machine"] = machine()
-    data["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    data["date"] = today
+    # A run measures some figures only: each keeps the date it was measured on.
+    data["dates"] = {**data.get("dates", {}), **dict.fromkeys(figures, today)}
     RESULTS.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return data
 
@@ -176,10 +179,18 @@ def table(data: dict[str, Any]) -> str:
             rows.append(f"| `{name}` | {what} | {data[name]:g} {unit} |")
     m = data.get("machine", {})
     rows.append("")
+    dates = data.get("dates") or {}
+    counts: dict[str, int] = {}
+    for name in FIGURES:
+        if name in data:
+            day = dates.get(name, data.get("date", "?"))
+            counts[day] = counts.get(day, 0) + 1
+    when = " and ".join(f"{day} ({n} figures)" for day, n in sorted(counts.items()))
     rows.append(
-        f"Measured {data.get('date', '?')} on {m.get('cpus', '?')} CPUs "
-        f"({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB; "
-        "from `bench/results.json` (`make bench`)."
+        f"Measured {when} on {m.get('cpus', '?')} CPUs "
+        f"({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB (the GPU figures on the GPUs "
+        "they name); from `bench/results.json` (`make bench`), whose `dates` gives each "
+        "figure's."
     )
     return "\n".join(rows)
 
