@@ -21,7 +21,12 @@ from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
 from llmfleet.reconcile.status import Observed, invalid_status, newly_unverified, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
-from llmfleet.render.leaderworkerset import LWS_API_VERSION, LWS_KIND
+from llmfleet.render.leaderworkerset import (
+    ENGINE_KINDS,
+    LWS_API_VERSION,
+    LWS_KIND,
+    engine_kind,
+)
 from llmfleet.render.names import DEPLOYMENT_LABEL, HTTP_PORT
 from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_name, router_url
 from llmfleet.render.service import endpoint_url
@@ -106,14 +111,14 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             live[ref(obj)] = self.applier.apply(obj, result)
 
         engine_name = engine_deployment_name(name, planned)
-        engine_kind = LWS_KIND if planned.pipeline_parallel_size > 1 else "Deployment"
-        engine = live.get(f"{engine_kind}/{engine_name}")
+        engine_ref = f"{engine_kind(planned)[1]}/{engine_name}"
+        engine = live.get(engine_ref)
         mine = (DEPLOYMENT_LABEL, name)
         old_engines = tuple(
             d
-            for kind in (("apps/v1", "Deployment"), (LWS_API_VERSION, LWS_KIND))
+            for kind in ENGINE_KINDS
             for d in self.view.by_label(*kind, ns, *mine)
-            if ref(d) != f"{engine_kind}/{engine_name}" and not _is_router(d)
+            if ref(d) != engine_ref and not _is_router(d)
         )
         # The previous layout keeps serving until the new one holds its minimum replicas.
         new_ready = int(((engine or {}).get("status") or {}).get("readyReplicas") or 0)

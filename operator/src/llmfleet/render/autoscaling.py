@@ -6,7 +6,7 @@ from typing import Any
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
-from llmfleet.render.leaderworkerset import LWS_API_VERSION, LWS_KIND
+from llmfleet.render.leaderworkerset import engine_kind
 from llmfleet.render.names import (
     Owner,
     engine_deployment_name,
@@ -21,7 +21,7 @@ SCALE_UP_PERIOD_SECONDS = 15
 
 
 def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
-    grouped = plan.pipeline_parallel_size > 1
+    api_version, kind = engine_kind(plan)
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -30,8 +30,8 @@ def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, A
             # A LeaderWorkerSet's scale subresource selects its leaders only: the pods that
             # serve, and so the ones whose queue the metric reads.
             "scaleTargetRef": {
-                "apiVersion": LWS_API_VERSION if grouped else "apps/v1",
-                "kind": LWS_KIND if grouped else "Deployment",
+                "apiVersion": api_version,
+                "kind": kind,
                 "name": engine_deployment_name(owner.name, plan),
             },
             "minReplicas": plan.min_replicas,

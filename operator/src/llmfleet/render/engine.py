@@ -10,6 +10,7 @@ from llmfleet.planner import Plan
 from llmfleet.render.modelpod import GPU_RESOURCE, cache_and_tmp, model_env, resources
 from llmfleet.render.names import (
     COMPONENT_ENGINE,
+    COMPONENT_ENGINE_WORKER,
     ENGINE_CONTAINER,
     HTTP_PORT,
     LAYOUT_LABEL,
@@ -24,6 +25,11 @@ from llmfleet.render.names import (
 # The OpenAI server module rather than the `vllm serve` console script: the same command runs in
 # the upstream image and in a plain virtualenv.
 ENGINE_COMMAND = ("python3", "-m", "vllm.entrypoints.openai.api_server")
+# A multi-node replica's workers: `vllm serve`, the console script's module, since only it
+# honours --headless (it then starts the node's workers and no API server). The OpenAI server
+# module ignores the flag and starts an engine of its own, which fails on a follower node
+# ("collective_rpc should not be called on follower node", vLLM 0.32).
+HEADLESS_COMMAND = ("python3", "-m", "vllm.entrypoints.cli.main", "serve")
 # The image's user is root; these ids make it run unprivileged with a writable HOME and cache.
 RUN_AS = 1000
 # Seconds for endpoints and routers to stop sending new requests before SIGTERM; vLLM then
@@ -85,13 +91,14 @@ def engine_pod_template(
     default_image: str = DEFAULT_ENGINE_IMAGE,
     *,
     launcher_args: tuple[str, ...] = (),
-    serving: bool = True,
-    component: str = COMPONENT_ENGINE,
-    command: tuple[str, ...] = ENGINE_COMMAND,
+    worker: bool = False,
 ) -> dict[str, Any]:
     """The pod of one engine: a serving one (the OpenAI API on HTTP_PORT, probed, drained), or a
-    multi-node replica's headless worker (`serving=False`: no API, so no probes). `launcher_args`
-    are the multi-node launcher's flags."""
+    multi-node replica's headless `worker` (no API, so no probes, ports or scrape annotations).
+    `launcher_args` are the multi-node launcher's flags."""
+    serving = not worker
+    component = COMPONENT_ENGINE_WORKER if worker else COMPONENT_ENGINE
+    command = HEADLESS_COMMAND if worker else ENGINE_COMMAND
     layout = layout_id(plan)
     pod_labels = {**common_labels(owner, component), LAYOUT_LABEL: layout}
     volumes, mounts = _volumes(spec, plan)

@@ -21,7 +21,6 @@ from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.planner import Plan
 from llmfleet.render.engine import engine_pod_template
 from llmfleet.render.names import (
-    COMPONENT_ENGINE_WORKER,
     LAYOUT_LABEL,
     Owner,
     engine_deployment_name,
@@ -31,16 +30,19 @@ from llmfleet.render.names import (
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
+DEPLOYMENT = ("apps/v1", "Deployment")
+# What runs a layout's engines: a Deployment, or a LeaderWorkerSet for a multi-node layout.
+ENGINE_KINDS = (DEPLOYMENT, (LWS_API_VERSION, LWS_KIND))
 # Injected into every pod of a group by LeaderWorkerSet's pod webhook.
 LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
 WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
 # torch.distributed's rendezvous on the leader (vLLM's --master-port).
 MASTER_PORT = 29500
-# `vllm serve`, the console script's module: only it honours --headless (it then starts the
-# node's workers and no API server). The OpenAI server module the leader runs ignores the flag and
-# starts an engine of its own, which fails on a follower node ("collective_rpc should not be
-# called on follower node", vLLM 0.32).
-HEADLESS_COMMAND = ("python3", "-m", "vllm.entrypoints.cli.main", "serve")
+
+
+def engine_kind(plan: Plan) -> tuple[str, str]:
+    """(apiVersion, kind) of the object that runs this layout's engines."""
+    return (LWS_API_VERSION, LWS_KIND) if plan.pipeline_parallel_size > 1 else DEPLOYMENT
 
 
 def launcher_args(plan: Plan, node_rank: str) -> tuple[str, ...]:
@@ -71,9 +73,7 @@ def render_leaderworkerset(
         plan,
         default_image,
         launcher_args=(*launcher_args(plan, f"$({WORKER_INDEX_ENV})"), "--headless"),
-        serving=False,
-        component=COMPONENT_ENGINE_WORKER,
-        command=HEADLESS_COMMAND,
+        worker=True,
     )
     lws_spec: dict[str, Any] = {
         "leaderWorkerTemplate": {
