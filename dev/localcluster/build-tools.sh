@@ -20,6 +20,10 @@ KSM_VERSION=v2.15.0
 # LeaderWorkerSet: the controller that multi-node layouts run on (issue 18), and its CRD, RBAC and
 # webhook configurations from the same module.
 LWS_VERSION=v0.7.0
+# KEDA: scales an LLMDeployment with autoscaling.minReplicas 0 to zero and back (issue 20); its
+# operator (ScaledObject controller) and metrics adapter (external.metrics.k8s.io), and its CRDs
+# and ClusterRoles from the same module.
+KEDA_VERSION=v2.21.0
 
 CACHE="${LLMFLEET_CACHE:-$HOME/.cache/llmfleet}"
 export GOFLAGS="-mod=mod -trimpath"
@@ -188,6 +192,35 @@ build_lws() {
   rm -rf "$out/config"; mv "$out/config.tmp" "$out/config"
 }
 
+build_keda() {
+  local out="$CACHE/bin/keda-$KEDA_VERSION"
+  if ! have "$out" keda keda-adapter; then
+    log "building keda $KEDA_VERSION (operator, metrics adapter)"
+    local mod="$CACHE/src/keda-$KEDA_VERSION"
+    rm -rf "$mod"; mkdir -p "$mod" "$out.tmp"
+    # Upstream's own replace (a dependency's replaces do not apply in another module).
+    printf 'module llmfleet.dev/localcluster/keda\n\ngo 1.26\n\nrequire github.com/kedacore/keda/v2 %s\n\n%s\n' \
+      "$KEDA_VERSION" \
+      "replace github.com/nexus-rpc/nexus-proto-annotations v0.1.0 => github.com/nexus-rpc/nexus-proto-annotations v0.1.1-0.20260629224316-835bd8d49cb4" \
+      > "$mod/go.mod"
+    local ldflags="-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v}"
+    (cd "$mod" && go build -ldflags "$ldflags" -o "$out.tmp/keda" github.com/kedacore/keda/v2/cmd/operator \
+      && go build -ldflags "$ldflags" -o "$out.tmp/keda-adapter" github.com/kedacore/keda/v2/cmd/adapter)
+    rm -rf "$out"; mv "$out.tmp" "$out"
+  fi
+  [ -s "$out/config/crd/keda.sh_scaledobjects.yaml" ] && return 0
+  # What upstream's kustomize install applies besides the Deployments: the CRDs and the
+  # ClusterRoles of the operator and the metrics server.
+  local dir
+  dir=$(cd "$CACHE" && GOFLAGS= go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  rm -rf "$out/config.tmp"; mkdir -p "$out/config.tmp/crd" "$out/config.tmp/rbac"
+  cp "$dir"/config/crd/bases/*.yaml "$out/config.tmp/crd/"
+  cp "$dir/config/rbac/role.yaml" "$out/config.tmp/rbac/operator-role.yaml"
+  cp "$dir/config/metrics-server/role.yaml" "$out/config.tmp/rbac/metrics-server-role.yaml"
+  chmod -R u+w "$out/config.tmp"
+  rm -rf "$out/config"; mv "$out/config.tmp" "$out/config"
+}
+
 # Print the bin directory of a component (for the Makefile and the cluster supervisor).
 bindir() {
   case $1 in
@@ -199,21 +232,22 @@ bindir() {
     kube-state-metrics) echo "$CACHE/bin/kube-state-metrics-$KSM_VERSION" ;;
     prometheus) echo "$CACHE/bin/prometheus-v0.${PROMETHEUS_VERSION#v2.}" ;;
     lws) echo "$CACHE/bin/lws-$LWS_VERSION" ;;
+    keda) echo "$CACHE/bin/keda-$KEDA_VERSION" ;;
     *) echo "unknown component $1" >&2; return 2 ;;
   esac
 }
 
 if [ "${1:-}" = "--bindir" ]; then bindir "$2"; exit; fi
 if [ "${1:-}" = "--versions" ]; then
-  printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nPROM_ADAPTER_VERSION=%s\nKSM_VERSION=%s\nPROMETHEUS_VERSION=%s\nLWS_VERSION=%s\n' \
-    "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROM_ADAPTER_VERSION" "$KSM_VERSION" "$PROMETHEUS_VERSION" "$LWS_VERSION"
+  printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nPROM_ADAPTER_VERSION=%s\nKSM_VERSION=%s\nPROMETHEUS_VERSION=%s\nLWS_VERSION=%s\nKEDA_VERSION=%s\n' \
+    "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROM_ADAPTER_VERSION" "$KSM_VERSION" "$PROMETHEUS_VERSION" "$LWS_VERSION" "$KEDA_VERSION"
   exit
 fi
 mkdir -p "$CACHE/bin"
 exec 9>"$CACHE/.build.lock"
 flock 9  # one build at a time: make, tests and a second shell may all ask at once
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(etcd kubernetes kwok lws helm prometheus prometheus-adapter kube-state-metrics)
+[ ${#components[@]} -gt 0 ] || components=(etcd kubernetes kwok lws keda helm prometheus prometheus-adapter kube-state-metrics)
 start=$(date +%s)
 for c in "${components[@]}"; do
   t0=$(date +%s)
