@@ -219,6 +219,14 @@ EXPECTED_RULES = {
         "patch",
         "delete",
     },
+    ("keda.sh", "scaledobjects"): {
+        "get",
+        "list",
+        "watch",
+        "create",
+        "patch",
+        "delete",
+    },
     ("", "serviceaccounts"): {"get", "list", "watch", "create", "patch", "delete"},
     ("rbac.authorization.k8s.io", "roles"): {"get", "list", "watch", "create", "patch", "delete"},
     ("rbac.authorization.k8s.io", "rolebindings"): {
@@ -432,23 +440,35 @@ def test_monitoring_objects_render_when_forced_or_the_api_exists(
     assert {d["kind"] for d in of_kind(docs, *MONITORING_KINDS)} == kinds
 
 
-def test_podmonitor_scrapes_engine_pods_and_labels_them_by_llmdeployment() -> None:
+@pytest.mark.parametrize(
+    ("component", "port"),
+    [("engine", "http"), ("router", "metrics")],
+    ids=["engines-on-their-http-port", "routers-on-their-metrics-port"],
+)
+def test_podmonitors_scrape_engine_and_router_pods_and_label_them_by_llmdeployment(
+    component: str, port: str
+) -> None:
+    # The routers' series wake an LLMDeployment scaled to zero (KEDA's demand trigger).
     docs = render("watchNamespaces={team-a}", api_versions=(MONITORING_API,))
-    (monitor,) = of_kind(docs, "PodMonitor")
+    (monitor,) = [
+        m
+        for m in of_kind(docs, "PodMonitor")
+        if m["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/component") == component
+    ]
     assert monitor["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/managed-by": "llmfleet",
-        "app.kubernetes.io/component": "engine",
+        "app.kubernetes.io/component": component,
     }
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
+    assert (endpoint["port"], endpoint["path"]) == (port, "/metrics")
     assert {
         "sourceLabels": ["__meta_kubernetes_pod_label_llmfleet_dev_deployment"],
         "targetLabel": "llmdeployment",
         "action": "replace",
     } in endpoint["relabelings"]
-    all_namespaces = of_kind(render(api_versions=(MONITORING_API,)), "PodMonitor")[0]
-    assert all_namespaces["spec"]["namespaceSelector"] == {"any": True}
+    everywhere = of_kind(render(api_versions=(MONITORING_API,)), "PodMonitor")
+    assert [m["spec"]["namespaceSelector"] for m in everywhere] == [{"any": True}] * 2
 
 
 def test_servicemonitor_scrapes_the_metrics_service() -> None:

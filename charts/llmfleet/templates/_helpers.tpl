@@ -134,6 +134,12 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The engines' NetworkPolicy (engine.networkPolicy); watched and pruned whether or not it is on,
 # so that turning it off removes the policies it made.
+# Scale to zero (autoscaling.minReplicas 0): one KEDA ScaledObject per such LLMDeployment. KEDA
+# is a prerequisite for that only: watched whether or not the cluster serves it, like
+# LeaderWorkerSets (Planned=False KEDAMissing meanwhile).
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]

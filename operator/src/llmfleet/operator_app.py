@@ -34,6 +34,7 @@ class OperatorConfig:
     kubeconfig: str | None = None
     default_engine_image: str = DEFAULT_ENGINE_IMAGE
     engine_network_policy: EngineNetworkPolicy | None = None
+    keda_prometheus_url: str = ""
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -65,6 +66,7 @@ def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
         profiles,
         default_engine_image=cfg.default_engine_image,
         network_policy=cfg.engine_network_policy,
+        keda_prometheus_url=cfg.keda_prometheus_url,
         namespaces=cfg.namespaces,
         resync_seconds=cfg.resync_seconds,
     )

@@ -151,7 +151,11 @@ def _table(item: _Planned) -> str:
     rows = [
         ("Model", item.model),
         ("Strategy", p.strategy),
-        ("Replicas", f"{p.replicas} (autoscaling {p.min_replicas}-{p.max_replicas})"),
+        (
+            "Replicas",
+            f"{p.replicas} (autoscaling {p.min_replicas}-{p.max_replicas}"
+            + (": scales to zero when idle)" if p.min_replicas == 0 else ")"),
+        ),
         (
             "GPUs per replica",
             f"{p.gpus_per_replica} (tensor parallel {p.tensor_parallel_size})"

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import random
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,6 +91,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "engines (env LLMFLEET_ENGINE_NETWORK_POLICY; default: none)",
     )
     p.add_argument(
+        "--keda-prometheus-url",
+        default=env("LLMFLEET_KEDA_PROMETHEUS_URL", ""),
+        type=_prometheus_url,
+        help="URL of the Prometheus that scrapes the engines and routers, which KEDA queries "
+        "to scale LLMDeployments with autoscaling.minReplicas 0 to zero and back (env "
+        "LLMFLEET_KEDA_PROMETHEUS_URL; default: none, and such LLMDeployments are refused)",
+    )
+    p.add_argument(
         "--kubeconfig",
         default=env("KUBECONFIG") or None,
         help="kubeconfig to use outside a cluster (default: in-cluster config)",
@@ -103,6 +112,16 @@ def _network_policy(text: str) -> EngineNetworkPolicy | None:
         return parse_engine_network_policy(text)
     except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
         raise argparse.ArgumentTypeError(f"not a valid engine NetworkPolicy: {e}") from None
+
+
+def _prometheus_url(text: str) -> str:
+    """argparse type: an http(s) URL or nothing."""
+    if text and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", text):
+        raise argparse.ArgumentTypeError(
+            f"not an http:// or https:// URL: {text!r} (e.g. "
+            "http://prometheus-operated.monitoring.svc:9090)"
+        )
+    return text.rstrip("/")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -136,4 +155,5 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         kubeconfig=args.kubeconfig,
         default_engine_image=args.default_engine_image,
         engine_network_policy=args.engine_network_policy,
+        keda_prometheus_url=args.keda_prometheus_url,
     )

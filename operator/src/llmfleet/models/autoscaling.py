@@ -1,11 +1,15 @@
-"""`spec.autoscaling`: queue-depth driven HorizontalPodAutoscaler bounds."""
+"""`spec.autoscaling`: queue-depth driven HorizontalPodAutoscaler bounds, and scale to zero."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from llmfleet.models.base import ApiModel, CelRule
-from llmfleet.models.defaults import DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS
+from llmfleet.models.defaults import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS,
+    DEFAULT_WAKE_TIMEOUT_SECONDS,
+)
 
 
 class AutoscalingSpec(ApiModel):
@@ -23,6 +27,29 @@ class AutoscalingSpec(ApiModel):
             ),
             field="maxReplicas",
         ),
+        CelRule(
+            rule=(
+                "(!has(self.idleSeconds) && !has(self.wakeTimeoutSeconds)) || "
+                "(has(self.minReplicas) && self.minReplicas == 0)"
+            ),
+            message=(
+                "idleSeconds and wakeTimeoutSeconds apply only to scale to zero: set "
+                "minReplicas to 0, or remove them"
+            ),
+            holds=lambda a: (
+                (a.idle_seconds is None and a.wake_timeout_seconds is None) or a.min_replicas == 0
+            ),
+            field="minReplicas",
+        ),
+        CelRule(
+            rule="!has(self.minReplicas) || self.minReplicas > 0 || self.enabled",
+            message=(
+                "minReplicas 0 (scale to zero) needs the autoscaler: set enabled to true, or "
+                "minReplicas to at least 1"
+            ),
+            holds=lambda a: a.min_replicas is None or a.min_replicas > 0 or a.enabled,
+            field="minReplicas",
+        ),
     )
 
     enabled: bool = Field(
@@ -34,15 +61,44 @@ class AutoscalingSpec(ApiModel):
     )
     min_replicas: int | None = Field(
         default=None,
-        ge=1,
+        ge=0,
         le=1_000,
-        description="Fewest pods. Default: the planned replica count.",
+        description=(
+            "Fewest pods. 0 scales an idle LLMDeployment to zero pods (and GPUs) after "
+            "idleSeconds without a request and back up on the next request, which the router "
+            "holds meanwhile; this needs KEDA (keda.sh) in the cluster. Default: the planned "
+            "replica count."
+        ),
     )
     max_replicas: int | None = Field(
         default=None,
         ge=1,
         le=1_000,
-        description="Most pods. Default: twice minReplicas.",
+        description=(
+            "Most pods. Default: twice minReplicas (twice the planned replica count when "
+            "minReplicas is 0)."
+        ),
+    )
+    idle_seconds: int | None = Field(
+        default=None,
+        ge=30,
+        le=86_400,
+        description=(
+            "With minReplicas 0: seconds without a request (none arriving, running or "
+            "waiting) after which the last pod is removed (KEDA's cooldownPeriod). 30 to "
+            f"86400, default {DEFAULT_IDLE_SECONDS}."
+        ),
+    )
+    wake_timeout_seconds: int | None = Field(
+        default=None,
+        ge=30,
+        le=3_600,
+        description=(
+            "With minReplicas 0: how long the router holds a request that arrives while no "
+            "engine is ready (at zero, the time a pod takes to start and load the model) "
+            "before it answers 503. 30 to 3600, default "
+            f"{DEFAULT_WAKE_TIMEOUT_SECONDS}."
+        ),
     )
     target_queue_depth: int | None = Field(
         default=None,
@@ -65,3 +121,19 @@ class AutoscalingSpec(ApiModel):
             f"{DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS}."
         ),
     )
+
+    @property
+    def scales_to_zero(self) -> bool:
+        return self.enabled and self.min_replicas == 0
+
+    @property
+    def idle_window_seconds(self) -> int:
+        return DEFAULT_IDLE_SECONDS if self.idle_seconds is None else self.idle_seconds
+
+    @property
+    def wake_timeout(self) -> int:
+        return (
+            DEFAULT_WAKE_TIMEOUT_SECONDS
+            if self.wake_timeout_seconds is None
+            else self.wake_timeout_seconds
+        )

@@ -10,6 +10,10 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_GPUS_PER_NODE = 8
 DEFAULT_CPU_KV_CACHE_GIB = 4.0
 DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS = 300
+# Scale to zero (autoscaling.minReplicas 0): KEDA's own cooldownPeriod default, and a hold long
+# enough for a GPU engine to start and load tens of GiB of weights from a volume.
+DEFAULT_IDLE_SECONDS = 300
+DEFAULT_WAKE_TIMEOUT_SECONDS = 600
 
 # The planner's default context length when spec.engine.maxModelLen is unset: long enough for
 # chat and RAG prompts, short enough that a 131072-token model does not reserve KV cache for

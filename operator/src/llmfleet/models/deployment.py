@@ -98,6 +98,19 @@ class LLMDeploymentSpec(ApiModel):
             holds=_max_model_len_within_context,
             field="engine.maxModelLen",
         ),
+        CelRule(
+            rule=(
+                "!has(self.autoscaling) || !has(self.autoscaling.minReplicas) || "
+                "self.autoscaling.minReplicas > 0 || !has(self.router) || "
+                "!has(self.router.enabled) || self.router.enabled"
+            ),
+            message=(
+                "autoscaling.minReplicas 0 needs the router (router.enabled true or unset): it "
+                "holds the requests that arrive while no engine runs"
+            ),
+            holds=lambda s: s.autoscaling.min_replicas != 0 or s.router.enabled is not False,
+            field="router.enabled",
+        ),
     )
 
     model: ModelSpec = Field(description="The model to serve.")

@@ -421,7 +421,7 @@ def _multinode_bounds(
     autoscaling = spec.autoscaling
     if not autoscaling.enabled:
         return replicas, replicas
-    minimum = autoscaling.min_replicas or replicas
+    minimum = replicas if autoscaling.min_replicas is None else autoscaling.min_replicas
     maximum = autoscaling.max_replicas or replicas
     most = count // gpus_per_replica
     if maximum > most:
@@ -845,8 +845,8 @@ def _autoscaling_bounds(spec: LLMDeploymentSpec, replicas: int) -> tuple[int, in
     autoscaling = spec.autoscaling
     if not autoscaling.enabled:
         return replicas, replicas
-    minimum = autoscaling.min_replicas or replicas
-    maximum = autoscaling.max_replicas or 2 * minimum
+    minimum = replicas if autoscaling.min_replicas is None else autoscaling.min_replicas
+    maximum = autoscaling.max_replicas or 2 * (minimum or replicas)
     if maximum < minimum:
         raise PlanError(
             "spec.autoscaling.maxReplicas",

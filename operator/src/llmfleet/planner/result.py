@@ -56,7 +56,9 @@ class Plan(ApiModel):
         description="vLLM arguments, without --host/--port (the renderer adds those)."
     )
     reason: str = Field(description="Why this layout, with the numbers.")
-    min_replicas: int = Field(ge=1, description="Autoscaler lower bound (replicas if disabled).")
+    min_replicas: int = Field(
+        ge=0, description="Autoscaler lower bound (replicas if disabled; 0: scales to zero)."
+    )
     max_replicas: int = Field(ge=1, description="Autoscaler upper bound (replicas if disabled).")
     total_gpus: int = Field(ge=0, description="replicas x gpusPerReplica.")
     weights_gib: float = Field(alias="weightsGiB", ge=0, description="All weights, GiB.")

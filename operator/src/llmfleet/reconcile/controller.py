@@ -29,6 +29,7 @@ from llmfleet.render.leaderworkerset import (
 )
 from llmfleet.render.names import DEPLOYMENT_LABEL, HTTP_PORT
 from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_name, router_url
+from llmfleet.render.scaledobject import KEDA_API_VERSION, SCALED_OBJECT_KIND, keda_hpa_name
 from llmfleet.render.service import endpoint_url
 
 
@@ -44,10 +45,13 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         default_engine_image: str = DEFAULT_ENGINE_IMAGE,
         view: ChildView | None = None,
         network_policy: EngineNetworkPolicy | None = None,
+        *,
+        keda_prometheus_url: str = "",
     ) -> None:
         super().__init__(api, profiles, view)
         self.default_engine_image = default_engine_image  # for specs without engine.image
         self.network_policy = network_policy  # None: the engines get no NetworkPolicy
+        self.keda_prometheus_url = keda_prometheus_url  # for scale to zero; "" refuses it
         self.kv_cache = EngineKVCache(HTTP_PORT)
 
     def plan(self, spec: LLMDeploymentSpec) -> Plan:
@@ -62,7 +66,31 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
                 "GPUs that one node holds (spec.gpus).",
                 reason="LeaderWorkerSetMissing",
             )
+        if spec.autoscaling.scales_to_zero:
+            self._check_scale_to_zero()
         return planned
+
+    def _check_scale_to_zero(self) -> None:
+        field = "spec.autoscaling.minReplicas"
+        if not self.view.serves(KEDA_API_VERSION, SCALED_OBJECT_KIND):
+            # Checked again on every resync: installing KEDA later is enough.
+            raise PlanError(
+                field,
+                "0 scales the engines to zero through KEDA, whose ScaledObject API "
+                f"({KEDA_API_VERSION}) this cluster does not serve: install KEDA 2.16 or later "
+                "(helm install keda kedacore/keda --namespace keda --create-namespace; see the "
+                "chart's README), or set minReplicas to at least 1",
+                reason="KEDAMissing",
+            )
+        if not self.keda_prometheus_url:
+            raise PlanError(
+                field,
+                "0 scales the engines to zero on metrics KEDA reads from Prometheus, and the "
+                "operator was given no Prometheus URL: set the chart value "
+                "keda.prometheusUrl (the operator's --keda-prometheus-url), or set minReplicas "
+                "to at least 1",
+                reason="KEDAPrometheusUnset",
+            )
 
     def refused_status(
         self, old: LLMDeploymentStatus, generation: int, reason: str, message: str
@@ -105,7 +133,12 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         result = ApplyResult()
         live: dict[str, dict[str, Any]] = {}
         rendered = render_fleet(
-            owner, spec, planned, self.default_engine_image, self.network_policy
+            owner,
+            spec,
+            planned,
+            self.default_engine_image,
+            self.network_policy,
+            keda_prometheus_url=self.keda_prometheus_url,
         )
         for obj in rendered:
             live[ref(obj)] = self.applier.apply(obj, result)
@@ -139,10 +172,18 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         template = engine_spec.get("template") or (
             engine_spec.get("leaderWorkerTemplate") or {}
         ).get("leaderTemplate")
+        scaled_object = live.get(f"{SCALED_OBJECT_KIND}/{name}")
+        hpa = (
+            # KEDA's, which it creates once it has seen the ScaledObject.
+            self.view.get("autoscaling/v2", "HorizontalPodAutoscaler", ns, keda_hpa_name(name))
+            if scaled_object is not None
+            else live.get(f"HorizontalPodAutoscaler/{name}")
+        )
         observed = Observed(
             engine=engine,
             old_engines=still_old,
-            hpa=live.get(f"HorizontalPodAutoscaler/{name}"),
+            hpa=hpa,
+            scaled_object=scaled_object,
             pods=pods,
             # Read once per pod (cached by uid): an idle resync dials no engine.
             kv_cache_tokens=self.kv_cache.measure(ns, name, reporting_engines(pods, template)),

@@ -37,12 +37,18 @@ class Manager:
         *,
         default_engine_image: str = DEFAULT_ENGINE_IMAGE,
         network_policy: EngineNetworkPolicy | None = None,
+        keda_prometheus_url: str = "",
         namespaces: Sequence[str] = (),
         resync_seconds: float = 60.0,
     ) -> None:
         self.view = ChildView.of_children(api, self._changed, namespaces)
         self.deployments = Controller(
-            api, profiles, default_engine_image, view=self.view, network_policy=network_policy
+            api,
+            profiles,
+            default_engine_image,
+            view=self.view,
+            network_policy=network_policy,
+            keda_prometheus_url=keda_prometheus_url,
         )
         self.batch = BatchJobController(api, profiles, view=self.view)
         self._queues = {

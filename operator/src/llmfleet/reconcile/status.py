@@ -36,6 +36,8 @@ class Observed:
     kv_cache_tokens: tuple[int, ...] = ()
     # The vLLM Router's Deployment when status.endpoint is the router (multi-replica plans).
     router: dict[str, Any] | None = None
+    # KEDA's ScaledObject when the LLMDeployment scales to zero (then `hpa` is KEDA's HPA).
+    scaled_object: dict[str, Any] | None = None
 
 
 def _unschedulable(pods: tuple[dict[str, Any], ...]) -> list[tuple[str, str]]:
@@ -141,7 +143,12 @@ def _int(obj: dict[str, Any] | None, *path: str) -> int:
 def _hpa_blind(hpa: dict[str, Any] | None) -> str | None:
     """Why the HPA cannot scale on the queue metric, or None when it can (or is not there)."""
     for c in ((hpa or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "ScalingActive" and c.get("status") == FALSE:
+        # ScalingDisabled: the target is at zero replicas (scaled to zero by KEDA), by design.
+        if (
+            c.get("type") == "ScalingActive"
+            and c.get("status") == FALSE
+            and c.get("reason") != "ScalingDisabled"
+        ):
             return (
                 f"the HorizontalPodAutoscaler cannot scale ({c.get('reason')}): "
                 f"{c.get('message', '')}; is prometheus-adapter serving {QUEUE_METRIC}?"
@@ -150,7 +157,14 @@ def _hpa_blind(hpa: dict[str, Any] | None) -> str | None:
 
 
 # The conditions about the running children, which an invalid spec leaves as they were.
-SERVING_CONDITIONS = ("Available", "Progressing", "Degraded", "ScalingLimited", "PlanVerified")
+SERVING_CONDITIONS = (
+    "Available",
+    "Progressing",
+    "Degraded",
+    "ScalingLimited",
+    "PlanVerified",
+    "ScaledToZero",
+)
 
 
 def invalid_status(
@@ -164,6 +178,74 @@ def invalid_status(
             "observed_generation": generation,
             "conditions": keep_transition_times(conds, old.conditions),
         }
+    )
+
+
+def _scaler_blind(scaled_object: dict[str, Any] | None) -> str | None:
+    """Why KEDA cannot scale the engines (to zero and back), or None."""
+    for c in ((scaled_object or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == FALSE:
+            return (
+                f"KEDA's ScaledObject is not Ready ({c.get('reason')}): {c.get('message', '')}; "
+                "can KEDA reach the Prometheus of --keda-prometheus-url?"
+            )
+    return None
+
+
+def _condition_status(obj: dict[str, Any] | None, kind: str) -> str | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return str(c.get("status"))
+    return None
+
+
+def scaled_to_zero(
+    scaled_object: dict[str, Any], desired: int, current: int, ready: int, generation: int
+) -> Condition:
+    """ScaledToZero, for an LLMDeployment with autoscaling.minReplicas 0: True while it has no
+    engine pod (and holds no GPU)."""
+    idle = _int(scaled_object, "spec", "cooldownPeriod")
+    if _condition_status(scaled_object, "Ready") == FALSE:
+        message = next(
+            (
+                str(c.get("message", ""))
+                for c in (scaled_object.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Ready"
+            ),
+            "",
+        )
+        return condition(
+            "ScaledToZero",
+            UNKNOWN,
+            "ScalerNotReady",
+            f"KEDA cannot scale: {message}",
+            generation,
+        )
+    if desired == 0 and current == 0:
+        since = (scaled_object.get("status") or {}).get("lastActiveTime")
+        last = f" since {since}" if since else ""
+        return condition(
+            "ScaledToZero",
+            TRUE,
+            "Idle",
+            f"no request{last} for {idle} s: 0 engine pods, 0 GPUs; the next request starts one",
+            generation,
+        )
+    if ready == 0:
+        return condition(
+            "ScaledToZero",
+            FALSE,
+            "Waking",
+            f"a request arrived: {desired} engine pod(s) starting; the router holds requests "
+            "until one is ready",
+            generation,
+        )
+    return condition(
+        "ScaledToZero",
+        FALSE,
+        "Serving",
+        f"{ready} engine pod(s) serving; scales to zero after {idle} s without a request",
+        generation,
     )
 
 
@@ -226,8 +308,13 @@ def ready_status(
     current = _int(engine, "status", "replicas")
     updated = _int(engine, "status", "updatedReplicas")
     # With an HPA, a new Deployment starts at one pod until the HPA lifts it to minReplicas.
-    blind = _hpa_blind(observed.hpa)
-    if observed.hpa is None:
+    blind = _hpa_blind(observed.hpa) or _scaler_blind(observed.scaled_object)
+    if observed.scaled_object is not None:
+        # KEDA sets the replicas from 0 to 1 and back itself; its HPA (when active) the rest.
+        active = _condition_status(observed.hpa, "ScalingActive") == TRUE
+        hpa_desired = _int(observed.hpa, "status", "desiredReplicas") if active else 0
+        desired = min(max(_int(engine, "spec", "replicas"), hpa_desired), plan.max_replicas)
+    elif observed.hpa is None:
         desired = plan.replicas
     elif blind is None:
         desired = max(_int(observed.hpa, "status", "desiredReplicas"), plan.min_replicas)
@@ -250,6 +337,16 @@ def ready_status(
                 "RouterNotReady",
                 f"{ready + old_ready} of {desired} vLLM pods ready, but the router "
                 f"{router_name} (the endpoint) has no ready pod",
+                g,
+            )
+        )
+    elif ready + old_ready == 0 and desired == 0 and observed.scaled_object is not None:
+        conds.append(
+            condition(
+                "Available",
+                TRUE,
+                "ScaledToZero",
+                "0 vLLM pods while idle; the router holds each request until one has started",
                 g,
             )
         )
@@ -328,6 +425,9 @@ def ready_status(
             conds.append(condition("Degraded", TRUE, "AutoscalerBlind", blind, g))
         else:
             conds.append(condition("Degraded", FALSE, "AsPlanned", "no problem observed", g))
+
+    if observed.scaled_object is not None:
+        conds.append(scaled_to_zero(observed.scaled_object, desired, current, ready, g))
 
     measured = min(observed.kv_cache_tokens) if observed.kv_cache_tokens else None
     conds.append(plan_verified(measured, plan.kv_cache_tokens_per_replica, g))

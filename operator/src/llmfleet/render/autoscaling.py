@@ -20,6 +20,26 @@ QUEUE_METRIC = "vllm_num_requests_waiting"
 SCALE_UP_PERIOD_SECONDS = 15
 
 
+def hpa_behavior(spec: LLMDeploymentSpec) -> dict[str, Any]:
+    return {
+        # A queue means users wait now: add pods at once, doubling if need be.
+        "scaleUp": {
+            "stabilizationWindowSeconds": 0,
+            "selectPolicy": "Max",
+            "policies": [
+                {"type": "Pods", "value": 2, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
+                {"type": "Percent", "value": 100, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
+            ],
+        },
+        # Model servers start slowly: remove one pod at a time, after a quiet window.
+        "scaleDown": {
+            "stabilizationWindowSeconds": spec.autoscaling.scale_down_stabilization_seconds,
+            "selectPolicy": "Max",
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+        },
+    }
+
+
 def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
     api_version, kind = engine_kind(plan)
     return {
@@ -48,23 +68,7 @@ def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, A
                     },
                 }
             ],
-            "behavior": {
-                # A queue means users wait now: add pods at once, doubling if need be.
-                "scaleUp": {
-                    "stabilizationWindowSeconds": 0,
-                    "selectPolicy": "Max",
-                    "policies": [
-                        {"type": "Pods", "value": 2, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
-                        {"type": "Percent", "value": 100, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
-                    ],
-                },
-                # Model servers start slowly: remove one pod at a time, after a quiet window.
-                "scaleDown": {
-                    "stabilizationWindowSeconds": spec.autoscaling.scale_down_stabilization_seconds,
-                    "selectPolicy": "Max",
-                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
-                },
-            },
+            "behavior": hpa_behavior(spec),
         },
     }
 

@@ -17,6 +17,11 @@ from llmfleet.render.leaderworkerset import (
 from llmfleet.render.names import Owner
 from llmfleet.render.network_policy import render_network_policy
 from llmfleet.render.router import render_router
+from llmfleet.render.scaledobject import (
+    KEDA_API_VERSION,
+    SCALED_OBJECT_KIND,
+    render_scaled_object,
+)
 from llmfleet.render.service import render_service
 
 # Every kind an LLMDeployment renders, in apply order (what others refer to comes first).
@@ -32,6 +37,8 @@ MANAGED_KINDS: tuple[tuple[str, str], ...] = (
     # Multi-node layouts; an API the cluster may not serve (the view then holds none).
     (LWS_API_VERSION, LWS_KIND),
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    # Scale to zero; an API the cluster may not serve, like LeaderWorkerSet's.
+    (KEDA_API_VERSION, SCALED_OBJECT_KIND),
     ("policy/v1", "PodDisruptionBudget"),
 )
 _KIND_ORDER = [kind for _, kind in MANAGED_KINDS]
@@ -43,15 +50,21 @@ def render_fleet(
     plan: Plan,
     default_engine_image: str = DEFAULT_ENGINE_IMAGE,
     network_policy: EngineNetworkPolicy | None = None,
+    *,
+    keda_prometheus_url: str = "",
 ) -> list[dict[str, Any]]:
     """Every child of the LLMDeployment; `default_engine_image` (the operator's
-    --default-engine-image) runs the engines when spec.engine.image is unset, and
-    `network_policy` (its --engine-network-policy) adds the engines' NetworkPolicy."""
+    --default-engine-image) runs the engines when spec.engine.image is unset,
+    `network_policy` (its --engine-network-policy) adds the engines' NetworkPolicy, and
+    `keda_prometheus_url` (its --keda-prometheus-url) is the Prometheus that a scale-to-zero
+    ScaledObject queries."""
     engines = render_leaderworkerset if plan.pipeline_parallel_size > 1 else render_engine
     objects = [render_service(owner), engines(owner, spec, plan, default_engine_image)]
     if network_policy is not None:
         objects.append(render_network_policy(owner, spec, plan, network_policy))
-    if spec.autoscaling.enabled:
+    if spec.autoscaling.scales_to_zero:
+        objects.append(render_scaled_object(owner, spec, plan, keda_prometheus_url))
+    elif spec.autoscaling.enabled:
         objects.append(render_hpa(owner, spec, plan))
     # A budget only makes sense when losing one pod still leaves one serving.
     if plan.min_replicas > 1:

@@ -39,13 +39,21 @@ HEALTH_CHECK_INTERVAL_SECONDS = 10
 TERMINATION_GRACE_SECONDS = 30
 PRESTOP_SLEEP_SECONDS = 5
 RBAC_API = "rbac.authorization.k8s.io"
+# Scale to zero: the router holds a request while no engine is ready by retrying it, re-reading
+# its engines on every attempt, with backoff from 50 ms up to HOLD_RETRY_INTERVAL_MS.
+# RETRY_RAMP attempts cover the ramp (50 ms x 1.5^k reaches 2 s at k = 9; about 6 s in all),
+# then one attempt per interval fills the rest of spec.autoscaling.wakeTimeoutSeconds.
+HOLD_RETRY_INTERVAL_MS = 2000
+HOLD_RETRY_RAMP = 10
 
 
 def router_enabled(spec: LLMDeploymentSpec, plan: Plan) -> bool:
-    """spec.router.enabled, or by default: on when the fleet can have more than one pod."""
+    """spec.router.enabled, or by default: on when the fleet can have more than one pod or
+    scales to zero."""
     if spec.router.enabled is not None:
         return spec.router.enabled
-    return plan.max_replicas > 1
+    # At zero engines someone must hold the requests that wake one: the router.
+    return plan.max_replicas > 1 or spec.autoscaling.scales_to_zero
 
 
 def router_name(owner_name: str) -> str:
@@ -83,6 +91,19 @@ def router_args(owner: Owner, spec: LLMDeploymentSpec) -> list[str]:
         "0.0.0.0",
         "--prometheus-port",
         str(METRICS_PORT),
+        *(hold_args(spec.autoscaling.wake_timeout) if spec.autoscaling.scales_to_zero else ()),
+    ]
+
+
+def hold_args(seconds: int) -> list[str]:
+    """Retry flags that hold a request for about `seconds` while no engine is ready (vllm-router
+    0.1.17 answers 503 after its default 5 retries, about 0.4 s)."""
+    retries = HOLD_RETRY_RAMP + -(-seconds * 1000 // HOLD_RETRY_INTERVAL_MS)
+    return [
+        "--retry-max-retries",
+        str(retries),
+        "--retry-max-backoff-ms",
+        str(HOLD_RETRY_INTERVAL_MS),
     ]
 
 
