@@ -39,6 +39,20 @@ HEALTH_CHECK_INTERVAL_SECONDS = 10
 TERMINATION_GRACE_SECONDS = 30
 PRESTOP_SLEEP_SECONDS = 5
 RBAC_API = "rbac.authorization.k8s.io"
+# cache_aware balances by load only when the busiest engine has more than this many requests in
+# flight through the router above the idlest (and 1.5x as many). Upstream's 64 is for GPU engines
+# that run hundreds of sequences each; with engines of a few slots it never fires, and a tenant's
+# prefix piles its whole queue on one engine while another idles. bench/router_prefix.py measures
+# it; docs/router.md.
+CACHE_AWARE_BALANCE_ABS_THRESHOLD = 4
+POLICY_ARGS: dict[str, tuple[str, ...]] = {
+    "cache_aware": ("--balance-abs-threshold", str(CACHE_AWARE_BALANCE_ABS_THRESHOLD)),
+}
+
+
+def policy_args(policy: str) -> list[str]:
+    """The router flags that go with `--policy policy` (none for most)."""
+    return ["--policy", policy, *POLICY_ARGS.get(policy, ())]
 
 
 def router_enabled(spec: LLMDeploymentSpec, plan: Plan) -> bool:
@@ -63,8 +77,7 @@ def router_args(owner: Owner, spec: LLMDeploymentSpec) -> list[str]:
         "0.0.0.0",
         "--port",
         str(HTTP_PORT),
-        "--policy",
-        spec.router.policy,
+        *policy_args(spec.router.policy),
         # Discovery: this LLMDeployment's engine pods (every layout), in its own namespace only.
         "--service-discovery",
         "--service-discovery-namespace",
