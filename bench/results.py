@@ -100,6 +100,26 @@ FIGURES: dict[str, tuple[str, str]] = {
         "… generated tokens/s, power_of_two ÷ round_robin",
         "x",
     ),
+    "router_prefix_ttft_p50_ratio": (
+        "Shared-prefix chats over 2 engines (4 tenants' 700-token system prompts, 12 sessions of "
+        "4 turns, prefix caching on): TTFT p50, the default policy (power_of_two) ÷ round_robin "
+        "(median of 5 runs each; docs/router.md)",
+        "x",
+    ),
+    "router_prefix_ttft_p99_ratio": ("… TTFT p99, default policy ÷ round_robin", "x"),
+    "router_prefix_throughput_ratio": ("… generated tokens/s, default policy ÷ round_robin", "x"),
+    "router_prefix_cache_aware_ttft_p50_s": ("… cache_aware: TTFT p50 (median of runs)", "s"),
+    "router_prefix_cache_aware_ttft_p99_s": ("… cache_aware: TTFT p99", "s"),
+    "router_prefix_cache_aware_hit_rate": (
+        "… cache_aware: prefix-cache hit rate (vLLM's hits ÷ queries)",
+        "",
+    ),
+    "router_prefix_power_of_two_ttft_p50_s": ("… power_of_two: TTFT p50", "s"),
+    "router_prefix_power_of_two_ttft_p99_s": ("… power_of_two: TTFT p99", "s"),
+    "router_prefix_power_of_two_hit_rate": ("… power_of_two: prefix-cache hit rate", ""),
+    "router_prefix_round_robin_ttft_p50_s": ("… round_robin: TTFT p50", "s"),
+    "router_prefix_round_robin_ttft_p99_s": ("… round_robin: TTFT p99", "s"),
+    "router_prefix_round_robin_hit_rate": ("… round_robin: prefix-cache hit rate", ""),
     "gpu_kv_error_max_pct": (
         "Planner KV-cache tokens vs vLLM's, worst of 9 engines (2 shapes, utilization 0.8/0.9/"
         "0.95, context 8k/16k/32k; H100 80GB HBM3 and H200, vLLM 0.26.0, 2026-11-23)",
@@ -176,7 +196,8 @@ def table(data: dict[str, Any]) -> str:
     rows = ["| figure | what | value |", "| --- | --- | --- |"]
     for name, (what, unit) in FIGURES.items():
         if name in data:
-            rows.append(f"| `{name}` | {what} | {data[name]:g} {unit} |")
+            value = f"{data[name]:g} {unit}".rstrip()
+            rows.append(f"| `{name}` | {what} | {value} |")
     m = data.get("machine", {})
     rows.append("")
     dates = data.get("dates") or {}

@@ -41,7 +41,7 @@ from localcluster.noderunner.adaptations import adapt_env
 from localcluster.noderunner.pods import MODEL_NICE
 from localcluster.supervisor import REPO
 
-from llmfleet.render.router import ROUTER_LOG
+from llmfleet.render.router import ROUTER_LOG, policy_args
 
 HERE = Path(__file__).resolve().parent
 INSTALL_VLLM = REPO / "dev" / "dataplane" / "install-vllm.sh"
@@ -224,14 +224,26 @@ def _model_below_api_server(servers: dict[str, int]) -> Iterator[None]:
         thread.join()
 
 
-def _engines(stack: ExitStack, python: Path, model: str, count: int, workdir: Path) -> list[str]:
+def _engines(
+    stack: ExitStack,
+    python: Path,
+    model: str,
+    count: int,
+    workdir: Path,
+    *,
+    max_model_len: int = 512,
+    extra_args: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+) -> list[str]:
     urls = []
     servers: list[subprocess.Popen[bytes]] = []
     marks: dict[str, int] = {}
     for i in range(count):
         mark = procs.marker(f"bench-router.{os.getpid()}", f"engine-{i}")
         # The node runner's environment for a vLLM process (KV cache size, AMX permission).
-        env = adapt_env({**os.environ, "HOME": str(workdir), procs.MARKER_ENV: mark})
+        env = adapt_env(
+            {**os.environ, **(extra_env or {}), "HOME": str(workdir), procs.MARKER_ENV: mark}
+        )
         port = _port()
         argv = [
             str(python),
@@ -242,7 +254,7 @@ def _engines(stack: ExitStack, python: Path, model: str, count: int, workdir: Pa
             "--served-model-name",
             "tiny",
             "--max-model-len",
-            "512",
+            str(max_model_len),
             "--max-num-seqs",
             str(SKEW_MAX_NUM_SEQS),
             "--enforce-eager",
@@ -250,6 +262,7 @@ def _engines(stack: ExitStack, python: Path, model: str, count: int, workdir: Pa
             HOST,
             "--port",
             str(port),
+            *extra_args,
         ]
         server = stack.enter_context(_process(argv, workdir / f"engine-{i}.log", env))
         servers.append(server)
@@ -270,8 +283,8 @@ def _router(venv: Path, policy: str, workers: list[str], workdir: Path) -> Itera
         HOST,
         "--port",
         str(port),
-        "--policy",
-        policy,
+        # With the flags the operator renders for this policy.
+        *policy_args(policy),
         "--worker-urls",
         *workers,
         "--prometheus-host",

@@ -11,7 +11,15 @@ from bench import results
 
 # Each module has `run() -> dict[str, float]`. gpu_model needs no GPU: it reads the GPU runs
 # committed under bench/gpu/.
-BENCHMARKS = ("cluster", "reconcile", "autoscaling", "batch", "router", "gpu_model")
+BENCHMARKS = (
+    "cluster",
+    "reconcile",
+    "autoscaling",
+    "batch",
+    "router",
+    "router_prefix",
+    "gpu_model",
+)
 
 
 def main() -> int:

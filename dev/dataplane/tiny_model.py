@@ -3,15 +3,22 @@
 Run with the vLLM virtualenv's python (it needs torch, transformers and tokenizers):
 
     $(dev/dataplane/install-vllm.sh) /bin/python dev/dataplane/tiny_model.py [--print-path]
+        [--shape tiny|prefill]
 
-Prints the model directory, `${LLMFLEET_CACHE:-~/.cache/llmfleet}/models/tiny-llama-<VERSION>`.
-The model is made once (deterministically: fixed seed, fixed training text) and reused; bump
-VERSION when anything here changes what is written.
+Prints the model directory, `${LLMFLEET_CACHE:-~/.cache/llmfleet}/models/tiny-llama-<VERSION>`
+(`tiny-llama-prefill-<VERSION>` for `--shape prefill`). The model is made once
+(deterministically: fixed seed, fixed training text) and reused; bump VERSION when anything here
+changes what is written.
 
 Its shape is chosen for vLLM's CPU backend: head_dim 64 is one its attention kernel supports
 (it wants 32, 64, 80, 96, 112, 128, ...), and the whole model is ~0.6 MB, so vLLM starts on it in
 well under a minute with `--enforce-eager`. The weights are random: it writes gibberish, but real
 tokens through the real engine, scheduler, KV cache and metrics.
+
+`--shape prefill` (~17 M parameters, ~35 MB) is for bench/router_prefix.py: the test model
+prefills a 700-token prompt in a few milliseconds, too fast for a prefix-cache hit to show in time
+to first token; this one spends most of a request's time in prefill, as real models on real
+prompts do. Same tokenizer, same head_dim.
 """
 
 from __future__ import annotations
@@ -27,6 +34,23 @@ from pathlib import Path
 
 VERSION = "v1"
 NAME = f"tiny-llama-{VERSION}"
+# LlamaConfig arguments per shape; "tiny" is the test model (the default, NAME).
+SHAPES: dict[str, dict[str, int]] = {
+    "tiny": {
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+    },
+    "prefill": {
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 7,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+    },
+}
 SEED = 1234
 VOCAB_SIZE = 1024
 MAX_POSITIONS = 2048
@@ -73,11 +97,15 @@ def cache_root() -> Path:
     return Path(os.environ.get("LLMFLEET_CACHE", Path.home() / ".cache" / "llmfleet"))
 
 
-def model_dir() -> Path:
-    return cache_root() / "models" / NAME
+def name(shape: str = "tiny") -> str:
+    return NAME if shape == "tiny" else f"tiny-llama-{shape}-{VERSION}"
 
 
-def _build(out: Path) -> None:
+def model_dir(shape: str = "tiny") -> Path:
+    return cache_root() / "models" / name(shape)
+
+
+def _build(out: Path, shape: str) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import (
@@ -120,11 +148,7 @@ def _build(out: Path) -> None:
     torch.manual_seed(SEED)
     config = LlamaConfig(
         vocab_size=tok.get_vocab_size(),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+        **SHAPES[shape],
         head_dim=64,
         max_position_embeddings=MAX_POSITIONS,
         rms_norm_eps=1e-5,
@@ -143,19 +167,19 @@ def _build(out: Path) -> None:
     model.save_pretrained(out, safe_serialization=True)
 
 
-def ensure() -> Path:
+def ensure(shape: str = "tiny") -> Path:
     """Make the model unless it exists; safe against concurrent callers."""
-    target = model_dir()
+    target = model_dir(shape)
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{NAME}.lock", "w") as lock:
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / "config.json").exists():
             return target
-        tmp = Path(tempfile.mkdtemp(prefix=f".{NAME}-", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         try:
-            _build(tmp)
+            _build(tmp, shape)
             tmp.chmod(0o755)
             tmp.rename(target)  # whole or not at all: config.json is written before the rename
         finally:
@@ -166,8 +190,9 @@ def ensure() -> Path:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--print-path", action="store_true", help="print the directory, make nothing")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="tiny", help="default: tiny")
     args = p.parse_args()
-    print(model_dir() if args.print_path else ensure())
+    print(model_dir(args.shape) if args.print_path else ensure(args.shape))
     return 0
 
 

@@ -113,6 +113,21 @@ def test_policy_is_passed_through(policy: str) -> None:
     assert flag(args, "--policy") == [policy]
 
 
+@pytest.mark.parametrize("policy", ["power_of_two", "round_robin", "cache_aware"])
+def test_cache_aware_balances_at_a_few_requests_of_imbalance_and_no_other_policy_is_tuned(
+    policy: str,
+) -> None:
+    args = router_pod(spec(router={"policy": policy}))["spec"]["containers"][0]["args"]
+    # Upstream's 64 never fires with engines of a few slots (docs/router.md, router_prefix bench).
+    if policy == "cache_aware":
+        assert flag(args, "--balance-abs-threshold") == ["4"]
+    else:
+        assert "--balance-abs-threshold" not in args
+    # The rest of cache_aware's settings stay upstream's.
+    untouched = {"--cache-threshold", "--balance-rel-threshold", "--eviction-interval-secs"}
+    assert not untouched & set(args)
+
+
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="policy"):
         spec(router={"policy": "least_busy"})

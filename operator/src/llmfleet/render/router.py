@@ -46,6 +46,21 @@ RBAC_API = "rbac.authorization.k8s.io"
 HOLD_RETRY_INTERVAL_MS = 2000
 HOLD_RETRY_RAMP = 10
 
+# cache_aware balances by load only when the busiest engine has more than this many requests in
+# flight through the router above the idlest (and 1.5x as many). Upstream's 64 is for GPU engines
+# that run hundreds of sequences each; with engines of a few slots it never fires, and a tenant's
+# prefix piles its whole queue on one engine while another idles. bench/router_prefix.py measures
+# it; docs/router.md.
+CACHE_AWARE_BALANCE_ABS_THRESHOLD = 4
+POLICY_ARGS: dict[str, tuple[str, ...]] = {
+    "cache_aware": ("--balance-abs-threshold", str(CACHE_AWARE_BALANCE_ABS_THRESHOLD)),
+}
+
+
+def policy_args(policy: str) -> list[str]:
+    """The router flags that go with `--policy policy` (none for most)."""
+    return ["--policy", policy, *POLICY_ARGS.get(policy, ())]
+
 
 def router_enabled(spec: LLMDeploymentSpec, plan: Plan) -> bool:
     """spec.router.enabled, or by default: on when the fleet can have more than one pod or
@@ -71,8 +86,7 @@ def router_args(owner: Owner, spec: LLMDeploymentSpec) -> list[str]:
         "0.0.0.0",
         "--port",
         str(HTTP_PORT),
-        "--policy",
-        spec.router.policy,
+        *policy_args(spec.router.policy),
         # Discovery: this LLMDeployment's engine pods (every layout), in its own namespace only.
         "--service-discovery",
         "--service-discovery-namespace",
