@@ -80,6 +80,18 @@ FIGURES: dict[str, tuple[str, str]] = {
         "Offline batch runner tokens/s ÷ online server tokens/s",
         "x",
     ),
+    "scale_from_zero_first_token_s": (
+        "Scale to zero: a request sent at zero engines, seconds to its first token (KEDA wakes "
+        "the LLMDeployment, a tiny-model CPU vLLM starts; the router holds the request), median "
+        "of 3",
+        "s",
+    ),
+    "scale_from_zero_first_token_max_s": ("… the slowest of the 3", "s"),
+    "scale_to_zero_idle_s": (
+        "… seconds from the last request's end until no engine pod is left, idleSeconds 30 "
+        "(KEDA's cooldown after the last minute with demand, then the drain), median of 3",
+        "s",
+    ),
     "router_overhead_p50_ms": (
         "vLLM Router: added latency per request vs one engine, p50",
         "ms",

@@ -15,6 +15,7 @@ BENCHMARKS = (
     "cluster",
     "reconcile",
     "autoscaling",
+    "scale_to_zero",
     "batch",
     "router",
     "router_prefix",

@@ -31,7 +31,7 @@ OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
 # Flags of the chart's operator container that the process takes as the chart renders them (the
 # others it sets itself: loopback endpoints, the resync period, the profiles' file).
-CHART_FLAGS = ("--engine-network-policy=",)
+CHART_FLAGS = ("--engine-network-policy=", "--keda-prometheus-url=")
 
 
 def free_port() -> int:
