@@ -40,7 +40,7 @@ debian-deps: ## Install the pinned Debian packages (prometheus, promtool) if mis
 	fi
 
 .PHONY: tools
-tools: ## Build the pinned cluster and metrics components (etcd, kubernetes, kwok, lws, helm, prometheus, adapter, kube-state-metrics)
+tools: ## Build the pinned cluster and metrics components (etcd, kubernetes, kwok, lws, keda, helm, prometheus, adapter, kube-state-metrics)
 	$(TOOLS)
 
 .PHONY: vllm
@@ -82,7 +82,7 @@ fuzz: venv tools ## 1,000 generated LLMDeployments against the local cluster and
 	LLMFLEET_FUZZ_EXAMPLES=1000 $(VENV)/bin/pytest tests/e2e/test_fuzz.py -s $(PYTEST_ARGS)
 
 .PHONY: cluster-up
-cluster-up: venv tools ## Start the local cluster (etcd, apiserver, controller-manager, scheduler, kwok GPU nodes, LeaderWorkerSet)
+cluster-up: venv tools ## Start the local cluster (etcd, apiserver, controller-manager, scheduler, kwok GPU nodes, LeaderWorkerSet, KEDA)
 	$(LOCALCLUSTER) up
 
 .PHONY: cluster-down

@@ -23,6 +23,11 @@ BENCH_PORTS = Ports(
     lws_webhook=20263 + 1000 * CLUSTER_INDEX,
     lws_metrics=20264 + 1000 * CLUSTER_INDEX,
     lws_health=20265 + 1000 * CLUSTER_INDEX,
+    keda_metrics=20266 + 1000 * CLUSTER_INDEX,
+    keda_health=20267 + 1000 * CLUSTER_INDEX,
+    keda_grpc=20268 + 1000 * CLUSTER_INDEX,
+    keda_adapter=20269 + 1000 * CLUSTER_INDEX,
+    keda_adapter_metrics=20270 + 1000 * CLUSTER_INDEX,
 )
 
 

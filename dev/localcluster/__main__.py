@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .supervisor import DEFAULT_PROFILE, LWS_ENV, Cluster
+from .supervisor import DEFAULT_PROFILE, KEDA_ENV, LWS_ENV, Cluster
 
 
 def main() -> int:
@@ -18,8 +18,15 @@ def main() -> int:
         action="store_true",
         help=f"without the LeaderWorkerSet controller and API (like {LWS_ENV}=0)",
     )
+    p.add_argument(
+        "--no-keda",
+        action="store_true",
+        help=f"without KEDA (operator, metrics adapter) and its API (like {KEDA_ENV}=0)",
+    )
     args = p.parse_args()
-    c = Cluster(lws=False) if args.no_lws else Cluster()
+    c = Cluster()
+    c.lws = c.lws and not args.no_lws
+    c.keda = c.keda and not args.no_keda
     if args.action == "up":
         c.up(args.profile)
     elif args.action == "down":

@@ -192,21 +192,44 @@ build_lws() {
   rm -rf "$out/config"; mv "$out/config.tmp" "$out/config"
 }
 
+# KEDA's metrics adapter serves its own /metrics on ":<port>", every interface, with no flag to
+# change it; the local cluster listens on loopback only. So the adapter is built from upstream's
+# cmd/adapter/main.go with that one address changed to 127.0.0.1:<port> (a package of the build
+# module: nothing under cmd/adapter is internal). Fails if the line is not there to patch.
+build_keda_adapter() {  # build_keda_adapter MODULE_DIR OUT_DIR LDFLAGS
+  local mod=$1 out=$2 ldflags=$3 src
+  src="$(cd "$mod" && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)/cmd/adapter/main.go"
+  mkdir -p "$mod/adapter"
+  sed 's|fmt.Sprintf(":%v", metricsAPIServerPort)|fmt.Sprintf("127.0.0.1:%v", metricsAPIServerPort)|' \
+    "$src" > "$mod/adapter/main.go"
+  if ! grep -q 'Sprintf("127.0.0.1:%v", metricsAPIServerPort)' "$mod/adapter/main.go"; then
+    log "keda: the adapter's metrics bind address is not where it was in $src"; return 1
+  fi
+  (cd "$mod" && go build -ldflags "$ldflags" -o "$out/keda-adapter.tmp" ./adapter)
+  mv "$out/keda-adapter.tmp" "$out/keda-adapter"
+  touch "$out/keda-adapter.loopback"
+}
+
 build_keda() {
   local out="$CACHE/bin/keda-$KEDA_VERSION"
+  local mod="$CACHE/src/keda-$KEDA_VERSION"
+  local ldflags="-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v}"
   if ! have "$out" keda keda-adapter; then
     log "building keda $KEDA_VERSION (operator, metrics adapter)"
-    local mod="$CACHE/src/keda-$KEDA_VERSION"
-    rm -rf "$mod"; mkdir -p "$mod" "$out.tmp"
+    rm -rf "$mod" "$out.tmp"; mkdir -p "$mod" "$out.tmp"
     # Upstream's own replace (a dependency's replaces do not apply in another module).
     printf 'module llmfleet.dev/localcluster/keda\n\ngo 1.26\n\nrequire github.com/kedacore/keda/v2 %s\n\n%s\n' \
       "$KEDA_VERSION" \
       "replace github.com/nexus-rpc/nexus-proto-annotations v0.1.0 => github.com/nexus-rpc/nexus-proto-annotations v0.1.1-0.20260629224316-835bd8d49cb4" \
       > "$mod/go.mod"
-    local ldflags="-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v}"
-    (cd "$mod" && go build -ldflags "$ldflags" -o "$out.tmp/keda" github.com/kedacore/keda/v2/cmd/operator \
-      && go build -ldflags "$ldflags" -o "$out.tmp/keda-adapter" github.com/kedacore/keda/v2/cmd/adapter)
+    (cd "$mod" && go build -ldflags "$ldflags" -o "$out.tmp/keda" github.com/kedacore/keda/v2/cmd/operator)
+    build_keda_adapter "$mod" "$out.tmp" "$ldflags"
     rm -rf "$out"; mv "$out.tmp" "$out"
+  elif [ ! -e "$out/keda-adapter.loopback" ]; then
+    # Built before the adapter was patched (its metrics on every interface): rebuild it alone.
+    log "rebuilding keda-adapter $KEDA_VERSION (metrics on 127.0.0.1)"
+    [ -s "$mod/go.mod" ] || { log "keda: $mod/go.mod missing; remove $out to rebuild all"; return 1; }
+    build_keda_adapter "$mod" "$out" "$ldflags"
   fi
   [ -s "$out/config/crd/keda.sh_scaledobjects.yaml" ] && return 0
   # What upstream's kustomize install applies besides the Deployments: the CRDs and the

@@ -38,6 +38,10 @@ CLIENTS = (
     # The LeaderWorkerSet controller, with the ClusterRoles upstream ships (lws.py, bound by
     # supervisor.py to this user).
     Client("lws-controller", "lws-controller-manager"),
+    # KEDA's operator and metrics adapter (keda.py), each bound by supervisor.py to what
+    # upstream's single ServiceAccount `keda-operator` gets.
+    Client("keda-operator", "keda-operator"),
+    Client("keda-metrics-apiserver", "keda-metrics-apiserver"),
 )
 
 
@@ -46,11 +50,29 @@ class Server:
     stem: str  # file stem
     common_name: str
     sans: tuple[str, ...]
+    usage: str = "serverAuth"  # extendedKeyUsage
 
 
 # Serving certificates of what the API server calls back: the LeaderWorkerSet webhooks, which it
-# dials at https://127.0.0.1:<port> and verifies against ca.crt (their caBundle).
-SERVERS = (Server("lws-webhook", "lws-webhook", ("IP:127.0.0.1", "DNS:localhost")),)
+# dials at https://127.0.0.1:<port> and verifies against ca.crt (their caBundle), and KEDA's
+# metrics adapter. The aggregator verifies the adapter against its Service's name
+# (<service>.<namespace>.svc) though it dials 127.0.0.1; KEDA's operator and adapter also use this
+# certificate for their gRPC link, each side presenting it to the other (mutual TLS against
+# ca.crt, as upstream's one generated certificate serves both), hence clientAuth too.
+SERVERS = (
+    Server("lws-webhook", "lws-webhook", ("IP:127.0.0.1", "DNS:localhost")),
+    Server(
+        "keda",
+        "keda-metrics-apiserver.keda.svc",
+        (
+            "IP:127.0.0.1",
+            "DNS:localhost",
+            "DNS:keda-metrics-apiserver.keda.svc",
+            "DNS:keda-operator.keda.svc",
+        ),
+        usage="serverAuth,clientAuth",
+    ),
+)
 CLIENT_EXT = "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n"
 
 
@@ -123,7 +145,7 @@ def ensure(d: Path) -> None:
                 srv.stem,
                 f"/CN={srv.common_name}",
                 "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
-                "extendedKeyUsage=serverAuth\nsubjectAltName=" + ",".join(srv.sans) + "\n",
+                f"extendedKeyUsage={srv.usage}\nsubjectAltName=" + ",".join(srv.sans) + "\n",
             )
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from . import lws, pki
+from . import keda, lws, pki
 from .nodes import KWOK_ANNOTATION, Pool, load_profile, node_manifests
 
 if TYPE_CHECKING:
@@ -52,10 +53,21 @@ CONTROL_PLANE_NICE = -10
 # where nobody installed it.
 LWS_ENV = "LLMFLEET_LWS"
 LWS = "lws-controller"  # its pidfile, log and kubeconfig stem
+# KEDA (dev/localcluster/keda.py: its operator and metrics adapter) starts with the cluster unless
+# LLMFLEET_KEDA=0 (or Cluster(keda=False)): then the ScaledObject API and external.metrics.k8s.io
+# are absent, as on a cluster where nobody installed KEDA.
+KEDA_ENV = "LLMFLEET_KEDA"
+KEDA_OPERATOR = keda.OPERATOR  # pidfile, log and kubeconfig stems
+KEDA_ADAPTER = keda.ADAPTER
+KEDA = (KEDA_OPERATOR, KEDA_ADAPTER)
 
 
 def lws_by_default() -> bool:
     return os.environ.get(LWS_ENV, "1") != "0"
+
+
+def keda_by_default() -> bool:
+    return os.environ.get(KEDA_ENV, "1") != "0"
 
 
 def ahead_of_workloads(cmd: list[str], **popen: Any) -> subprocess.Popen[bytes]:
@@ -91,6 +103,11 @@ class Ports:
     lws_webhook: int = 10263 + 1000 * CLUSTER_INDEX
     lws_metrics: int = 10264 + 1000 * CLUSTER_INDEX
     lws_health: int = 10265 + 1000 * CLUSTER_INDEX
+    keda_metrics: int = 10266 + 1000 * CLUSTER_INDEX  # operator's Prometheus metrics
+    keda_health: int = 10267 + 1000 * CLUSTER_INDEX  # operator's /healthz, /readyz
+    keda_grpc: int = 10268 + 1000 * CLUSTER_INDEX  # operator's metrics service (adapter's gRPC)
+    keda_adapter: int = 10269 + 1000 * CLUSTER_INDEX  # external.metrics.k8s.io (HTTPS)
+    keda_adapter_metrics: int = 10270 + 1000 * CLUSTER_INDEX  # adapter's Prometheus metrics
 
 
 def bindir(component: str) -> Path:
@@ -115,6 +132,8 @@ class Cluster:
     ports: Ports = field(default_factory=Ports)
     # Whether up() starts the LeaderWorkerSet controller (and installs its API) or removes both.
     lws: bool = field(default_factory=lws_by_default)
+    # Whether up() starts KEDA (and installs its API) or removes both.
+    keda: bool = field(default_factory=keda_by_default)
 
     @property
     def pki_dir(self) -> Path:
@@ -140,7 +159,13 @@ class Cluster:
     def up(self, profile: Path = DEFAULT_PROFILE, log: Callable[[str], None] = print) -> float:
         """Bring the cluster up (reusing whatever already runs); return the seconds it took."""
         start = time.monotonic()
-        tools = ["etcd", "kubernetes", "kwok", *(["lws"] if self.lws else [])]
+        tools = [
+            "etcd",
+            "kubernetes",
+            "kwok",
+            *(["lws"] if self.lws else []),
+            *(["keda"] if self.keda else []),
+        ]
         subprocess.run([str(BUILD_TOOLS), *tools], check=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pki.ensure(self.pki_dir)
@@ -158,11 +183,17 @@ class Cluster:
             self._install_lws()
         elif self.lws_dir.exists():
             self.remove_lws()  # installed by an earlier up() on this state directory
+        if self.keda:
+            self._install_keda()
+        elif self.keda_dir.exists():
+            self.remove_keda()
         self.apply_nodes(load_profile(profile))
         self.wait_nodes_ready()
         self._wait_default_serviceaccount()
         if self.lws:
             self._wait_lws()
+        if self.keda:
+            self._wait_keda()
         took = time.monotonic() - start
         log(f"cluster up in {took:.1f}s; KUBECONFIG={self.kubeconfig}")
         return took
@@ -190,14 +221,21 @@ class Cluster:
         self._stop(name, grace)
 
     def running(self) -> dict[str, bool]:
-        """Whether each component of this cluster (the LWS controller only with `lws`) lives."""
-        return {name: self._alive(name) for name in COMPONENTS if self.lws or name != LWS}
+        """Whether each component of this cluster (the LWS controller only with `lws`, KEDA's
+        operator and adapter only with `keda`) lives."""
+        return {
+            name: self._alive(name)
+            for name in COMPONENTS
+            if (self.lws or name != LWS) and (self.keda or name not in KEDA)
+        }
 
     def healthy(self) -> bool:
         if not all(self.running().values()):
             return False
         if not self.lws and self._alive(LWS):
             return False  # asked for a cluster without LeaderWorkerSet
+        if not self.keda and any(self._alive(n) for n in KEDA):
+            return False  # asked for a cluster without KEDA
         try:
             self._get(f"{self.server}/readyz", auth=True)
         except (OSError, urllib.error.URLError):
@@ -328,6 +366,219 @@ class Cluster:
         )
 
     # --- end of LeaderWorkerSet block -------------------------------------------------------
+
+    # --- KEDA (dev/localcluster/keda.py): operator and metrics adapter ------------------------
+    # Part of the cluster unless `keda` is off; in COMPONENTS, so down() stops both first.
+
+    @property
+    def keda_dir(self) -> Path:
+        """Their certificates; present while the cluster has KEDA."""
+        return self.state_dir / "keda"
+
+    def start_keda(self, timeout: float = 90) -> None:
+        """Install KEDA's API (CRDs, RBAC, the external.metrics.k8s.io APIService) and start its
+        operator and metrics adapter, or reuse the running ones; return once ScaledObjects can
+        be created, the operator is ready and the APIService is Available."""
+        subprocess.run([str(BUILD_TOOLS), "keda"], check=True)
+        pki.ensure(self.pki_dir)
+        for name in KEDA:
+            self._write_kubeconfig(name)
+        self._install_keda()
+        self._wait_keda(timeout)
+
+    def remove_keda(self) -> None:
+        """Stop KEDA and remove its API as if it had never been installed: the APIService, its
+        CRDs (and with them every ScaledObject; the garbage collector removes the HPAs they
+        own), RBAC and the namespace `keda`. Returns once they are gone. Targets stay at the
+        replicas KEDA left them at (upstream's default, restoreToOriginalReplicaCount off)."""
+        config = bindir("keda") / "config"
+        if config.exists():  # (else never built, so never installed)
+            # First, while the adapter still answers: an APIService whose backend is gone
+            # fails discovery of its group, which stalls namespace deletion cluster-wide.
+            self.kubectl("delete", "--ignore-not-found", f"apiservice/{keda.APISERVICE}")
+        for name in reversed(KEDA):
+            self._stop(name)
+        if config.exists():
+            crds = keda.crd_names(config)
+            # The operator puts finalizers on ScaledObjects and ScaledJobs; it no longer runs
+            # to remove them, and the CRDs' deletion would wait on them forever.
+            with contextlib.suppress(subprocess.CalledProcessError):
+                got = json.loads(self.kubectl("get", ",".join(crds), "-A", "-o", "json"))
+                for obj in got["items"]:
+                    if obj["metadata"].get("finalizers"):
+                        group = obj["apiVersion"].split("/")[0]
+                        self.kubectl(
+                            "patch",
+                            f"{obj['kind'].lower()}.{group}/{obj['metadata']['name']}",
+                            "-n",
+                            obj["metadata"]["namespace"],
+                            "--type=merge",
+                            "-p",
+                            '{"metadata":{"finalizers":null}}',
+                        )
+            self.kubectl(
+                "delete",
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=120s",
+                *(f"customresourcedefinition/{c}" for c in crds),
+            )
+            self.kubectl(
+                "delete",
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=120s",
+                "-f",
+                "-",
+                input="\n---\n".join(yaml.safe_dump(d) for d in reversed(keda.rbac(config))),
+            )
+        shutil.rmtree(self.keda_dir, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def without_keda(self) -> Iterator[None]:
+        """KEDA and its API absent inside the block (remove_keda), and back after it when this
+        cluster runs it: for tests of what happens on a cluster without it."""
+        had = self.keda
+        self.remove_keda()
+        self.keda = False
+        try:
+            yield
+        finally:
+            self.keda = had
+            if had:
+                self.start_keda()
+
+    def keda_state(self) -> dict[str, bool]:
+        """What a ScaledObject needs, each True when in place: the processes (`keda-operator`,
+        `keda-metrics-apiserver`), the operator's readiness (`operator-ready`), the CRD
+        (`crd-established`) and the APIService (`apiservice-available`)."""
+        state = {name: self._alive(name) for name in KEDA}
+        try:
+            self._get(f"http://127.0.0.1:{self.ports.keda_health}/readyz")
+            state["operator-ready"] = True
+        except (OSError, urllib.error.URLError):
+            state["operator-ready"] = False
+        for key, url, cond in (
+            ("crd-established", self._crd_url(keda.CRD_NAME), "Established"),
+            ("apiservice-available", self._apiservice_url(keda.APISERVICE), "Available"),
+        ):
+            try:
+                state[key] = _condition(json.loads(self._get(url, auth=True)), cond)
+            except (OSError, urllib.error.URLError):
+                state[key] = False
+        return state
+
+    def _install_keda(self) -> None:
+        if all(self._alive(n) for n in KEDA):
+            return
+        config = bindir("keda") / "config"
+        certs, cas = self.keda_dir / "certs", self.keda_dir / "ca"
+        certs.mkdir(parents=True, exist_ok=True)
+        cas.mkdir(parents=True, exist_ok=True)
+        # Both read ca.crt, tls.crt and tls.key from their --cert-dir (upstream's Secret
+        # kedaorg-certs, mounted at /certs).
+        shutil.copyfile(self.pki_dir / "ca.crt", certs / "ca.crt")
+        shutil.copyfile(self.pki_dir / "keda.crt", certs / "tls.crt")
+        shutil.copyfile(self.pki_dir / "keda.key", certs / "tls.key")
+        # What its scalers trust besides the system CAs: every file in --ca-dir is read as one.
+        shutil.copyfile(self.pki_dir / "ca.crt", cas / "ca.crt")
+        p = self.ports
+        docs = [*keda.rbac(config), *keda.adapter_service(p.keda_adapter)]
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=llmfleet-localcluster",
+            *(a for f in keda.crd_files(config) for a in ("-f", str(f))),
+            "-f",
+            "-",
+            input="\n---\n".join(yaml.safe_dump(d) for d in docs),
+        )
+        # The operator watches every KEDA kind; started before a CRD is Established,
+        # controller-runtime finds no such kind and retries that watch only after 10 s.
+        deadline = time.monotonic() + 60
+        for crd in keda.crd_names(config):
+            while not _condition(
+                json.loads(self._get(self._crd_url(crd), auth=True)), "Established"
+            ):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"CRD {crd} not Established after 60 s")
+                time.sleep(0.05)
+        binaries = bindir("keda")
+        self._start(
+            KEDA_OPERATOR,
+            keda.operator_command(
+                binaries / "keda",
+                self._kubeconfig_for(KEDA_OPERATOR),
+                certs,
+                cas,
+                metrics=f"127.0.0.1:{p.keda_metrics}",
+                health=f"127.0.0.1:{p.keda_health}",
+                grpc=f"127.0.0.1:{p.keda_grpc}",
+            ),
+            keda.environment(self._kubeconfig_for(KEDA_OPERATOR)),
+        )
+        self._start(
+            KEDA_ADAPTER,
+            keda.adapter_command(
+                binaries / "keda-adapter",
+                self._kubeconfig_for(KEDA_ADAPTER),
+                certs,
+                self.pki_dir / "ca.crt",
+                p.keda_adapter,
+                p.keda_adapter_metrics,
+                grpc=f"127.0.0.1:{p.keda_grpc}",
+            ),
+            keda.environment(self._kubeconfig_for(KEDA_ADAPTER)),
+        )
+        # Registered once the adapter is on its way: until it answers, discovery of the group
+        # fails for every client of the API server.
+        ca = base64.b64encode((self.pki_dir / "ca.crt").read_bytes()).decode()
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=llmfleet-localcluster",
+            "-f",
+            "-",
+            input=yaml.safe_dump(keda.apiservice(p.keda_adapter, ca)),
+        )
+
+    def _wait_keda(self, timeout: float = 90) -> None:
+        """Wait until the operator is ready and listens for the adapter, and the aggregator
+        finds the adapter's APIService Available (it reached the adapter with TLS and the front
+        proxy's certificate). The adapter answers discovery without the operator; a metric
+        read goes through to it, hence the gRPC port."""
+        deadline = time.monotonic() + timeout
+        p = self.ports
+        last = ""
+        while time.monotonic() < deadline:
+            for name in KEDA:
+                pid = self._pid(name)
+                if pid is None or not _pid_exists(pid):
+                    raise RuntimeError(f"{name} exited; see {self.state_dir / (name + '.log')}")
+            state = self.keda_state()
+            try:
+                with socket.create_connection(("127.0.0.1", p.keda_grpc), timeout=1):
+                    state["grpc"] = True
+            except OSError:
+                state["grpc"] = False
+            if all(state.values()):
+                return
+            last = ", ".join(k for k, v in state.items() if not v)
+            time.sleep(0.2)
+        raise TimeoutError(
+            f"KEDA not ready after {timeout}s (not yet: {last}); see "
+            f"{self.state_dir / (KEDA_OPERATOR + '.log')} and {KEDA_ADAPTER}.log"
+        )
+
+    def _crd_url(self, name: str) -> str:
+        return f"{self.server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+
+    def _apiservice_url(self, name: str) -> str:
+        return f"{self.server}/apis/apiregistration.k8s.io/v1/apiservices/{name}"
+
+    # --- end of KEDA block ------------------------------------------------------------------
 
     # --- node runner: optional local node whose pods really run (dev/localcluster/noderunner) -
     # One block, owned by the data-plane tests. down() stops the runner through its pidfile, and
@@ -587,12 +838,18 @@ class Cluster:
         except (OSError, ValueError):
             return None
 
-    def _start(self, name: str, cmd: list[str]) -> None:
+    def _start(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
+        """Start `cmd` under `name`, with `env` added to ours, unless it runs already."""
         if self._alive(name):
             return
         logf = open(self.state_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         proc = ahead_of_workloads(
-            cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.state_dir
+            cmd,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.state_dir,
+            env={**os.environ, **(env or {})},
         )
         logf.close()
         self._pidfile(name).write_text(str(proc.pid))
@@ -715,7 +972,17 @@ class Cluster:
         raise TimeoutError("default ServiceAccount never appeared; see kube-controller-manager.log")
 
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", LWS)
+# In start order; down() stops them newest first (KEDA before the API server it deregisters from).
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    LWS,
+    KEDA_OPERATOR,
+    KEDA_ADAPTER,
+)
 
 
 def _condition(obj: dict[str, Any], kind: str) -> bool:

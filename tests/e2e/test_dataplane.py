@@ -25,7 +25,14 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster.noderunner import procs
-from localcluster.supervisor import CLUSTER_INDEX, REPO, RUNNER_POD_NETWORK, Cluster, Ports
+from localcluster.supervisor import (
+    CLUSTER_INDEX,
+    KEDA,
+    REPO,
+    RUNNER_POD_NETWORK,
+    Cluster,
+    Ports,
+)
 
 from .harness import wait_until
 
@@ -340,6 +347,11 @@ def test_cluster_down_leaves_no_vllm_or_runner_process(vllm_python: Path) -> Non
             lws_webhook=20263 + 1000 * CLUSTER_INDEX,
             lws_metrics=20264 + 1000 * CLUSTER_INDEX,
             lws_health=20265 + 1000 * CLUSTER_INDEX,
+            keda_metrics=20266 + 1000 * CLUSTER_INDEX,
+            keda_health=20267 + 1000 * CLUSTER_INDEX,
+            keda_grpc=20268 + 1000 * CLUSTER_INDEX,
+            keda_adapter=20269 + 1000 * CLUSTER_INDEX,
+            keda_adapter_metrics=20270 + 1000 * CLUSTER_INDEX,
         ),
     )
     try:
@@ -352,7 +364,11 @@ def test_cluster_down_leaves_no_vllm_or_runner_process(vllm_python: Path) -> Non
         runner = procs.runner_id(NODE, state)
         assert procs.find(procs.marker(runner, pod.metadata.uid))
         runner_pid = int((state / "node-runner.pid").read_text())
+        # Every component ran, KEDA's operator and adapter (on the ports above) among them.
+        assert all(c.running().values()), c.running()
+        keda_pids = [int((state / f"{n}.pid").read_text()) for n in KEDA] if c.keda else []
         c.down()
+        assert not [p for p in keda_pids if procs.alive(p)]
         assert not procs.alive(runner_pid)
         assert not [p for p in procs.find(procs.marker(runner)) if procs.alive(p)]
         assert not (state / "node-runner.pid").exists()
