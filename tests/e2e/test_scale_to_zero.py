@@ -108,7 +108,12 @@ def test_an_idle_deployment_goes_to_zero_and_a_request_wakes_it_and_is_answered(
     node_runner: str,
 ) -> None:
     core = client.CoreV1Api(api)
-    free = free_gpus(core, node_runner)
+    free = wait_until(
+        lambda: (n := free_gpus(core, node_runner)) >= NODE_GPUS and n,
+        150,
+        2,
+        "a free GPU on the node",
+    )
     if free > NODE_GPUS:  # a node left with more GPUs by another test module
         hold_gpus(core, namespace, free - NODE_GPUS)
     body = zero_llmd("zero", IDLE_SECONDS, WAKE_TIMEOUT_SECONDS)

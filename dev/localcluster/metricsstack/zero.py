@@ -16,17 +16,21 @@ from kubernetes import client
 
 from .load import pod_ready, tiny_llmd
 
-MODEL = "llmfleet-test/tiny-llama"  # tiny_llmd serves it under its name
+# What clients call the model: a name of its own, since the node runner rewrites --model to a
+# local directory (which vLLM would otherwise serve it as).
+MODEL = "tiny"
 
 
 def zero_llmd(name: str, idle_seconds: int, wake_timeout_seconds: int) -> dict[str, Any]:
-    return tiny_llmd(
+    body = tiny_llmd(
         name,
         minReplicas=0,
         maxReplicas=1,
         idleSeconds=idle_seconds,
         wakeTimeoutSeconds=wake_timeout_seconds,
     )
+    body["spec"]["model"]["servedModelName"] = MODEL
+    return body
 
 
 def engine_selector(name: str) -> str:
@@ -67,7 +71,7 @@ class Answer:
     status: int
     first_token_s: float  # from sending the request to its first streamed token
     total_s: float
-    tokens: int
+    tokens: int  # completion tokens, as the engine counted them
 
 
 def stream_completion(base: str, timeout: float, max_tokens: int = 16) -> Answer:
@@ -78,6 +82,7 @@ def stream_completion(base: str, timeout: float, max_tokens: int = 16) -> Answer
             "prompt": "The first request after a quiet night",
             "max_tokens": max_tokens,
             "stream": True,
+            "stream_options": {"include_usage": True},
             "ignore_eos": True,
         }
     ).encode()
@@ -93,8 +98,10 @@ def stream_completion(base: str, timeout: float, max_tokens: int = 16) -> Answer
             line = raw.strip()
             if not line.startswith(b"data: ") or line == b"data: [DONE]":
                 continue
-            if json.loads(line[6:])["choices"][0].get("text"):
-                first = first if first is not None else time.monotonic() - start
-                tokens += 1
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):  # the last chunk: what the engine generated
+                tokens = int(chunk["usage"]["completion_tokens"])
+            if chunk.get("choices") and chunk["choices"][0].get("text") and first is None:
+                first = time.monotonic() - start
     total = time.monotonic() - start
     return Answer(status, total if first is None else first, total, tokens)
