@@ -40,20 +40,25 @@ def hpa_behavior(spec: LLMDeploymentSpec) -> dict[str, Any]:
     }
 
 
-def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
+def scale_target_ref(owner: Owner, plan: Plan) -> dict[str, str]:
+    """The engines of the current layout as an autoscaler's target. A LeaderWorkerSet's scale
+    subresource selects its leaders only: the pods that serve, and so the ones whose queue the
+    metric reads."""
     api_version, kind = engine_kind(plan)
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": engine_deployment_name(owner.name, plan),
+    }
+
+
+def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
         "metadata": metadata(owner, owner.name),
         "spec": {
-            # A LeaderWorkerSet's scale subresource selects its leaders only: the pods that
-            # serve, and so the ones whose queue the metric reads.
-            "scaleTargetRef": {
-                "apiVersion": api_version,
-                "kind": kind,
-                "name": engine_deployment_name(owner.name, plan),
-            },
+            "scaleTargetRef": scale_target_ref(owner, plan),
             "minReplicas": plan.min_replicas,
             "maxReplicas": plan.max_replicas,
             "metrics": [

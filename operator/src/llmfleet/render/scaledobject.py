@@ -23,9 +23,8 @@ from typing import Any, Final
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
-from llmfleet.render.autoscaling import hpa_behavior
-from llmfleet.render.leaderworkerset import engine_kind
-from llmfleet.render.names import Owner, engine_deployment_name, metadata
+from llmfleet.render.autoscaling import hpa_behavior, scale_target_ref
+from llmfleet.render.names import Owner, metadata
 
 KEDA_API_VERSION: Final = "keda.sh/v1alpha1"
 SCALED_OBJECT_KIND: Final = "ScaledObject"
@@ -72,7 +71,6 @@ def demand_query(owner: Owner) -> str:
 def render_scaled_object(
     owner: Owner, spec: LLMDeploymentSpec, plan: Plan, prometheus_url: str
 ) -> dict[str, Any]:
-    api_version, kind = engine_kind(plan)
     autoscaling = spec.autoscaling
 
     def trigger(name: str, query: str, threshold: str) -> dict[str, Any]:
@@ -95,11 +93,7 @@ def render_scaled_object(
         "kind": SCALED_OBJECT_KIND,
         "metadata": metadata(owner, owner.name),
         "spec": {
-            "scaleTargetRef": {
-                "apiVersion": api_version,
-                "kind": kind,
-                "name": engine_deployment_name(owner.name, plan),
-            },
+            "scaleTargetRef": scale_target_ref(owner, plan),
             "minReplicaCount": plan.min_replicas,
             "maxReplicaCount": plan.max_replicas,
             "pollingInterval": POLLING_INTERVAL_SECONDS,
