@@ -275,7 +275,9 @@ def _engines(
 
 
 @contextmanager
-def _router(venv: Path, policy: str, workers: list[str], workdir: Path) -> Iterator[str]:
+def _router(
+    venv: Path, policy: str, workers: list[str], workdir: Path, max_num_seqs: int
+) -> Iterator[str]:
     port, metrics = _port(), _port()
     argv = [
         str(venv / "bin" / "vllm-router"),
@@ -284,7 +286,7 @@ def _router(venv: Path, policy: str, workers: list[str], workdir: Path) -> Itera
         "--port",
         str(port),
         # With the flags the operator renders for this policy.
-        *policy_args(policy),
+        *policy_args(policy, max_num_seqs),
         "--worker-urls",
         *workers,
         "--prometheus-host",
@@ -318,7 +320,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def overhead(python: Path, venv: Path, engine: str, workdir: Path) -> dict[str, float]:
-    with _router(venv, SINGLE_WORKER_POLICY, [engine], workdir) as router:
+    with _router(venv, SINGLE_WORKER_POLICY, [engine], workdir, SKEW_MAX_NUM_SEQS) as router:
         diffs = _run_json(python, OVERHEAD_CLIENT, engine, router, OVERHEAD_PAIRS)
     return {
         "router_overhead_p50_ms": 1000 * _quantile(diffs, 0.5),
@@ -332,7 +334,7 @@ def throughput(venv: Path, workdir: Path) -> dict[str, float]:
     with _process([str(python), "-c", STUB_UPSTREAM, HOST, str(port)], workdir / "stub.log") as p:
         upstream = f"http://{HOST}:{port}"
         _wait_http(f"{upstream}/health", 30, p)
-        with _router(venv, SINGLE_WORKER_POLICY, [upstream], workdir) as router:
+        with _router(venv, SINGLE_WORKER_POLICY, [upstream], workdir, SKEW_MAX_NUM_SEQS) as router:
             got = _run_json(python, RPS_CLIENT, router, RPS_SECONDS, RPS_CONCURRENCY)
     if got["errors"]:
         raise RuntimeError(f"router answered {got['errors']} requests with an error")
@@ -342,7 +344,7 @@ def throughput(venv: Path, workdir: Path) -> dict[str, float]:
 def skew(python: Path, venv: Path, engines: list[str], workdir: Path) -> dict[str, float]:
     runs: dict[str, list[dict[str, Any]]] = {"power_of_two": [], "round_robin": []}
     for policy in ("round_robin", "power_of_two", "round_robin", "power_of_two"):
-        with _router(venv, policy, engines, workdir) as router:
+        with _router(venv, policy, engines, workdir, SKEW_MAX_NUM_SEQS) as router:
             runs[policy].append(
                 _run_json(
                     python,

@@ -48,6 +48,7 @@ from bench import results
 from bench.router import (
     INSTALL_ROUTER,
     INSTALL_VLLM,
+    SKEW_MAX_NUM_SEQS,
     TINY_MODEL,
     _engines,
     _quantile,
@@ -175,7 +176,7 @@ def _one_run(
 ) -> dict[str, Any]:
     _reset_prefix_caches(engines)
     before = _hit_counters(engines)
-    with _router(router_venv, policy, engines, workdir) as router:
+    with _router(router_venv, policy, engines, workdir, SKEW_MAX_NUM_SEQS) as router:
         got = _run_json(
             python,
             CLIENT,

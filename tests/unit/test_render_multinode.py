@@ -98,7 +98,7 @@ def test_only_leaders_are_engines_to_the_service_router_and_plan_check() -> None
     service = objs[f"Service/{OWNER.name}"]["spec"]["selector"]
     assert matches(service, leader["metadata"]["labels"])
     assert not matches(service, worker["metadata"]["labels"])
-    selector = router_args(OWNER, s)
+    selector = router_args(OWNER, s, plan(s))
     pairs = dict(a.split("=", 1) for a in selector[selector.index("--selector") + 1 :] if "=" in a)
     assert matches(pairs, leader["metadata"]["labels"])
     assert not matches(pairs, worker["metadata"]["labels"])

@@ -113,14 +113,31 @@ def test_policy_is_passed_through(policy: str) -> None:
     assert flag(args, "--policy") == [policy]
 
 
-@pytest.mark.parametrize("policy", ["power_of_two", "round_robin", "cache_aware"])
-def test_cache_aware_balances_at_a_few_requests_of_imbalance_and_no_other_policy_is_tuned(
-    policy: str,
+@pytest.mark.parametrize(
+    ("policy", "max_num_seqs", "threshold"),
+    [
+        ("cache_aware", 2, "4"),
+        ("cache_aware", 64, "16"),
+        ("cache_aware", 256, "64"),
+        ("power_of_two", 256, None),
+        ("round_robin", 256, None),
+    ],
+    ids=[
+        "few-slot-engines-balance-at-4",
+        "a-quarter-of-the-batch",
+        "upstreams-64-for-256-sequences",
+        "power-of-two-untuned",
+        "round-robin-untuned",
+    ],
+)
+def test_cache_aware_balances_at_a_quarter_of_the_batch_and_no_other_policy_is_tuned(
+    policy: str, max_num_seqs: int, threshold: str | None
 ) -> None:
-    args = router_pod(spec(router={"policy": policy}))["spec"]["containers"][0]["args"]
+    s = spec(router={"policy": policy}, engine={"maxNumSeqs": max_num_seqs})
+    args = router_pod(s)["spec"]["containers"][0]["args"]
     # Upstream's 64 never fires with engines of a few slots (docs/router.md, router_prefix bench).
-    if policy == "cache_aware":
-        assert flag(args, "--balance-abs-threshold") == ["4"]
+    if threshold is not None:
+        assert flag(args, "--balance-abs-threshold") == [threshold]
     else:
         assert "--balance-abs-threshold" not in args
     # The rest of cache_aware's settings stay upstream's.

@@ -46,20 +46,26 @@ RBAC_API = "rbac.authorization.k8s.io"
 HOLD_RETRY_INTERVAL_MS = 2000
 HOLD_RETRY_RAMP = 10
 
-# cache_aware balances by load only when the busiest engine has more than this many requests in
-# flight through the router above the idlest (and 1.5x as many). Upstream's 64 is for GPU engines
-# that run hundreds of sequences each; with engines of a few slots it never fires, and a tenant's
-# prefix piles its whole queue on one engine while another idles. bench/router_prefix.py measures
-# it; docs/router.md.
-CACHE_AWARE_BALANCE_ABS_THRESHOLD = 4
-POLICY_ARGS: dict[str, tuple[str, ...]] = {
-    "cache_aware": ("--balance-abs-threshold", str(CACHE_AWARE_BALANCE_ABS_THRESHOLD)),
-}
+# cache_aware balances by load only when the busiest engine has more than `--balance-abs-threshold`
+# requests in flight through the router above the idlest (and 1.5x as many). Upstream's 64 is a
+# quarter of a GPU engine's 256-sequence batch; with engines of a few slots it never fires, and a
+# tenant's prefix piles its whole queue on one engine while another idles. So: a quarter of the
+# planned batch (--max-num-seqs), at least CACHE_AWARE_MIN_BALANCE_THRESHOLD, the value
+# bench/router_prefix.py ran with on 2-slot engines (docs/router.md).
+CACHE_AWARE_MIN_BALANCE_THRESHOLD = 4
 
 
-def policy_args(policy: str) -> list[str]:
-    """The router flags that go with `--policy policy` (none for most)."""
-    return ["--policy", policy, *POLICY_ARGS.get(policy, ())]
+def cache_aware_balance_threshold(max_num_seqs: int) -> int:
+    return max(CACHE_AWARE_MIN_BALANCE_THRESHOLD, max_num_seqs // 4)
+
+
+def policy_args(policy: str, max_num_seqs: int) -> list[str]:
+    """The router flags that go with `--policy policy` in front of engines that each run up to
+    `max_num_seqs` sequences (only cache_aware has any beyond the policy)."""
+    if policy == "cache_aware":
+        threshold = cache_aware_balance_threshold(max_num_seqs)
+        return ["--policy", policy, "--balance-abs-threshold", str(threshold)]
+    return ["--policy", policy]
 
 
 def router_enabled(spec: LLMDeploymentSpec, plan: Plan) -> bool:
@@ -79,14 +85,14 @@ def router_url(owner: Owner) -> str:
     return f"http://{router_name(owner.name)}.{owner.namespace}.svc:{HTTP_PORT}/v1"
 
 
-def router_args(owner: Owner, spec: LLMDeploymentSpec) -> list[str]:
+def router_args(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> list[str]:
     engines = selector_labels(owner)
     return [
         "--host",
         "0.0.0.0",
         "--port",
         str(HTTP_PORT),
-        *policy_args(spec.router.policy),
+        *policy_args(spec.router.policy, plan.max_concurrent_sequences),
         # Discovery: this LLMDeployment's engine pods (every layout), in its own namespace only.
         "--service-discovery",
         "--service-discovery-namespace",
@@ -138,7 +144,7 @@ def render_router_deployment(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) 
         "name": "router",
         "image": spec.router.image,
         "command": [ROUTER_COMMAND],
-        "args": router_args(owner, spec),
+        "args": router_args(owner, spec, plan),
         # 0.1.17's --log-level does not reach the Rust core; RUST_LOG does. Discovery (engines
         # added and removed) stays at INFO; the per-request policy decisions are in the metrics.
         "env": [{"name": "RUST_LOG", "value": ROUTER_LOG}],
