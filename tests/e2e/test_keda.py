@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client
 from localcluster import keda
 from localcluster.metricsstack import MetricsStack
-from localcluster.supervisor import KEDA, KEDA_OPERATOR, Cluster, pinned_versions
+from localcluster.supervisor import KEDA_OPERATOR, Cluster, pinned_versions
 
 from .harness import wait_until
 
@@ -138,21 +138,3 @@ def _scaling_active(
     conditions = hpa.status.conditions or []
     active = any(c.type == "ScalingActive" and c.status == "True" for c in conditions)
     return hpa if active else None
-
-
-def test_without_keda_the_scaledobject_api_is_absent_and_comes_back(
-    api: client.ApiClient, keda_cluster: Cluster
-) -> None:
-    """What the operator meets on a cluster where nobody installed KEDA (Cluster.without_keda(),
-    as LLMFLEET_KEDA=0 leaves a cluster): neither keda.sh nor external.metrics.k8s.io is
-    served and no KEDA process runs; afterwards all of it is back."""
-
-    def groups() -> set[str]:
-        return {g.name for g in client.ApisApi(api).get_api_versions().groups}
-
-    with keda_cluster.without_keda():
-        assert not ({keda.API_GROUP, keda.EXTERNAL_METRICS_GROUP} & groups())
-        assert not any(keda_cluster.alive(n) for n in KEDA)
-        assert not any(keda_cluster.keda_state().values())
-    assert {keda.API_GROUP, keda.EXTERNAL_METRICS_GROUP} <= groups()
-    assert all(keda_cluster.keda_state().values()), keda_cluster.keda_state()

@@ -55,51 +55,7 @@ def warnings(api: client.ApiClient, namespace: str, name: str) -> list[str]:
     ]
 
 
-def test_without_keda_or_its_prometheus_scale_to_zero_is_refused_saying_what_to_install(
-    operator: Operator, cluster: Cluster, api: client.ApiClient, namespace: str
-) -> None:
-    body = zero_llmd("refused", IDLE_SECONDS, WAKE_TIMEOUT_SECONDS)
-    name = body["metadata"]["name"]
-
-    def planned() -> dict[str, Any]:
-        return condition(get_llmd(api, namespace, name), "Planned")
-
-    # The session's operator runs as the chart installs it by default: no keda.prometheusUrl.
-    apply(cluster, namespace, body)
-    cond = wait_until(
-        lambda: (c := planned()).get("reason") == "KEDAPrometheusUnset" and c,
-        timeout=60,
-        what="Planned=False KEDAPrometheusUnset",
-    )
-    assert cond["status"] == "False"
-    for words in ("spec.autoscaling.minReplicas", "keda.prometheusUrl", "at least 1"):
-        assert words in cond["message"], cond["message"]
-
-    with cluster.without_keda():
-        cond = wait_until(
-            lambda: (c := planned()).get("reason") == "KEDAMissing" and c,
-            timeout=60,
-            what="Planned=False KEDAMissing",
-        )
-        for words in ("install KEDA", "keda.sh/v1alpha1", "at least 1"):
-            assert words in cond["message"], cond["message"]
-        assert any(w.startswith("KEDAMissing: ") for w in warnings(api, namespace, name))
-        # Refused means nothing was made: no engine to scale, no router to hold requests.
-        assert not client.AppsV1Api(api).list_namespaced_deployment(namespace).items
-        assert operator.proc is not None
-        assert operator.proc.poll() is None  # reported, not crashed
-    # KEDA is back: the operator finds its API again, and the next missing piece is the URL.
-    wait_until(
-        lambda: planned().get("reason") == "KEDAPrometheusUnset",
-        timeout=60,
-        what="KEDA found again",
-    )
-    client.CustomObjectsApi(api).delete_namespaced_custom_object(
-        "llmfleet.dev", "v1alpha1", namespace, "llmdeployments", name
-    )
-
-
-def test_an_idle_deployment_goes_to_zero_and_a_request_wakes_it_and_is_answered(
+def test_refused_without_keda_or_its_prometheus_then_idles_to_zero_and_a_request_wakes_it(
     operator: Operator,
     cluster: Cluster,
     api: client.ApiClient,
@@ -122,9 +78,40 @@ def test_an_idle_deployment_goes_to_zero_and_a_request_wakes_it_and_is_answered(
     def cond(ctype: str) -> dict[str, Any]:
         return condition(get_llmd(api, namespace, name), ctype)
 
+    # --- Refused, saying what is missing. The session's operator runs as the chart installs it
+    # by default: without keda.prometheusUrl.
+    apply(cluster, namespace, body)
+    refused = wait_until(
+        lambda: (c := cond("Planned")).get("reason") == "KEDAPrometheusUnset" and c,
+        timeout=60,
+        what="Planned=False KEDAPrometheusUnset",
+    )
+    assert refused["status"] == "False"
+    for words in ("spec.autoscaling.minReplicas", "keda.prometheusUrl", "at least 1"):
+        assert words in refused["message"], refused["message"]
+    with cluster.without_keda():
+        # As on a cluster where nobody installed KEDA: neither of its APIs, no process of it.
+        groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
+        assert not {"keda.sh", "external.metrics.k8s.io"} & groups
+        assert not any(cluster.keda_state().values())
+        refused = wait_until(
+            lambda: (c := cond("Planned")).get("reason") == "KEDAMissing" and c,
+            timeout=60,
+            what="Planned=False KEDAMissing",
+        )
+        for words in ("install KEDA", "keda.sh/v1alpha1", "at least 1"):
+            assert words in refused["message"], refused["message"]
+        assert any(w.startswith("KEDAMissing: ") for w in warnings(api, namespace, name))
+        # Refused means nothing was made: no engine to scale, no router to hold requests.
+        assert not client.AppsV1Api(api).list_namespaced_deployment(namespace).items
+        assert operator.proc is not None
+        assert operator.proc.poll() is None  # reported, not crashed
+    assert all(cluster.keda_state().values()), cluster.keda_state()
+
+    # --- KEDA back and the chart given its Prometheus: the same LLMDeployment is created.
     with operator.configured(f"keda.prometheusUrl={metrics_stack.prometheus_url}"):
         t0 = time.monotonic()
-        apply(cluster, namespace, body)
+        wait_until(lambda: cond("Planned").get("status") == "True", 60, 1, "Planned=True")
         # Nobody asks: after the first idle window KEDA takes the engine away.
         wait_until(
             lambda: at_zero(api, namespace, name) and cond("ScaledToZero").get("status") == "True",
@@ -132,7 +119,7 @@ def test_an_idle_deployment_goes_to_zero_and_a_request_wakes_it_and_is_answered(
             interval=2,
             what="no engine pod and ScaledToZero=True",
         )
-        print(f"at zero {time.monotonic() - t0:.0f}s after apply")
+        print(f"at zero {time.monotonic() - t0:.0f}s after the operator took it")
         obj = get_llmd(api, namespace, name)
         assert condition(obj, "ScaledToZero")["reason"] == "Idle"
         available = condition(obj, "Available")
