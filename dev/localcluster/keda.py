@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from .loopback import aggregated_service
+
 NAMESPACE = "keda"  # upstream's; the operator keeps its cluster-scoped objects' Secrets here
 API_GROUP = "keda.sh"
 CRD_NAME = "scaledobjects.keda.sh"
@@ -100,37 +102,9 @@ def rbac(config: Path) -> list[dict[str, Any]]:
 
 
 def adapter_service(port: int) -> list[dict[str, Any]]:
-    """The Service the APIService names, and where it leads: as the metrics stack does for
-    prometheus-adapter (metricsstack/config.py adapter_service), an EndpointSlice of addressType
-    FQDN holding "127.0.0.1" (validation refuses loopback IPs, not an FQDN), which the API
-    server (--enable-aggregator-routing) dials as given. No selector, so no controller owns the
-    slice."""
-    svc = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": SERVICE, "namespace": NAMESPACE, "labels": dict(LABEL)},
-        "spec": {
-            "type": "ClusterIP",
-            "ports": [{"name": "https", "port": port, "targetPort": port, "protocol": "TCP"}],
-        },
-    }
-    slice_ = {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{SERVICE}-loopback",
-            "namespace": NAMESPACE,
-            "labels": {
-                **LABEL,
-                "kubernetes.io/service-name": SERVICE,
-                "endpointslice.kubernetes.io/managed-by": "llmfleet-localcluster",
-            },
-        },
-        "addressType": "FQDN",
-        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
-        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-    }
-    return [svc, slice_]
+    """The Service the APIService names, leading to the adapter on 127.0.0.1 (loopback.py), as
+    the metrics stack's does for prometheus-adapter."""
+    return aggregated_service(SERVICE, NAMESPACE, port, LABEL)
 
 
 def apiservice(port: int, ca_bundle: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -313,27 +313,10 @@ class Cluster:
             *lws.rbac(config),
             *lws.webhook_configurations(config, f"https://127.0.0.1:{p.lws_webhook}", ca),
         ]
-        # One kubectl for all of it: the CRD file as upstream ships it, the rest from stdin.
-        self.kubectl(
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=llmfleet-localcluster",
-            "-f",
-            str(lws.crd_file(config)),
-            "-f",
-            "-",
-            input="\n---\n".join(yaml.safe_dump(d) for d in docs),
-        )
+        self._apply_installed([lws.crd_file(config)], docs)
         # Started before the CRD is Established, controller-runtime finds no such kind and
-        # retries its LeaderWorkerSet watch only after 10 s. (Not `kubectl wait`: it fails on
-        # a CRD that has no conditions yet.)
-        url = f"{self.server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{lws.CRD_NAME}"
-        deadline = time.monotonic() + 60
-        while not _condition(json.loads(self._get(url, auth=True)), "Established"):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {lws.CRD_NAME} not Established after 60 s")
-            time.sleep(0.05)
+        # retries its LeaderWorkerSet watch only after 10 s.
+        self._wait_established([lws.CRD_NAME])
         binary = bindir("lws") / "lws-controller-manager"
         self._start(LWS, lws.command(binary, self._kubeconfig_for(LWS), cfg))
 
@@ -484,26 +467,10 @@ class Cluster:
         shutil.copyfile(self.pki_dir / "ca.crt", cas / "ca.crt")
         p = self.ports
         docs = [*keda.rbac(config), *keda.adapter_service(p.keda_adapter)]
-        self.kubectl(
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=llmfleet-localcluster",
-            *(a for f in keda.crd_files(config) for a in ("-f", str(f))),
-            "-f",
-            "-",
-            input="\n---\n".join(yaml.safe_dump(d) for d in docs),
-        )
+        self._apply_installed(keda.crd_files(config), docs)
         # The operator watches every KEDA kind; started before a CRD is Established,
         # controller-runtime finds no such kind and retries that watch only after 10 s.
-        deadline = time.monotonic() + 60
-        for crd in keda.crd_names(config):
-            while not _condition(
-                json.loads(self._get(self._crd_url(crd), auth=True)), "Established"
-            ):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"CRD {crd} not Established after 60 s")
-                time.sleep(0.05)
+        self._wait_established(keda.crd_names(config))
         binaries = bindir("keda")
         self._start(
             KEDA_OPERATOR,
@@ -534,15 +501,7 @@ class Cluster:
         # Registered once the adapter is on its way: until it answers, discovery of the group
         # fails for every client of the API server.
         ca = base64.b64encode((self.pki_dir / "ca.crt").read_bytes()).decode()
-        self.kubectl(
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=llmfleet-localcluster",
-            "-f",
-            "-",
-            input=yaml.safe_dump(keda.apiservice(p.keda_adapter, ca)),
-        )
+        self._apply_installed([], [keda.apiservice(p.keda_adapter, ca)])
 
     def _wait_keda(self, timeout: float = 90) -> None:
         """Wait until the operator is ready and listens for the adapter, and the aggregator
@@ -571,6 +530,33 @@ class Cluster:
             f"KEDA not ready after {timeout}s (not yet: {last}); see "
             f"{self.state_dir / (KEDA_OPERATOR + '.log')} and {KEDA_ADAPTER}.log"
         )
+
+    def _apply_installed(self, files: Iterable[Path], docs: list[dict[str, Any]]) -> None:
+        """Server-side apply, in one kubectl, of what the cluster installs for a component:
+        upstream's manifest `files` as they ship (CRDs of a megabyte and more, which kubectl
+        reads faster than PyYAML would) and our `docs` from stdin."""
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=llmfleet-localcluster",
+            *(a for f in files for a in ("-f", str(f))),
+            "-f",
+            "-",
+            input="\n---\n".join(yaml.safe_dump(d) for d in docs),
+        )
+
+    def _wait_established(self, crds: Iterable[str], timeout: float = 60) -> None:
+        """Wait until every CRD in `crds` is Established. (Not `kubectl wait`: it fails on a
+        CRD that has no conditions yet.)"""
+        deadline = time.monotonic() + timeout
+        for crd in crds:
+            while not _condition(
+                json.loads(self._get(self._crd_url(crd), auth=True)), "Established"
+            ):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"CRD {crd} not Established after {timeout:.0f} s")
+                time.sleep(0.05)
 
     def _crd_url(self, name: str) -> str:
         return f"{self.server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..loopback import aggregated_service
 from ..supervisor import REPO
 
 NAMESPACE = "llmfleet-monitoring"
@@ -391,38 +392,9 @@ def rbac() -> list[dict[str, Any]]:
 
 
 def adapter_service(port: int) -> list[dict[str, Any]]:
-    """The Service the APIServices name, and where it leads.
-
-    The API server runs with --enable-aggregator-routing, so it resolves an APIService's Service
-    through its EndpointSlices (an ExternalName Service is refused there: "unsupported service
-    type"). EndpointSlice validation refuses loopback IPs but not an FQDN address, and the
-    aggregator dials an endpoint's first address as given: an FQDN slice holding "127.0.0.1"
-    leads to the adapter's port on loopback. No selector, so no controller owns the slice."""
-    svc = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": ADAPTER_SERVICE, "namespace": NAMESPACE},
-        "spec": {
-            "type": "ClusterIP",
-            "ports": [{"name": "https", "port": port, "targetPort": port, "protocol": "TCP"}],
-        },
-    }
-    slice_ = {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{ADAPTER_SERVICE}-loopback",
-            "namespace": NAMESPACE,
-            "labels": {
-                "kubernetes.io/service-name": ADAPTER_SERVICE,
-                "endpointslice.kubernetes.io/managed-by": "llmfleet-localcluster",
-            },
-        },
-        "addressType": "FQDN",
-        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
-        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-    }
-    return [svc, slice_]
+    """The Service the APIServices name, leading to prometheus-adapter on 127.0.0.1
+    (loopback.py)."""
+    return aggregated_service(ADAPTER_SERVICE, NAMESPACE, port)
 
 
 def apiservices(port: int, ca_bundle_b64: str) -> list[dict[str, Any]]:
