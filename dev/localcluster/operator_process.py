@@ -5,6 +5,7 @@ writes from the API server's audit log."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +33,18 @@ OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
 # Flags of the chart's operator container that the process takes as the chart renders them (the
 # others it sets itself: loopback endpoints, the resync period, the profiles' file).
-CHART_FLAGS = ("--engine-network-policy=", "--keda-prometheus-url=")
+CHART_FLAGS = (
+    "--engine-network-policy=",
+    "--keda-prometheus-url=",
+    "--leader-election-namespace=",
+    "--leader-election-id=",
+    "--lease-duration=",
+    "--renew-deadline=",
+    "--retry-period=",
+)
+# The audit log's user.extra key that names the token a request came with (its JTI): replicas of
+# one ServiceAccount are told apart by it.
+CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
 
 
 def free_port() -> int:
@@ -71,18 +84,36 @@ class Operator:
     chart_values: tuple[str, ...] = ()
     chart_args: list[str] = field(default_factory=list)
     username: str = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}"
+    # The process's name (pid and log files): replicas of one installation differ by it.
+    name: str = "operator"
+    health_port: int = field(default_factory=free_port)
+    # The JTI of this replica's token, as the audit log names it.
+    credential_id: str = ""
 
     @property
     def kubeconfig(self) -> Path:
-        return self.cluster.state_dir / "operator-sa.kubeconfig"
+        return self.cluster.state_dir / f"{self.name}-sa.kubeconfig"
 
     @property
     def log_path(self) -> Path:
-        return self.cluster.state_dir / "operator.log"
+        return self.cluster.state_dir / f"{self.name}.log"
+
+    def replica(self, name: str) -> Operator:
+        """Another replica of this installation (the same chart flags, a token of its own)."""
+        other = Operator(
+            self.cluster,
+            resync_seconds=self.resync_seconds,
+            chart_values=self.chart_values,
+            chart_args=list(self.chart_args),
+            name=name,
+        )
+        other.gpu_profiles.write_text(self.gpu_profiles.read_text())
+        other.issue_token()
+        return other
 
     @property
     def gpu_profiles(self) -> Path:
-        return self.cluster.state_dir / "operator-gpu-profiles.yaml"
+        return self.cluster.state_dir / f"{self.name}-gpu-profiles.yaml"
 
     def install_identity(self) -> None:
         """The chart, installed with Helm as users do (all but the operator pod: kwok nodes run no
@@ -141,15 +172,23 @@ class Operator:
             )
         )
         self.chart_args = [a for a in args if a.startswith(CHART_FLAGS)]
+        self.issue_token()
+
+    def issue_token(self) -> None:
+        """A kubeconfig holding a new token of the chart's ServiceAccount."""
+        k = self.cluster.kubectl
         token = k("create", "token", RELEASE, "-n", OPERATOR_NAMESPACE, "--duration=24h").strip()
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        self.credential_id = f"JTI={claims['jti']}"
         cfg = yaml.safe_load(self.cluster.kubeconfig.read_text())
         cfg["users"] = [{"name": "operator", "user": {"token": token}}]
         cfg["contexts"][0]["context"]["user"] = "operator"
         self.kubeconfig.write_text(yaml.safe_dump(cfg))
 
-    def start(self) -> None:
-        # One operator per cluster: two standalone operators would fight over every resource.
-        self.cluster.stop("operator")
+    def start(self, wait_leading: bool = True) -> None:
+        """Start the process; with `wait_leading`, return once it leads (holds the Lease)."""
+        self.cluster.stop(self.name)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         logf = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
@@ -163,7 +202,7 @@ class Operator:
                 "--metrics-port",
                 str(self.metrics_port),
                 "--liveness",
-                f"http://127.0.0.1:{free_port()}/healthz",
+                f"http://127.0.0.1:{self.health_port}/healthz",
                 "--resync-seconds",
                 str(self.resync_seconds),
                 "--log-level",
@@ -178,8 +217,30 @@ class Operator:
             start_new_session=True,
         )
         logf.close()
-        (self.cluster.state_dir / "operator.pid").write_text(str(self.proc.pid))
+        (self.cluster.state_dir / f"{self.name}.pid").write_text(str(self.proc.pid))
         wait_until(self._serving_metrics, timeout=30, what="operator metrics endpoint")
+        if wait_leading:
+            # A Lease left by a killed replica expires first (--lease-duration).
+            wait_until(self.leading, timeout=60, what=f"{self.name} holding the leader Lease")
+
+    def leading(self) -> bool:
+        return self.metric("llmfleet_operator_leader") == 1
+
+    def health(self) -> tuple[int, str]:
+        """What /healthz answers: the status code and the text."""
+        url = f"http://127.0.0.1:{self.health_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def stop(self) -> None:
+        """Stop as Kubernetes stops a pod (SIGTERM): the leader hands its Lease over."""
+        if self.proc and self.proc.poll() is None:
+            self.cluster.stop(self.name, grace=30)
+            self.proc.wait(timeout=5)
+        self.proc = None
 
     @contextlib.contextmanager
     def configured(self, *chart_values: str) -> Iterator[None]:
@@ -187,14 +248,14 @@ class Operator:
         what they render; after it, with the values it had before (both restart the operator,
         which then reconciles every resource again, as after an upgrade)."""
         before = self.chart_values
-        self.kill()
+        self.stop()
         self.chart_values = before + chart_values
         try:
             self.install_identity()
             self.start()
             yield
         finally:
-            self.kill()
+            self.stop()
             self.chart_values = before
             self.install_identity()
             self.start()
@@ -231,8 +292,11 @@ class Operator:
                 total += float(value)
         return total
 
-    def writes_since(self, since: datetime, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Write requests the operator made since `since` (from the audit log)."""
+    def writes_since(
+        self, since: datetime, namespace: str | None = None, *, leases: bool = False
+    ) -> list[dict[str, Any]]:
+        """Write requests the operator's replicas made since `since` (from the audit log),
+        without the leader's Lease renewals unless `leases`."""
         out = []
         for path in sorted(self.cluster.state_dir.glob("audit*.log")):
             for line in path.read_text().splitlines():
@@ -242,10 +306,19 @@ class Operator:
                 t = datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00"))
                 if t < since:
                     continue
-                if namespace and (e.get("objectRef") or {}).get("namespace") != namespace:
+                ref = e.get("objectRef") or {}
+                if namespace and ref.get("namespace") != namespace:
+                    continue
+                if not leases and ref.get("resource") == "leases":
                     continue
                 out.append(e)
         return out
+
+
+def credential(event: dict[str, Any]) -> str:
+    """Which token an audit event's request came with (`Operator.credential_id`)."""
+    extra = event["user"].get("extra") or {}
+    return ",".join(extra.get(CREDENTIAL_ID) or [])
 
 
 def utcnow() -> datetime:

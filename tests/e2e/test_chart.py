@@ -9,7 +9,6 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -20,7 +19,6 @@ pytestmark = pytest.mark.cluster
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "llmfleet"
 LLMDEPLOYMENT_CRD = "llmdeployments.llmfleet.dev"
-PEERING_CRDS = ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
 
 
 def helm(cluster: Cluster, *args: str) -> str:
@@ -111,7 +109,7 @@ def crd_exists(api: client.ApiClient, name: str) -> bool:
 
 SCENARIOS = {
     "defaults": {},
-    "three-replicas-with-peering": {"replicas": "3", "peering.enabled": "true"},
+    "three-replicas": {"replicas": "3"},
     "monitoring-off-dashboards-elsewhere": {
         "monitoring.serviceMonitor.enabled": "false",
         "dashboards.namespace": "default",
@@ -225,35 +223,3 @@ def test_install_watching_listed_namespaces_grants_roles_there_only(
     assert review.status.allowed
     helm(cluster, "uninstall", release, "--namespace", namespace, "--wait")
     assert all(not names for names in release_objects(api, namespace, release).values())
-
-
-def test_two_peering_releases_install_and_the_peering_crds_are_kept(
-    cluster: Cluster, api: client.ApiClient, namespace: str, new_release: Callable[[], str]
-) -> None:
-    peering = {"replicas": "2", "peering.enabled": "true"}
-    first, second = new_release(), new_release()
-    helm(cluster, "install", first, str(CHART), "--namespace", namespace, *set_args(peering))
-    for crd in PEERING_CRDS:
-        assert crd_exists(api, crd)
-    args = operator_args(api, namespace, first)
-    assert f"--peering={first}-llmfleet" in args
-    # A second release shares the kept CRDs instead of fighting over their ownership.
-    helm(cluster, "install", second, str(CHART), "--namespace", namespace, *set_args(peering))
-    for release in (first, second):
-        helm(cluster, "uninstall", release, "--namespace", namespace, "--wait")
-        assert all(not names for names in release_objects(api, namespace, release).values())
-    for crd in PEERING_CRDS:
-        assert crd_exists(api, crd), f"{crd} must be kept (helm.sh/resource-policy: keep)"
-    # And the peering object works against the kept CRD: what the init container creates.
-    name = f"{first}-llmfleet"
-    body: dict[str, Any] = {
-        "apiVersion": "kopf.dev/v1",
-        "kind": "ClusterKopfPeering",
-        "metadata": {"name": name},
-        "status": {"some-pod": {"priority": 0, "lifetime": 60, "lastseen": "2025-01-01T00:00:00"}},
-    }
-    objects = client.CustomObjectsApi(api)
-    objects.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", body)
-    got = objects.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
-    objects.delete_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
-    assert got["status"] == body["status"]

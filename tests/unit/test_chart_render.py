@@ -98,8 +98,8 @@ def test_helm_lint_is_clean(strict: bool) -> None:
 SCENARIOS = {
     "defaults-watch-all-namespaces": (),
     "watch-listed-namespaces": ("watchNamespaces={team-a,team-b}",),
-    "three-replicas-with-peering": ("replicas=3", "peering.enabled=true"),
-    "namespaced-peering": ("replicas=2", "peering.enabled=true", "watchNamespaces={team-a}"),
+    "three-replicas": ("replicas=3",),
+    "two-replicas-listed-namespaces": ("replicas=2", "watchNamespaces={team-a}"),
 }
 
 
@@ -145,7 +145,7 @@ def test_args_follow_the_values() -> None:
     assert "--resync-seconds=30" in args
     assert "--metrics-port=9191" in args
     assert "--gpu-profiles=/etc/llmfleet/gpu-profiles.yaml" in args
-    assert not [a for a in args if a.startswith(("--peering", "--namespace"))]
+    assert not [a for a in args if a.startswith("--namespace")]
 
 
 def test_image_tag_and_digest_override_app_version() -> None:
@@ -264,43 +264,24 @@ def test_rbac_has_no_wildcard(set_args: tuple[str, ...]) -> None:
 
 
 RBAC_SCOPES = {
-    "all-namespaces-clusterrole": ((), "ClusterRole", [None], None),
-    "listed-namespaces-roles": (
-        ("watchNamespaces={team-a,team-b}",),
-        "Role",
-        ["team-a", "team-b"],
-        None,
-    ),
-    "peering-clusterwide": (
-        ("replicas=2", "peering.enabled=true"),
-        "ClusterRole",
-        [None],
-        "clusterkopfpeerings",
-    ),
-    "peering-namespaced": (
-        ("peering.enabled=true", "watchNamespaces={team-a}"),
-        "Role",
-        ["team-a"],
-        "kopfpeerings",
-    ),
+    "all-namespaces-clusterrole": ((), "ClusterRole", [None]),
+    "listed-namespaces-roles": (("watchNamespaces={team-a,team-b}",), "Role", ["team-a", "team-b"]),
 }
 
 
 @pytest.mark.parametrize(
-    ("set_args", "kind", "namespaces", "peering"), RBAC_SCOPES.values(), ids=RBAC_SCOPES.keys()
+    ("set_args", "kind", "namespaces"), RBAC_SCOPES.values(), ids=RBAC_SCOPES.keys()
 )
 def test_rbac_grants_exactly_the_operator_rules_where_it_watches(
-    set_args: tuple[str, ...], kind: str, namespaces: list[str | None], peering: str | None
+    set_args: tuple[str, ...], kind: str, namespaces: list[str | None]
 ) -> None:
-    docs = render(*set_args)
+    docs = [d for d in render(*set_args) if not is_lease_rbac(d)]
     roles = of_kind(docs, *RBAC_KINDS)
     assert {r["kind"] for r in roles} == {kind}
     assert sorted(r["metadata"].get("namespace") or "" for r in roles) == [
         n or "" for n in namespaces
     ]
     expected = dict(EXPECTED_RULES)
-    if peering:
-        expected[("kopf.dev", peering)] = {"get", "list", "watch", "patch", "create"}
     for role in roles:
         assert granted(role) == expected
     bindings = of_kind(docs, f"{kind}Binding")
@@ -325,33 +306,57 @@ def test_watched_namespaces_become_namespace_args() -> None:
     ]
 
 
-# --- peering ----------------------------------------------------------------------------------
+# --- leader election ----------------------------------------------------------------------------
 
 
-def test_peering_renders_kept_crds_the_peering_arg_and_the_init_container() -> None:
-    docs = render("replicas=3", "peering.enabled=true")
-    crds = {d["metadata"]["name"]: d for d in of_kind(docs, "CustomResourceDefinition")}
-    assert set(crds) == {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
-    for crd in crds.values():
-        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-        assert crd["spec"]["group"] == "kopf.dev"
-        assert [v["name"] for v in crd["spec"]["versions"]] == ["v1"]
-    deployment = operator_deployment(docs)
-    assert deployment["spec"]["replicas"] == 3
-    peering_name = f"{RELEASE}-llmfleet"
-    assert f"--peering={peering_name}" in operator_container(docs)["args"]
-    (init,) = deployment["spec"]["template"]["spec"]["initContainers"]
-    assert init["command"][:2] == ["python", "-c"]
-    assert init["command"][3:] == [peering_name]
-    compile(init["command"][2], "ensure-peering.py", "exec")
+def is_lease_rbac(doc: dict[str, Any]) -> bool:
+    return str(doc["metadata"]["name"]).endswith("-leader-election")
 
 
-def test_standalone_operator_has_no_peering_and_recreates_on_rollout() -> None:
+@pytest.mark.parametrize("set_args", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_every_replica_campaigns_for_one_lease_in_the_release_namespace(
+    set_args: tuple[str, ...],
+) -> None:
+    docs = render(*set_args)
+    lease = f"{RELEASE}-llmfleet"
+    args = operator_container(docs)["args"]
+    assert "--leader-election-namespace=llmfleet-system" in args
+    assert f"--leader-election-id={lease}" in args
+    (role,) = [d for d in of_kind(docs, "Role") if is_lease_rbac(d)]
+    assert role["metadata"]["namespace"] == "llmfleet-system"
+    # Create cannot be narrowed to a name; reading and renewing only this Lease.
+    assert [(r["verbs"], r.get("resourceNames")) for r in role["rules"]] == [
+        (["create"], None),
+        (["get", "update"], [lease]),
+    ]
+    (binding,) = [d for d in of_kind(docs, "RoleBinding") if is_lease_rbac(d)]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    env = {e["name"]: e.get("valueFrom") for e in operator_container(docs)["env"]}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_lease_timing_follows_the_values() -> None:
+    args = operator_container(
+        render(
+            "leaderElection.leaseDurationSeconds=30",
+            "leaderElection.renewDeadlineSeconds=20",
+            "leaderElection.retryPeriodSeconds=5",
+        )
+    )["args"]
+    assert {"--lease-duration=30", "--renew-deadline=20", "--retry-period=5"} <= set(args)
+
+
+def test_rollout_starts_the_new_pod_before_stopping_the_leader() -> None:
     docs = render()
-    assert not of_kind(docs, "CustomResourceDefinition")
     deployment = operator_deployment(docs)
+    assert not of_kind(docs, "CustomResourceDefinition") or all(
+        d["spec"]["group"] != "kopf.dev" for d in of_kind(docs, "CustomResourceDefinition")
+    )
     assert "initContainers" not in deployment["spec"]["template"]["spec"]
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
 
 
 # --- refused values ---------------------------------------------------------------------------
@@ -365,7 +370,11 @@ REFUSED = {
         ("monitoring.podMonitor.enabled=sometimes",),
         ["/monitoring/podMonitor/enabled"],
     ),
-    "replicas-without-peering": (("replicas=2",), ["replicas=2", "peering.enabled"]),
+    "peering-was-removed": (("peering.enabled=true",), ["peering"]),
+    "lease-renewed-after-it-expires": (
+        ("leaderElection.renewDeadlineSeconds=12",),
+        ["leaseDurationSeconds > renewDeadlineSeconds"],
+    ),
     "servicemonitor-forced-without-metrics": (
         ("metrics.enabled=false", "monitoring.serviceMonitor.enabled=true"),
         ["monitoring.serviceMonitor.enabled=true", "metrics.enabled"],

@@ -70,9 +70,11 @@ def test_the_flag_wins_over_the_environment_and_a_spec_image_over_both(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("LLMFLEET_DEFAULT_ENGINE_IMAGE", "from-the-environment:1")
-    from_env = operator_config(build_parser().parse_args(["run"]))
+    from_env = operator_config(build_parser().parse_args(["run", "--no-leader-election"]))
     assert engine_image(from_env, CHAT_SPEC) == "from-the-environment:1"
-    cfg = operator_config(build_parser().parse_args(["run", "--default-engine-image", CUSTOM]))
+    cfg = operator_config(
+        build_parser().parse_args(["run", "--no-leader-election", "--default-engine-image", CUSTOM])
+    )
     assert engine_image(cfg, CHAT_SPEC) == CUSTOM
     own = {**CHAT_SPEC, "engine": {"image": "mine:2"}}
     assert engine_image(cfg, own) == "mine:2"

@@ -52,7 +52,7 @@ def test_llmfleet_run_help_works() -> None:
         [str(LLMFLEET), "run", "--help"], capture_output=True, text=True, check=False, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    for flag in ("--namespace", "--liveness", "--metrics-port", "--log-level", "--peering"):
+    for flag in ("--namespace", "--liveness", "--metrics-port", "--log-level", "--leader-election"):
         assert flag in result.stdout
 
 

@@ -147,7 +147,12 @@ def test_a_bad_flag_value_stops_the_operator_naming_the_flag(
 
 def test_an_empty_flag_means_no_policy() -> None:
     assert parse_engine_network_policy("") is None
-    assert operator_config(build_parser().parse_args(["run"])).engine_network_policy is None
+    assert (
+        operator_config(
+            build_parser().parse_args(["run", "--no-leader-election"])
+        ).engine_network_policy
+        is None
+    )
 
 
 def chart_policy(*set_args: str) -> EngineNetworkPolicy | None:

@@ -67,8 +67,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* The kopf peering name (flag --peering): one peering object named after the release. */}}
-{{- define "llmfleet.peeringName" -}}
+{{/* The leader Lease (flag --leader-election-id): one per release, in the release namespace. */}}
+{{- define "llmfleet.leaseName" -}}
 {{- include "llmfleet.fullname" . -}}
 {{- end -}}
 
@@ -178,23 +178,14 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 {{- end -}}
 
 {{/*
-Peering rules, only with peering.enabled: kopf reads the peering object and patches its status
-with a keep-alive per replica; the init container creates the object when it is missing.
-Usage: include "llmfleet.peeringRules" "clusterkopfpeerings"
-*/}}
-{{- define "llmfleet.peeringRules" -}}
-- apiGroups: ["kopf.dev"]
-  resources: [{{ . | quote }}]
-  verbs: ["get", "list", "watch", "patch", "create"]
-{{- end -}}
-
-{{/*
 Refuse contradictory values with a message naming them. Included by every template that depends
 on them, so `helm template`, `helm install` and `helm upgrade` all fail early.
 */}}
 {{- define "llmfleet.validate" -}}
-{{- if and (gt (int .Values.replicas) 1) (not .Values.peering.enabled) -}}
-{{- fail (printf "replicas=%d needs peering.enabled=true: without kopf peering every replica would reconcile the same LLMDeployments at once. Set peering.enabled=true or replicas=1." (int .Values.replicas)) -}}
+{{- with .Values.leaderElection -}}
+{{- if not (and (gt (float64 .leaseDurationSeconds) (float64 .renewDeadlineSeconds)) (gt (float64 .renewDeadlineSeconds) (mulf 1.2 (float64 .retryPeriodSeconds)))) -}}
+{{- fail (printf "leaderElection needs leaseDurationSeconds > renewDeadlineSeconds > 1.2 x retryPeriodSeconds (got %v, %v, %v): a leader must give the Lease up before a standby may take it." .leaseDurationSeconds .renewDeadlineSeconds .retryPeriodSeconds) -}}
+{{- end -}}
 {{- end -}}
 {{- if and (not .Values.metrics.enabled) (eq (toString .Values.monitoring.serviceMonitor.enabled) "true") -}}
 {{- fail "monitoring.serviceMonitor.enabled=true needs metrics.enabled=true: the ServiceMonitor scrapes the operator's metrics Service, which metrics.enabled=false removes. Set metrics.enabled=true or monitoring.serviceMonitor.enabled to auto or false." -}}

@@ -32,6 +32,14 @@ RECONCILE_DURATION = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 API_WRITES = Counter("llmfleet_api_writes", "Writes to the Kubernetes API", ["verb", "kind"])
+# Scraped per operator pod, so the pod label of the series at 1 names the replica that writes.
+LEADER = Gauge(
+    "llmfleet_operator_leader",
+    "1 while this operator replica holds the leader Lease and reconciles; 0 while it stands by",
+)
+LEADER_TRANSITIONS = Counter(
+    "llmfleet_operator_leader_acquisitions", "Times this replica acquired the leader Lease"
+)
 PLANNED_REPLICAS = Gauge(
     "llmfleet_plan_replicas",
     "Planned pods of an LLMDeployment, by layout",

@@ -1,7 +1,13 @@
-"""Start-up of the operator process: Kubernetes client, metrics endpoint, then kopf."""
+"""Start-up of the operator process: Kubernetes client, metrics and health endpoints, the watches,
+then, once this replica leads (leader election on a Lease), the writers and kopf."""
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +17,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from prometheus_client import start_http_server
 
+from llmfleet.health import HealthServer, kopf_check
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
 from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
@@ -18,7 +25,10 @@ from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
 CONNECTIONS = 32
 
 if TYPE_CHECKING:
+    from llmfleet.reconcile.leader import LeaderElectionConfig, LeaderElector
     from llmfleet.reconcile.manager import Manager
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -27,8 +37,8 @@ class OperatorConfig:
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 9090
-    peering_name: str = ""
-    priority: int = 0
+    # None: this process writes from the start (one replica, outside a cluster, tests).
+    leader_election: LeaderElectionConfig | None = None
     resync_seconds: float = 60.0
     gpu_profiles_path: Path | None = None
     kubeconfig: str | None = None
@@ -78,15 +88,73 @@ def run_operator(cfg: OperatorConfig) -> None:
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host)
     main.install()
-    running = manager(cfg, api_client(cfg.kubeconfig))
-    running.start()
-    kopf.run(
-        standalone=not cfg.peering_name,
-        peering_name=cfg.peering_name or None,
-        priority=cfg.priority,
-        clusterwide=not cfg.namespaces,
-        namespaces=cfg.namespaces,
-        liveness_endpoint=cfg.liveness_endpoint or None,
-        memo=kopf.Memo(manager=running),
-    )
-    running.stop()
+    api = api_client(cfg.kubeconfig)
+    running = manager(cfg, api)
+    elector = _elector(cfg, api)
+    # kopf's own endpoint, on loopback only: /healthz asks it, with the other checks.
+    kopf_url = f"http://127.0.0.1:{_free_port()}/healthz"
+    kopf_started: list[float] = []
+    health = None
+    if cfg.liveness_endpoint:
+        health = HealthServer(
+            cfg.liveness_endpoint,
+            [
+                *([elector.healthy] if elector else []),
+                lambda: _loops(running),
+                kopf_check(kopf_url, lambda: kopf_started[0] if kopf_started else None),
+            ],
+        )
+        health.start()
+    running.start_watching()
+    if elector:
+        elector.start()
+        # Standing by: watching, writing nothing. SIGTERM ends the process here as it is.
+        elector.wait_leading()
+    running.start_writing()
+    kopf_started.append(time.monotonic())
+    try:
+        kopf.run(
+            standalone=True,
+            clusterwide=not cfg.namespaces,
+            namespaces=cfg.namespaces,
+            liveness_endpoint=kopf_url,
+            memo=kopf.Memo(manager=running),
+        )
+    finally:
+        # Every writer stops before the Lease is handed over, so two never overlap.
+        running.stop()
+        if elector:
+            elector.release()
+        if health:
+            health.stop()
+
+
+def _elector(cfg: OperatorConfig, api: k8s.ApiClient) -> LeaderElector | None:
+    if cfg.leader_election is None:
+        return None
+    from llmfleet.reconcile.leader import LeaderElector
+
+    return LeaderElector(api, cfg.leader_election, on_lost=_lost)
+
+
+def _lost() -> None:
+    """The Lease is gone: stop writing at once, the way controller-runtime does (exit; the
+    kubelet restarts the container, which then stands by)."""
+    log.critical("leader Lease lost: exiting so that only the new leader writes")
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(1)
+
+
+def _loops(running: Manager) -> tuple[bool, str]:
+    dead = running.dead()
+    if dead:
+        return False, "ended: " + ", ".join(dead)
+    return True, "loops running" + ("" if running.writing else " (watching only)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import random
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +14,10 @@ from llmfleet.models.network_policy import EngineNetworkPolicy, parse_engine_net
 
 if TYPE_CHECKING:
     from llmfleet.operator_app import OperatorConfig
+    from llmfleet.reconcile.leader import LeaderElectionConfig
+
+# Where Kubernetes mounts the pod's own namespace beside its ServiceAccount token.
+NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,7 +35,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--liveness",
         default=env("LLMFLEET_LIVENESS", "http://0.0.0.0:8080/healthz"),
-        help="kopf liveness endpoint URL (default %(default)s)",
+        help="URL of the health endpoint (/healthz: the leader election, the operator's loops "
+        "and kopf; default %(default)s); empty disables it",
     )
     p.add_argument(
         "--metrics-port",
@@ -52,17 +56,43 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="log level (default %(default)s)",
     )
     p.add_argument(
-        "--peering",
-        default=env("LLMFLEET_PEERING", ""),
-        help="kopf peering name for running several replicas (one active at a time); "
-        "empty runs standalone",
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=env("LLMFLEET_LEADER_ELECTION", "true").lower() not in ("0", "false", "no"),
+        help="write only while holding the leader Lease, so several replicas never write at "
+        "once (env LLMFLEET_LEADER_ELECTION; default on; --no-leader-election writes at once)",
     )
     p.add_argument(
-        "--priority",
-        type=int,
-        default=int(env("LLMFLEET_PRIORITY", "0")) or None,
-        help="kopf peering priority; the highest runs, the others stand by. Default: random, "
-        "so replicas never tie (tied peers all pause)",
+        "--leader-election-namespace",
+        default=env("POD_NAMESPACE") or _in_cluster_namespace(),
+        help="namespace of the leader Lease (default: env POD_NAMESPACE, else the pod's own "
+        "namespace)",
+    )
+    p.add_argument(
+        "--leader-election-id",
+        default=env("LLMFLEET_LEADER_ELECTION_ID", "llmfleet-operator"),
+        help="name of the leader Lease; replicas of one installation share it (default "
+        "%(default)s)",
+    )
+    p.add_argument(
+        "--lease-duration",
+        type=float,
+        default=10.0,
+        help="seconds a leader that stopped renewing keeps the Lease; a standby takes over "
+        "that long after the last renewal it saw (default %(default)s)",
+    )
+    p.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=8.0,
+        help="seconds the leader keeps trying to renew before it gives up the Lease and exits; "
+        "below --lease-duration (default %(default)s)",
+    )
+    p.add_argument(
+        "--retry-period",
+        type=float,
+        default=2.0,
+        help="seconds between tries to acquire or renew the Lease (default %(default)s)",
     )
     p.add_argument(
         "--resync-seconds",
@@ -148,8 +178,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         liveness_endpoint=args.liveness,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
-        peering_name=args.peering,
-        priority=args.priority if args.priority is not None else random.randint(1, 2**31 - 1),
+        leader_election=_leader_election(args),
         resync_seconds=args.resync_seconds,
         gpu_profiles_path=args.gpu_profiles,
         kubeconfig=args.kubeconfig,
@@ -157,3 +186,36 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         engine_network_policy=args.engine_network_policy,
         keda_prometheus_url=args.keda_prometheus_url,
     )
+
+
+def _in_cluster_namespace() -> str:
+    try:
+        return NAMESPACE_FILE.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _leader_election(args: argparse.Namespace) -> LeaderElectionConfig | None:
+    """The Lease settings; a bad combination stops the operator naming the flags."""
+    if not args.leader_election:
+        return None
+    from llmfleet.reconcile.leader import LeaderElectionConfig, default_identity
+
+    if not args.leader_election_namespace:
+        raise SystemExit(
+            "llmfleet run: --leader-election-namespace is needed outside a pod (or env "
+            "POD_NAMESPACE), or run a single replica with --no-leader-election"
+        )
+    try:
+        return LeaderElectionConfig(
+            namespace=args.leader_election_namespace,
+            name=args.leader_election_id,
+            identity=default_identity(os.environ.get("POD_NAME") or os.uname().nodename),
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        )
+    except ValueError as e:
+        raise SystemExit(
+            f"llmfleet run: --lease-duration, --renew-deadline, --retry-period: {e}"
+        ) from None

@@ -481,6 +481,9 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         self._poller = Resyncer("batch-poll", self.active, self.reconcile_by_name, interval)
         self._poller.start()
 
+    def polling(self) -> bool:
+        return self._poller is not None and self._poller.alive()
+
     def stop_polling(self) -> None:
         if self._poller is not None:
             self._poller.stop()

@@ -131,6 +131,9 @@ class Informer:
         if self._watcher is not None:
             self._watcher.stop()
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         version: str | None = None
         failures = 0
@@ -331,6 +334,10 @@ class ChildView:
     def stop(self) -> None:
         for informer in self._informers.values():
             informer.stop()
+
+    def dead(self) -> list[str]:
+        """The kinds whose watch thread has ended."""
+        return [f"watch of {k[1]}" for (k, _ns), i in self._informers.items() if not i.alive()]
 
     def wait_synced(self, timeout: float) -> bool:
         """Whether every kind has been listed, waiting up to `timeout` seconds for it."""

@@ -4,6 +4,10 @@ their changes feed, the resync of every LLMDeployment and the poll of running LL
 kopf watches the two kinds themselves and calls their reconciles on create, update and resume
 (`main.py`). A change to a child (a pod becoming ready, the HPA scaling, a hand edit, a delete)
 arrives through the view and queues its owner, named by the child's labels.
+
+Watching and writing start apart: a standby replica keeps the view warm (`start_watching`) and
+writes nothing; the leader also runs the queues, the resync and the poll (`start_writing`).
+Changes heard while standing by wait in the queues, deduplicated per owner.
 """
 
 from __future__ import annotations
@@ -65,19 +69,43 @@ class Manager:
             resync_seconds,
         )
 
+        self.writing = False
+
     def start(self) -> None:
+        self.start_watching()
+        self.start_writing()
+
+    def start_watching(self) -> None:
         self.view.start()
+
+    def start_writing(self) -> None:
         for queue in self._queues.values():
             queue.start()
         self._resync.start()
         self.batch.start_polling()
+        self.writing = True
 
-    def stop(self) -> None:
-        self.batch.stop_polling()
-        self._resync.stop()
-        for queue in self._queues.values():
-            queue.stop()
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every loop, waiting up to `timeout` seconds for the reconciles under way."""
+        if self.writing:
+            self.batch.stop_polling()
+            self._resync.stop()
+            for queue in self._queues.values():
+                queue.stop()
+            for queue in self._queues.values():
+                queue.join(timeout)
         self.view.stop()
+
+    def dead(self) -> list[str]:
+        """Which of the loops that should run have ended (for /healthz)."""
+        dead = self.view.dead()
+        if self.writing:
+            dead += [f"{name} queue" for name, q in self._queues.items() if not q.alive()]
+            if not self._resync.alive():
+                dead.append("resync")
+            if not self.batch.polling():
+                dead.append("batch poll")
+        return dead
 
     def _changed(self, obj: dict[str, Any]) -> None:
         """A child changed: queue its owner's reconcile."""

@@ -39,6 +39,9 @@ class Resyncer:
     def stop(self) -> None:
         self._stop.set()
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:

@@ -88,6 +88,16 @@ class WorkQueue:
             self._stopped = True
             self._cond.notify_all()
 
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the reconciles under way to end (after `stop`)."""
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            if t.is_alive():
+                t.join(max(0.0, deadline - time.monotonic()))
+
+    def alive(self) -> bool:
+        return all(t.is_alive() for t in self._threads)
+
     def add(self, key: Key, delay: float = 0.0) -> None:
         """Reconcile `key` in `delay` seconds, or sooner if it is already due sooner."""
         due = time.monotonic() + delay
