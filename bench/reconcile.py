@@ -187,8 +187,10 @@ def run() -> dict[str, float]:
             time.sleep(10)
         since = utcnow()
         time.sleep(IDLE_WINDOW_SECONDS)
-        writes = op.writes_since(since)
-        figures["idle_writes_per_min"] = len(writes) * 60 / IDLE_WINDOW_SECONDS
+        writes = op.writes_since(since, leases=True)
+        renewals = [w for w in writes if (w.get("objectRef") or {}).get("resource") == "leases"]
+        figures["idle_writes_per_min"] = (len(writes) - len(renewals)) * 60 / IDLE_WINDOW_SECONDS
+        figures["lease_renewals_per_min"] = len(renewals) * 60 / IDLE_WINDOW_SECONDS
     finally:
         op.kill()
         core.delete_namespace(ns)

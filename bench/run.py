@@ -14,6 +14,7 @@ from bench import results
 BENCHMARKS = (
     "cluster",
     "reconcile",
+    "failover",
     "autoscaling",
     "scale_to_zero",
     "batch",

@@ -235,6 +235,12 @@ class Operator:
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
 
+    def health_ok(self) -> bool:
+        try:
+            return self.health()[0] == 200
+        except OSError:
+            return False
+
     def stop(self) -> None:
         """Stop as Kubernetes stops a pod (SIGTERM): the leader hands its Lease over."""
         if self.proc and self.proc.poll() is None:
