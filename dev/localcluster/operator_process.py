@@ -89,6 +89,9 @@ class Operator:
     health_port: int = field(default_factory=free_port)
     # The JTI of this replica's token, as the audit log names it.
     credential_id: str = ""
+    # Another release's chart and operator code (an upgrade test's previous release).
+    chart: Path = CHART
+    source: Path | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -129,7 +132,7 @@ class Operator:
                 "upgrade",
                 "--install",
                 RELEASE,
-                str(CHART),
+                str(self.chart),
                 "--namespace",
                 OPERATOR_NAMESPACE,
                 "--create-namespace",
@@ -190,10 +193,14 @@ class Operator:
         """Start the process; with `wait_leading`, return once it leads (holds the Lease)."""
         self.cluster.stop(self.name)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        program = [str(Path(sys.executable).parent / "llmfleet")]
+        if self.source is not None:
+            env["PYTHONPATH"] = str(self.source)
+            program = [sys.executable, "-m", "llmfleet.cli"]
         logf = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
             [
-                str(Path(sys.executable).parent / "llmfleet"),
+                *program,
                 "run",
                 "--kubeconfig",
                 str(self.kubeconfig),
