@@ -122,9 +122,10 @@ class Operator:
         """The chart, installed with Helm as users do (all but the operator pod: kwok nodes run no
         containers), and a kubeconfig holding its ServiceAccount's token."""
         k = self.cluster.kubectl
-        # Helm never upgrades CRDs it installed; a long-lived dev cluster gets the current ones.
-        k("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-        k("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.dev")
+        if self.source is None:
+            # Helm never upgrades CRDs it installed; a long-lived dev cluster gets the current ones.
+            k("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+            k("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.dev")
         subprocess.run(
             [
                 str(bindir("helm") / "helm"),

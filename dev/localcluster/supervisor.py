@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -108,6 +109,12 @@ class Ports:
     keda_grpc: int = 10268 + 1000 * CLUSTER_INDEX  # operator's metrics service (adapter's gRPC)
     keda_adapter: int = 10269 + 1000 * CLUSTER_INDEX  # external.metrics.k8s.io (HTTPS)
     keda_adapter_metrics: int = 10270 + 1000 * CLUSTER_INDEX  # adapter's Prometheus metrics
+
+    @classmethod
+    def shifted(cls, by: int) -> Ports:
+        """Every port `by` higher: a second cluster beside the shared one (a test's own)."""
+        base = cls()
+        return cls(**{f.name: getattr(base, f.name) + by for f in dataclasses.fields(cls)})
 
 
 def bindir(component: str) -> Path:

@@ -337,22 +337,7 @@ def test_cluster_down_leaves_no_vllm_or_runner_process(vllm_python: Path) -> Non
     state = Path(tempfile.mkdtemp(prefix="llmfleet-down-"))
     c = Cluster(
         state_dir=state,
-        ports=Ports(
-            apiserver=26443 + 1000 * CLUSTER_INDEX,
-            etcd_client=22379 + 1000 * CLUSTER_INDEX,
-            etcd_peer=22380 + 1000 * CLUSTER_INDEX,
-            controller_manager=20257 + 1000 * CLUSTER_INDEX,
-            scheduler=20259 + 1000 * CLUSTER_INDEX,
-            kwok=20247 + 1000 * CLUSTER_INDEX,
-            lws_webhook=20263 + 1000 * CLUSTER_INDEX,
-            lws_metrics=20264 + 1000 * CLUSTER_INDEX,
-            lws_health=20265 + 1000 * CLUSTER_INDEX,
-            keda_metrics=20266 + 1000 * CLUSTER_INDEX,
-            keda_health=20267 + 1000 * CLUSTER_INDEX,
-            keda_grpc=20268 + 1000 * CLUSTER_INDEX,
-            keda_adapter=20269 + 1000 * CLUSTER_INDEX,
-            keda_adapter_metrics=20270 + 1000 * CLUSTER_INDEX,
-        ),
+        ports=Ports.shifted(10000),
     )
     try:
         c.up(log=lambda _: None)

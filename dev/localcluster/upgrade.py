@@ -1,0 +1,205 @@
+"""An operator upgrade as a user makes one, on a cluster of its own: the previous release's chart
+and operator (extracted from git at `PREVIOUS_RELEASE`) serve an LLMDeployment on a real CPU vLLM
+engine behind its router and one on a kwok GPU node; a client keeps sending requests through the
+router while `helm upgrade` installs this tree's chart (CRDs included) and this tree's operator
+takes over from the old one. The e2e test and `make bench` both run it (`upgrade`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from .metricsstack.load import tiny_llmd
+from .operator_process import Operator
+from .routerapi import ROUTER_PORT, routed_engines
+from .supervisor import CLUSTER_INDEX, REPO, Cluster, Ports
+from .waiting import wait_until
+
+# The release before this one (0.1.0): what a user upgrades from.
+PREVIOUS_RELEASE = "acc2f64857186829d876030bd5646060cc297563"
+GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"
+NAMESPACE = "upgrade"
+ENGINE_STARTUP = 300  # a vLLM engine on 2 shared cores
+VERSION_LABEL = "app.kubernetes.io/version"
+# A field 0.1.0's CRD does not know: its schema prunes it, the new one keeps it.
+NEW_FIELD = ("engine", "podLabels")
+
+
+def previous_release(dest: Path, commit: str = PREVIOUS_RELEASE) -> tuple[Path, Path]:
+    """The chart and the operator's source of `commit`, extracted under `dest`."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", commit, "charts/llmfleet", "operator/src"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest / "charts" / "llmfleet", dest / "operator" / "src"
+
+
+@contextlib.contextmanager
+def own_cluster() -> Iterator[Cluster]:
+    """A cluster beside the shared one (ports and pod network of its own; no LWS, no KEDA), so
+    that its CRDs can be 0.1.0's, with the node runner's GPU node for a real engine."""
+    state = Path(tempfile.mkdtemp(prefix="llmfleet-upgrade-"))
+    c = Cluster(state_dir=state, ports=Ports.shifted(11000), lws=False, keda=False)
+    try:
+        c.up(log=lambda _: None)
+        c.start_node_runner(gpus=2, pod_network=f"127.{19 + 10 * CLUSTER_INDEX}.0.0/16")
+        yield c
+    finally:
+        c.wipe()
+
+
+@dataclass
+class Client:
+    """Completions through the router, two at a time, until stopped; every failure kept."""
+
+    base: str
+    model: str
+    sent: int = 0
+    failed: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(2)]
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(120)
+
+    def _loop(self) -> None:
+        body = json.dumps({"model": self.model, "prompt": "Upgrade", "max_tokens": 8}).encode()
+        while not self._stop.is_set():
+            req = urllib.request.Request(
+                f"{self.base}/completions", body, {"Content-Type": "application/json"}
+            )
+            self.sent += 1
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    if json.load(r)["usage"]["completion_tokens"] < 1:
+                        self.failed.append("no tokens")
+            except (OSError, KeyError, ValueError) as e:
+                detail = e.read().decode()[:200] if isinstance(e, urllib.error.HTTPError) else ""
+                self.failed.append(f"{time.strftime('%H:%M:%S')} {e!r} {detail}")
+
+
+@dataclass
+class Outcome:
+    requests: int
+    failed: list[str]
+    # Engine pods (name -> (uid, restarts)) before and after.
+    pods_before: dict[str, tuple[str, int]]
+    pods_after: dict[str, tuple[str, int]]
+    # The new field, as the API server kept it before and after the upgrade.
+    new_field_before: Any
+    new_field_after: Any
+    # Version labels on the engine Deployments once the new operator reconciled them.
+    versions_after: set[str]
+
+
+def engine_pods(core: client.CoreV1Api) -> dict[str, tuple[str, int]]:
+    pods = core.list_namespaced_pod(
+        NAMESPACE, label_selector="app.kubernetes.io/component=engine"
+    ).items
+    return {
+        p.metadata.name: (p.metadata.uid, sum(s.restart_count for s in p.status.container_statuses))
+        for p in pods
+        if p.status.container_statuses
+    }
+
+
+def kwok_llmd() -> dict[str, Any]:
+    doc = tiny_llmd("on-kwok")
+    doc["spec"]["gpus"] = {"count": 1, "memoryGiB": 80, "perNode": 8,
+                           "product": "NVIDIA-H100-80GB-HBM3"}  # fmt: skip
+    doc["spec"]["autoscaling"] = {"enabled": False}
+    return doc
+
+
+def probe_new_field(custom: client.CustomObjectsApi, name: str) -> Any:
+    """Create an LLMDeployment with the new field; what the API server kept of it."""
+    doc = kwok_llmd()
+    doc["metadata"]["name"] = name
+    doc["spec"][NEW_FIELD[0]][NEW_FIELD[1]] = {"team": "search"}
+    custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, doc)
+    kept = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+    custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+    return kept["spec"].get(NEW_FIELD[0], {}).get(NEW_FIELD[1])
+
+
+def upgrade(cluster: Cluster, settle_s: float = 15.0) -> Outcome:
+    """Previous release → this tree, under load; see the module docstring."""
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    core, custom, apps = client.CoreV1Api(api), client.CustomObjectsApi(api), client.AppsV1Api(api)
+    work = Path(tempfile.mkdtemp(prefix="llmfleet-previous-"))
+    chart, source = previous_release(work)
+    old = Operator(cluster, chart=chart, source=source, name="operator-previous")
+    old.install_identity()
+    old.start(wait_leading=False)  # 0.1.0 has no leader election
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    served = tiny_llmd("served", minReplicas=1, maxReplicas=2)
+    for doc in (served, kwok_llmd()):
+        custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, doc)
+    routers = "app.kubernetes.io/component=router"
+    router = wait_until(
+        lambda: [
+            p.status.pod_ip
+            for p in core.list_namespaced_pod(NAMESPACE, label_selector=routers).items
+            if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        ],
+        ENGINE_STARTUP,
+        2,
+        "the router Ready",
+    )[0]
+    wait_until(lambda: len(engine_pods(core)) == 2, ENGINE_STARTUP, 2, "both engine pods")
+    wait_until(lambda: routed_engines(router), ENGINE_STARTUP, 2, "the router routing")
+    before = engine_pods(core)
+    field_before = probe_new_field(custom, "probe-before")
+
+    load = Client(f"http://{router}:{ROUTER_PORT}/v1", served["spec"]["model"]["name"])
+    load.start()
+    try:
+        time.sleep(3)
+        # helm upgrade to this tree (its CRDs included), then a rolling update: the new
+        # operator starts, takes the Lease, and the old one is stopped.
+        new = Operator(cluster)
+        new.install_identity()
+        new.start()
+        old.stop()
+
+        def versions() -> set[str]:
+            deps = apps.list_namespaced_deployment(
+                NAMESPACE, label_selector="app.kubernetes.io/component=engine"
+            ).items
+            return {(d.metadata.labels or {}).get(VERSION_LABEL, "") for d in deps}
+
+        wait_until(lambda: "" not in versions(), 60, 1, "the new operator's labels")
+        time.sleep(settle_s)  # a few resyncs of the new operator under load
+    finally:
+        load.stop()
+    new.stop()
+    return Outcome(
+        requests=load.sent,
+        failed=load.failed,
+        pods_before=before,
+        pods_after=engine_pods(core),
+        new_field_before=field_before,
+        new_field_after=probe_new_field(custom, "probe-after"),
+        versions_after=versions(),
+    )
