@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_chart_render import RELEASE, of_kind, render
+from test_chart_render import RELEASE, of_kind, render, run_helm
 
 from llmfleet.cli import main
 from llmfleet.models.crd import custom_resource_definition
@@ -94,3 +94,10 @@ def test_crds_enabled_false_renders_none_and_the_operator_still() -> None:
     docs = render("crds.enabled=false")
     assert crds_of(docs) == {}
     assert of_kind(docs, "Deployment")
+
+
+@pytest.mark.parametrize("value", ["crds.keepp=true", "crds.enabled=sometimes"])
+def test_the_schema_refuses_a_typo_or_a_non_boolean_under_crds(value: str) -> None:
+    result = run_helm("template", RELEASE, str(CHART), "--set", value)
+    assert result.returncode != 0, result.stdout
+    assert "/crds" in result.stderr, result.stderr
