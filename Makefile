@@ -62,12 +62,8 @@ fmt: venv ## Format the Python code
 	cd operator && ../$(VENV)/bin/ruff format src ../tests ../dev ../bench && ../$(VENV)/bin/ruff check --fix src ../tests ../dev ../bench
 
 .PHONY: crds
-crds: venv ## Generate crds/ from the pydantic models
-	$(VENV)/bin/llmfleet crds --output-dir crds
-
-.PHONY: chart-crds
-chart-crds: crds ## Copy crds/ into the chart (the chart never holds a hand-made copy)
-	mkdir -p charts/llmfleet/crds && cp crds/*.yaml charts/llmfleet/crds/
+crds: venv ## Generate the chart's CRD templates (charts/llmfleet/templates/crds) from the pydantic models
+	$(VENV)/bin/llmfleet crds --output-dir charts/llmfleet/templates/crds
 
 .PHONY: unit
 unit: venv ## Unit tests only (no cluster)

@@ -31,6 +31,7 @@ from .waiting import wait_until
 CHART = REPO / "charts" / "llmfleet"
 OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
+CRDS = ("llmdeployments.llmfleet.dev", "llmbatchjobs.llmfleet.dev")
 # Flags of the chart's operator container that the process takes as the chart renders them (the
 # others it sets itself: loopback endpoints, the resync period, the profiles' file).
 CHART_FLAGS = (
@@ -122,10 +123,8 @@ class Operator:
         """The chart, installed with Helm as users do (all but the operator pod: kwok nodes run no
         containers), and a kubeconfig holding its ServiceAccount's token."""
         k = self.cluster.kubectl
-        if self.source is None:
-            # Helm never upgrades CRDs it installed; a long-lived dev cluster gets the current ones.
-            k("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-            k("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.dev")
+        # The chart installs and upgrades the CRDs (crds.enabled). --take-ownership: a cluster
+        # may hold them from elsewhere (a test's release, an older checkout's kubectl apply).
         subprocess.run(
             [
                 str(bindir("helm") / "helm"),
@@ -152,6 +151,8 @@ class Operator:
             capture_output=True,
             text=True,
         )
+        # Established before the operator watches them or a test creates an object of their kinds.
+        self.cluster.wait_established(CRDS)
         # What the chart's operator pod would mount at --gpu-profiles.
         self.gpu_profiles.write_text(
             k(

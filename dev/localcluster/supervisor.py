@@ -323,7 +323,7 @@ class Cluster:
         self._apply_installed([lws.crd_file(config)], docs)
         # Started before the CRD is Established, controller-runtime finds no such kind and
         # retries its LeaderWorkerSet watch only after 10 s.
-        self._wait_established([lws.CRD_NAME])
+        self.wait_established([lws.CRD_NAME])
         binary = bindir("lws") / "lws-controller-manager"
         self._start(LWS, lws.command(binary, self._kubeconfig_for(LWS), cfg))
 
@@ -477,7 +477,7 @@ class Cluster:
         self._apply_installed(keda.crd_files(config), docs)
         # The operator watches every KEDA kind; started before a CRD is Established,
         # controller-runtime finds no such kind and retries that watch only after 10 s.
-        self._wait_established(keda.crd_names(config))
+        self.wait_established(keda.crd_names(config))
         binaries = bindir("keda")
         self._start(
             KEDA_OPERATOR,
@@ -553,7 +553,7 @@ class Cluster:
             input="\n---\n".join(yaml.safe_dump(d) for d in docs),
         )
 
-    def _wait_established(self, crds: Iterable[str], timeout: float = 60) -> None:
+    def wait_established(self, crds: Iterable[str], timeout: float = 60) -> None:
         """Wait until every CRD in `crds` is Established. (Not `kubectl wait`: it fails on a
         CRD that has no conditions yet.)"""
         deadline = time.monotonic() + timeout

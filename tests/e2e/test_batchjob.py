@@ -19,11 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from localcluster.metricsstack.load import TINY_ARCHITECTURE
 from localcluster.noderunner import procs
-from localcluster.supervisor import REPO, Cluster
+from localcluster.supervisor import Cluster
+
+from llmfleet.models.crd import custom_resource_definition
+from llmfleet.models.resources import LLMBATCHJOB
 
 from . import localnode
 from .harness import Operator, utcnow, wait_until
@@ -39,8 +43,10 @@ MALFORMED = {7: "{not json", 58: None, 123: None, 200: None, 299: None}
 
 @pytest.fixture(scope="module", autouse=True)
 def crd(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / "llmbatchjob.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/llmbatchjobs.llmfleet.dev")
+    # The CRD the chart renders (the operator fixture installs it too), for the tests without it.
+    crd = custom_resource_definition(LLMBATCHJOB)
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(crd))
+    cluster.wait_established([crd["metadata"]["name"]])
 
 
 @pytest.fixture(scope="module")

@@ -97,6 +97,11 @@ def release_objects(api: client.ApiClient, namespace: str, release: str) -> dict
     return {kind: [o.metadata.name for o in items.items] for kind, items in found.items()}
 
 
+def crd_labels(api: client.ApiClient, name: str) -> dict[str, str]:
+    crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
+    return dict(crd.metadata.labels or {})
+
+
 def crd_exists(api: client.ApiClient, name: str) -> bool:
     try:
         client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
@@ -160,9 +165,13 @@ def test_install_upgrade_uninstall(
     cluster: Cluster, api: client.ApiClient, namespace: str, new_release: Callable[[], str]
 ) -> None:
     release = new_release()
-    notes = helm(cluster, "install", release, str(CHART), "--namespace", namespace)
+    # The session's other releases may hold the CRDs: this one takes them over, as an upgrade
+    # from 0.1.0 does (charts/llmfleet/README.md, Upgrading).
+    notes = helm(
+        cluster, "install", release, str(CHART), "--namespace", namespace, "--take-ownership"
+    )
     assert "kubectl get llmd" in notes
-    assert crd_exists(api, LLMDEPLOYMENT_CRD)
+    assert crd_labels(api, LLMDEPLOYMENT_CRD)["app.kubernetes.io/instance"] == release
     objects = release_objects(api, namespace, release)
     assert objects["Deployment"] == [f"{release}-llmfleet"]
     assert objects["ClusterRole"] == objects["ClusterRoleBinding"] == [f"{release}-llmfleet"]
@@ -188,7 +197,7 @@ def test_install_upgrade_uninstall(
     assert release_objects(api, namespace, release) == {kind: [] for kind in objects}, (
         "objects left behind by helm uninstall"
     )
-    assert crd_exists(api, LLMDEPLOYMENT_CRD), "helm uninstall must keep the CRD"
+    assert crd_exists(api, LLMDEPLOYMENT_CRD), "helm uninstall must keep the CRD (crds.keep)"
 
 
 def test_install_watching_listed_namespaces_grants_roles_there_only(
@@ -204,6 +213,9 @@ def test_install_watching_listed_namespaces_grants_roles_there_only(
         namespace,
         "--set",
         f"watchNamespaces={{{namespace}}}",
+        # Another release of the cluster owns the CRDs.
+        "--set",
+        "crds.enabled=false",
     )
     objects = release_objects(api, namespace, release)
     assert objects["ClusterRole"] == objects["ClusterRoleBinding"] == []

@@ -265,6 +265,18 @@ MALFORMED: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.gpus.product",
     ),
     ("model-name-with-a-space", {"model": {"name": "my model"}}, "api", "spec.model.name"),
+    (
+        "pod-label-the-service-selects-by",
+        {"engine": {"podLabels": {"app.kubernetes.io/component": "x"}}},
+        "api",
+        "spec.engine.podLabels",
+    ),
+    (
+        "pod-annotation-key-with-a-space",
+        {"engine": {"podAnnotations": {"cost center": "ml"}}},
+        "api",
+        "spec.engine.podAnnotations",
+    ),
     ("model-id-not-ascii", {"model": {"name": "org/modèle"}}, "api", "spec.model.name"),
     (
         "unknown-model-without-architecture",
@@ -436,3 +448,5 @@ def test_kubectl_explain_describes_the_fields(operator: Operator, cluster: Clust
     for field in ("count", "memoryGiB", "perNode", "product"):
         assert field in out
     assert "tensor" in out.lower()
+    # A field new in 0.2.0: the chart installed (or upgraded) the current CRD.
+    assert "rolls" in cluster.kubectl("explain", "llmd.spec.engine.podLabels")

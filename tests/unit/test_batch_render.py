@@ -211,14 +211,6 @@ def test_the_crd_says_in_cel_what_the_models_check() -> None:
     assert schema["required"] == ["model", "input", "output"]
 
 
-def test_the_generated_crd_file_is_up_to_date() -> None:
-    on_disk = yaml.safe_load((REPO / "crds" / "llmbatchjob.yaml").read_text())
-    assert on_disk == custom_resource_definition(LLMBATCHJOB)
-    assert (REPO / "charts" / "llmfleet" / "crds" / "llmbatchjob.yaml").read_text() == (
-        REPO / "crds" / "llmbatchjob.yaml"
-    ).read_text()
-
-
 BATCH_EXAMPLES = sorted((REPO / "examples").glob("batch-*.yaml"))
 
 

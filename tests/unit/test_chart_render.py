@@ -111,7 +111,8 @@ def test_renders_a_hardened_operator_deployment(set_args: tuple[str, ...]) -> No
     container = operator_container(docs)
 
     assert container["command"] == ["llmfleet", "run"]
-    assert container["image"] == "docker.io/llmfleet/operator:0.1.0"
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container["image"] == f"docker.io/llmfleet/operator:{app_version}"
     assert pod["automountServiceAccountToken"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 65532
@@ -617,6 +618,6 @@ def test_notes_tell_the_user_what_to_apply_next(tmp_path: Path) -> None:
         "kubectl apply -n default -f examples/tiny-cpu.yaml",
         "kubectl get llmd",
         "llmfleet plan -f examples/",
-        "kubectl apply --server-side -f",
+        "helm upgrade upgrades them",
     ):
         assert expected in text, text

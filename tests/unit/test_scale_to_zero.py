@@ -315,7 +315,7 @@ def test_the_chart_value_reaches_the_operator_as_its_flag() -> None:
     ]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     (url_arg,) = [a for a in args if a.startswith("--keda-prometheus-url=")]
-    assert operator_config(parse(url_arg)).keda_prometheus_url == PROMETHEUS
+    assert operator_config(parse(url_arg, "--no-leader-election")).keda_prometheus_url == PROMETHEUS
     (default,) = [d for d in render() if d["kind"] == "Deployment"]
     assert not [
         a

@@ -7,6 +7,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from llmfleet import __version__
+
 # Each module exposes `register(subparsers)`; it sets `func` on its parser.
 _COMMANDS = ("run", "plan", "crds", "batch")
 
@@ -16,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="llmfleet",
         description="Plan, deploy and autoscale fleets of vLLM servers on Kubernetes.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMANDS:
         importlib.import_module(f"llmfleet.commands.{name}").register(sub)

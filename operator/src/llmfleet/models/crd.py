@@ -211,10 +211,8 @@ def custom_resource_definition(definition: CrdDefinition) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": definition.name,
-            "labels": {"app.kubernetes.io/part-of": "llmfleet"},
-        },
+        # Labels and annotations come from the chart that renders it (commands/crds.py).
+        "metadata": {"name": definition.name},
         "spec": {
             "group": definition.group,
             "names": crd_names,

@@ -15,6 +15,7 @@ from llmfleet.models.defaults import (
     MAX_EXTRA_ARG_LENGTH,
     MAX_EXTRA_ARGS,
 )
+from llmfleet.models.podmeta import MAX_POD_METADATA_ENTRIES, LabelValue, pod_metadata_rules
 from llmfleet.models.refs import SecretKeyRef
 
 SchedulingPolicy = Literal["fcfs", "priority"]
@@ -118,6 +119,7 @@ class EngineSpec(ApiModel):
             holds=lambda e: not any(_RESERVED_ARG.search(arg) for arg in e.extra_args),
             field="extraArgs",
         ),
+        *pod_metadata_rules(lambda e: e.pod_labels, lambda e: e.pod_annotations),
     )
 
     # No schema default: the API server would write it into every stored spec, and the
@@ -207,5 +209,29 @@ class EngineSpec(ApiModel):
         description=(
             "Extra cpu/memory requests and limits for the vLLM container. GPU resources "
             "always come from the plan."
+        ),
+    )
+    pod_labels: dict[str, LabelValue] | None = Field(
+        default=None,
+        max_length=MAX_POD_METADATA_ENTRIES,
+        description=(
+            "Extra labels on the engine pods (a multi-node replica's leader and workers alike; "
+            "an LLMBatchJob's pods), e.g. a service mesh's opt-out or cost-allocation labels. "
+            "Keys with the llmfleet.dev/ prefix and app.kubernetes.io/name, instance, "
+            "managed-by and component are refused: the operator sets them and selects the "
+            "pods by them. At most 64. Changing them rolls this LLMDeployment's engine pods "
+            "(they are part of the pod template), as any change to spec.engine does."
+        ),
+    )
+    pod_annotations: dict[str, str] | None = Field(
+        default=None,
+        max_length=MAX_POD_METADATA_ENTRIES,
+        description=(
+            "Extra annotations on the engine pods (a multi-node replica's leader and workers "
+            "alike; an LLMBatchJob's pods), e.g. a service mesh's or a cost tool's settings. "
+            "Keys with the llmfleet.dev/ prefix and prometheus.io/scrape, port and path are "
+            "refused: the operator sets them. At most 64. Changing them rolls this "
+            "LLMDeployment's engine pods (they are part of the pod template), as any change to "
+            "spec.engine does."
         ),
     )

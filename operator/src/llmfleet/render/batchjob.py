@@ -15,11 +15,17 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from llmfleet import API_GROUP, API_VERSION
+from llmfleet import API_GROUP, API_VERSION, __version__
 from llmfleet.models.batchjob import DEFAULT_BATCH_IMAGE, KIND, ClaimPath, LLMBatchJobSpec
 from llmfleet.planner import Plan
-from llmfleet.render.modelpod import GPU_RESOURCE, cache_and_tmp, model_env, resources
-from llmfleet.render.names import MANAGED_BY
+from llmfleet.render.modelpod import (
+    GPU_RESOURCE,
+    cache_and_tmp,
+    model_env,
+    pod_metadata,
+    resources,
+)
+from llmfleet.render.names import MANAGED_BY, VERSION_LABEL
 from llmfleet.shard_report import METRICS_PORT
 
 BATCHJOB_LABEL = "llmfleet.dev/batchjob"
@@ -221,14 +227,15 @@ def render_batch_job(owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan) -> di
         ]
     if plan.node_selector:
         pod_spec["nodeSelector"] = dict(plan.node_selector)
-    meta_labels = labels(owner)
+    pod_labels = labels(owner)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": job_name(owner.name),
             "namespace": owner.namespace,
-            "labels": meta_labels,
+            # The release on the Job only: its pods carry the labels they select by.
+            "labels": {**pod_labels, VERSION_LABEL: __version__},
             "ownerReferences": [owner.reference()],
         },
         "spec": {
@@ -255,14 +262,15 @@ def render_batch_job(owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan) -> di
                 ]
             },
             "template": {
-                "metadata": {
-                    "labels": meta_labels,
-                    "annotations": {
+                "metadata": pod_metadata(
+                    spec.engine,
+                    pod_labels,
+                    {
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(METRICS_PORT),
                         "prometheus.io/path": "/metrics",
                     },
-                },
+                ),
                 "spec": pod_spec,
             },
         },

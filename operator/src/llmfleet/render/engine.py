@@ -7,7 +7,13 @@ from typing import Any
 
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.planner import Plan
-from llmfleet.render.modelpod import GPU_RESOURCE, cache_and_tmp, model_env, resources
+from llmfleet.render.modelpod import (
+    GPU_RESOURCE,
+    cache_and_tmp,
+    model_env,
+    pod_metadata,
+    resources,
+)
 from llmfleet.render.names import (
     COMPONENT_ENGINE,
     COMPONENT_ENGINE_WORKER,
@@ -15,10 +21,10 @@ from llmfleet.render.names import (
     HTTP_PORT,
     LAYOUT_LABEL,
     Owner,
-    common_labels,
     engine_deployment_name,
     layout_id,
     metadata,
+    pod_template_labels,
     selector_labels,
 )
 
@@ -100,7 +106,7 @@ def engine_pod_template(
     component = COMPONENT_ENGINE_WORKER if worker else COMPONENT_ENGINE
     command = HEADLESS_COMMAND if worker else ENGINE_COMMAND
     layout = layout_id(plan)
-    pod_labels = {**common_labels(owner, component), LAYOUT_LABEL: layout}
+    pod_labels = {**pod_template_labels(owner, component), LAYOUT_LABEL: layout}
     volumes, mounts = _volumes(spec, plan)
     args = [*plan.vllm_args, *launcher_args]
     if serving:
@@ -155,14 +161,16 @@ def engine_pod_template(
         ]
     if plan.node_selector:
         pod_spec["nodeSelector"] = dict(plan.node_selector)
-    metadata_: dict[str, Any] = {"labels": pod_labels}
-    if serving:
-        metadata_["annotations"] = {
+    annotations = (
+        {
             "prometheus.io/scrape": "true",
             "prometheus.io/port": str(HTTP_PORT),
             "prometheus.io/path": "/metrics",
         }
-    return {"metadata": metadata_, "spec": pod_spec}
+        if serving
+        else {}
+    )
+    return {"metadata": pod_metadata(spec.engine, pod_labels, annotations), "spec": pod_spec}
 
 
 def render_engine(

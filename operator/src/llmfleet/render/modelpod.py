@@ -68,3 +68,17 @@ def cache_and_tmp(model: ModelSpec) -> tuple[list[dict[str, Any]], list[dict[str
         {"name": "tmp", "mountPath": "/tmp"},
     ]
     return volumes, mounts
+
+
+def pod_metadata(
+    engine: EngineSpec, labels: dict[str, str], annotations: dict[str, str]
+) -> dict[str, Any]:
+    """A pod template's metadata: the operator's `labels` and `annotations` plus the user's
+    engine.podLabels and engine.podAnnotations (whose keys never collide with the operator's:
+    the schema refuses those). Unset, they leave the template as it was before they existed, so
+    an operator upgrade rolls no pod."""
+    metadata: dict[str, Any] = {"labels": {**(engine.pod_labels or {}), **labels}}
+    all_annotations = {**(engine.pod_annotations or {}), **annotations}
+    if all_annotations:
+        metadata["annotations"] = all_annotations
+    return metadata

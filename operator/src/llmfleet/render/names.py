@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from llmfleet import API_GROUP, API_VERSION
+from llmfleet import API_GROUP, API_VERSION, __version__
 from llmfleet.models.deployment import KIND
 from llmfleet.planner import Plan
 
@@ -15,6 +15,7 @@ ENGINE_CONTAINER = "vllm"  # the engine pod's one container
 DEPLOYMENT_LABEL = "llmfleet.dev/deployment"
 LAYOUT_LABEL = "llmfleet.dev/layout"
 COMPONENT_LABEL = "app.kubernetes.io/component"
+VERSION_LABEL = "app.kubernetes.io/version"
 COMPONENT_ENGINE = "engine"
 # A multi-node replica's pods other than its leader: they run the model's other pipeline stages
 # and serve nothing, so the engine Service, the router, the HPA's metric and the PodMonitor (all
@@ -86,7 +87,10 @@ def group_selector(owner: Owner, plan: Plan) -> dict[str, Any]:
     return {"matchLabels": {DEPLOYMENT_LABEL: owner.name, LAYOUT_LABEL: layout_id(plan)}}
 
 
-def common_labels(owner: Owner, component: str = COMPONENT_ENGINE) -> dict[str, str]:
+def pod_template_labels(owner: Owner, component: str = COMPONENT_ENGINE) -> dict[str, str]:
+    """Labels of a pod template. Never the release's version: a changed template rolls every
+    pod, and an operator upgrade must not restart engines (tests/unit/test_upgrade_pod_templates.py
+    compares the templates with the previous release's)."""
     return {
         "app.kubernetes.io/name": "vllm",
         "app.kubernetes.io/instance": owner.name,
@@ -95,10 +99,16 @@ def common_labels(owner: Owner, component: str = COMPONENT_ENGINE) -> dict[str, 
     }
 
 
+def object_labels(owner: Owner, component: str = COMPONENT_ENGINE) -> dict[str, str]:
+    """Labels of a rendered object's own metadata, where a change rolls no pod: the pod
+    template's, plus the operator release that rendered it."""
+    return {**pod_template_labels(owner, component), VERSION_LABEL: __version__}
+
+
 def metadata(owner: Owner, name: str, component: str = COMPONENT_ENGINE) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": owner.namespace,
-        "labels": common_labels(owner, component),
+        "labels": object_labels(owner, component),
         "ownerReferences": [owner.reference()],
     }

@@ -19,8 +19,8 @@ from llmfleet.render.modelpod import GPU_RESOURCE
 from llmfleet.render.names import (
     HTTP_PORT,
     Owner,
-    common_labels,
     metadata,
+    pod_template_labels,
     selector_labels,
 )
 
@@ -206,7 +206,7 @@ def render_router_deployment(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) 
             },
             "template": {
                 "metadata": {
-                    "labels": common_labels(owner, COMPONENT_ROUTER),
+                    "labels": pod_template_labels(owner, COMPONENT_ROUTER),
                     "annotations": {
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(METRICS_PORT),
