@@ -49,6 +49,16 @@ FIGURES: dict[str, tuple[str, str]] = {
     ),
     "operator_failover_max_s": ("… the slowest of the 5", "s"),
     "operator_failover_lease_s": ("… SIGKILL → the standby holds the Lease (median)", "s"),
+    "upgrade_failed_requests": (
+        "`helm upgrade` from the previous release (0.1.0) to this one and the operator's rolling "
+        "restart, under two clients' requests through the router to a CPU vLLM engine: failed",
+        "requests",
+    ),
+    "upgrade_requests": ("… requests sent during the upgrade", "requests"),
+    "upgrade_engine_restarts": (
+        "… engine pods restarted or replaced (a CPU vLLM and a kwok one)",
+        "pods",
+    ),
     "scale_reaction_prometheus_s": (
         "Load start → Prometheus shows the queue above the HPA target (vLLM, 1 → 2 pods; median)",
         "s",

@@ -15,6 +15,7 @@ BENCHMARKS = (
     "cluster",
     "reconcile",
     "failover",
+    "upgrade",
     "autoscaling",
     "scale_to_zero",
     "batch",

@@ -97,6 +97,7 @@ class Client:
             except (OSError, KeyError, ValueError) as e:
                 detail = e.read().decode()[:200] if isinstance(e, urllib.error.HTTPError) else ""
                 self.failed.append(f"{time.strftime('%H:%M:%S')} {e!r} {detail}")
+                self._stop.wait(0.5)
 
 
 @dataclass
@@ -154,6 +155,7 @@ def upgrade(cluster: Cluster, settle_s: float = 15.0) -> Outcome:
     old.start(wait_leading=False)  # 0.1.0 has no leader election
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
     served = tiny_llmd("served", minReplicas=1, maxReplicas=2)
+    served["spec"]["model"]["servedModelName"] = "tiny"
     for doc in (served, kwok_llmd()):
         custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, doc)
     routers = "app.kubernetes.io/component=router"
@@ -172,7 +174,7 @@ def upgrade(cluster: Cluster, settle_s: float = 15.0) -> Outcome:
     before = engine_pods(core)
     field_before = probe_new_field(custom, "probe-before")
 
-    load = Client(f"http://{router}:{ROUTER_PORT}/v1", served["spec"]["model"]["name"])
+    load = Client(f"http://{router}:{ROUTER_PORT}/v1", "tiny")
     load.start()
     try:
         time.sleep(3)
