@@ -73,7 +73,7 @@ class HealthServer:
             def log_message(self, format: str, *args: object) -> None:
                 return  # a probe every few seconds is not worth a log line
 
-        address = (parts.hostname or "0.0.0.0", parts.port or 8080)
+        address = (parts.hostname or "0.0.0.0", 8080 if parts.port is None else parts.port)
         self._httpd = ThreadingHTTPServer(address, Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
