@@ -164,6 +164,18 @@ FIGURES: dict[str, tuple[str, str]] = {
         "%",
     ),
     "gpu_fp8_prediction_error_max_pct": ("… the worst of the H100 fp8 points", "%"),
+    "image_build_s": (
+        "`make images` from a cold cache: the stand-in base from Debian's archive (mmdebstrap), "
+        "the operator and router images with buildah (pip from PyPI), each smoke-run with crun "
+        "(2 CPUs of an AMD EPYC shared with other work, 2026-11-25)",
+        "s",
+    ),
+    "operator_image_mib": (
+        "Operator image: its OCI archive (gzip layers, what a registry stores), on the stand-in "
+        "base (images/README.md)",
+        "MiB",
+    ),
+    "router_image_mib": ("… the vLLM Router image", "MiB"),
 }
 
 
