@@ -104,15 +104,15 @@ bud_flags() {
 . "$HERE/base.sh"
 
 build_buildah() {  # build_buildah IMAGE TAG EPOCH ARCHIVE LOG
-  local name=$1 tag=$2 epoch=$3 archive=$4 buildlog=$5 df from iid
+  local name=$1 tag=$2 epoch=$3 archive=$4 buildlog=$5 df foreign iid
   df="$(dockerfile_of "$name")"
-  # Every FROM is the base made here or an earlier stage.
-  awk 'toupper($1) == "FROM" { print $2; if (toupper($3) == "AS") print "stage", $4 }' "$REPO/$df" \
-    | while read -r from stage; do
+  # Every FROM must be the base made here or an earlier stage.
+  foreign="$(awk 'toupper($1) == "FROM" { print $2; if (toupper($3) == "AS") print "stage", $4 }' \
+      "$REPO/$df" | while read -r from stage; do
         [ "$from" = stage ] && stages+=" $stage " && continue
-        [[ "docker.io/library/$from" = "$BASE_TAG" || "${stages:-}" = *" $from "* ]] \
-          || die "$name: cannot build on $from here: only $BASE_TAG is made locally"
-      done
+        [[ "docker.io/library/$from" = "$BASE_TAG" || "${stages:-}" = *" $from "* ]] || echo "$from"
+      done)"
+  [ -z "$foreign" ] || die "$name: cannot build on $foreign here: only $BASE_TAG is made locally"
   ensure_base
   # The host's CA bundle, read-only and for RUN steps only (it is not committed): pip inside the
   # build trusts what the host trusts, such as a TLS-inspecting egress proxy's CA.
@@ -145,7 +145,8 @@ build_docker() {  # build_docker IMAGE TAG EPOCH ARCHIVE LOG
 smoke() {  # smoke IMAGE ARCHIVE: run the smoke command in the image, print its output
   local name=$1 archive=$2
   local -n cmd="SMOKE_$name"
-  if [ "$BUILDER" = docker ] && ! { command -v crun && command -v umoci; } >/dev/null; then
+  # Docker's saved archive names the image differently (containerd's annotation): run it there.
+  if [ "$BUILDER" = docker ]; then
     timeout 300 docker run --rm --network=host --read-only --tmpfs /tmp \
       --entrypoint "${cmd[0]}" "$(tag_of "$name")" "${cmd[@]:1}"
   else
@@ -173,7 +174,7 @@ build() {  # build IMAGE: build, smoke-run and stamp IMAGE unless its stamp is c
   log "$name: smoke \`${cmd[*]}\` ok: $(head -n 1 <<<"$out")"
   echo "$key" >"$stamp"
   log "$name: $archive ($(( $(stat -c %s "$archive") / 1048576 )) MiB, $tag, manifest $(
-    tar -xOf "$archive" index.json | grep -o 'sha256:[0-9a-f]*' | head -n 1)) in $(( $(date +%s) - start ))s"
+    tar -xOf "$archive" index.json 2>/dev/null | grep -o 'sha256:[0-9a-f]*' | head -n 1)) in $(( $(date +%s) - start ))s"
 }
 
 not_built_here() {
