@@ -29,15 +29,36 @@ venv: $(PIP_STAMP) ## Create the Python virtualenv with the pinned dependencies
 
 # Debian packages the tests use, pinned (Prometheus scrapes the engines; promtool checks rules).
 DEB_PACKAGES := prometheus=2.42.0+ds-5+deb12u1
+# What builds and runs the images without Docker (dev/images): buildah builds, mmdebstrap makes
+# the stand-in base, umoci unpacks an image for crun to run.
+IMAGE_DEB_PACKAGES := buildah=1.28.2+ds1-3+deb12u1+b3 mmdebstrap=1.3.5-7 umoci=0.4.7+ds-3+b7 \
+  crun=1.8.1-1+deb12u1
 
-.PHONY: debian-deps
-debian-deps: ## Install the pinned Debian packages (prometheus, promtool) if missing
-	@for p in $(DEB_PACKAGES); do \
+# $(call apt-pinned,PACKAGE=VERSION ...): install them unless every one is at its version.
+define apt-pinned
+	@for p in $(1); do \
 	  if [ "$$(dpkg-query -W -f='$${Version}' $${p%%=*} 2>/dev/null)" != "$${p#*=}" ]; then missing=1; fi; \
 	done; \
 	if [ -n "$${missing:-}" ]; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PACKAGES); \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1); \
 	fi
+endef
+
+.PHONY: debian-deps
+debian-deps: ## Install the pinned Debian packages (prometheus, promtool) if missing
+	$(call apt-pinned,$(DEB_PACKAGES))
+
+.PHONY: images-deps
+images-deps: ## Install the pinned Debian packages that build images without Docker (buildah, mmdebstrap, umoci, crun) if missing
+	$(call apt-pinned,$(IMAGE_DEB_PACKAGES))
+
+# Without a Docker daemon the images are built with the Debian packages above.
+NEED_IMAGE_DEPS = docker info >/dev/null 2>&1 || $(MAKE) --no-print-directory images-deps
+
+.PHONY: images
+images: ## Build the operator and router images into OCI archives in build/images (Docker if its daemon answers, else buildah; images/README.md)
+	@$(NEED_IMAGE_DEPS)
+	dev/images/build.sh
 
 .PHONY: tools
 tools: ## Build the pinned cluster and metrics components (etcd, kubernetes, kwok, lws, keda, helm, prometheus, adapter, kube-state-metrics)
@@ -70,7 +91,8 @@ unit: venv ## Unit tests only (no cluster)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: test
-test: lint tools debian-deps vllm ## Everything CI runs: lint, unit and end-to-end tests on the local cluster
+test: lint tools debian-deps vllm ## Everything CI runs: lint, unit and end-to-end tests on the local cluster, the operator image
+	@$(NEED_IMAGE_DEPS)
 	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
 
 .PHONY: fuzz

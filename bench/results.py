@@ -185,6 +185,18 @@ FIGURES: dict[str, tuple[str, str]] = {
         "%",
     ),
     "gpu_fp8_prediction_error_max_pct": ("… the worst of the H100 fp8 points", "%"),
+    "image_build_s": (
+        "`make images` from a cold cache: the stand-in base from Debian's archive (mmdebstrap), "
+        "the operator and router images with buildah (pip from PyPI), each smoke-run with crun "
+        "(2 CPUs of an AMD EPYC shared with other work, 2026-11-25)",
+        "s",
+    ),
+    "operator_image_mib": (
+        "Operator image: its OCI archive (gzip layers, what a registry stores), on the stand-in "
+        "base (images/README.md)",
+        "MiB",
+    ),
+    "router_image_mib": ("… the vLLM Router image", "MiB"),
 }
 
 
@@ -221,6 +233,11 @@ def save(figures: dict[str, float]) -> dict[str, Any]:
     data["date"] = today
     # A run measures some figures only: each keeps the date it was measured on.
     data["dates"] = {**data.get("dates", {}), **dict.fromkeys(figures, today)}
+    # ... and the processor it was measured on (machines differ between sessions).
+    data["cpus_by_figure"] = {
+        **data.get("cpus_by_figure", {}),
+        **dict.fromkeys(figures, data["machine"]["cpu"]),
+    }
     RESULTS.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return data
 
@@ -240,11 +257,16 @@ def table(data: dict[str, Any]) -> str:
             day = dates.get(name, data.get("date", "?"))
             counts[day] = counts.get(day, 0) + 1
     when = " and ".join(f"{day} ({n} figures)" for day, n in sorted(counts.items()))
+    by_cpu: dict[str, int] = {}
+    for name in FIGURES:
+        if name in data and not name.startswith("gpu_"):
+            cpu = (data.get("cpus_by_figure") or {}).get(name, m.get("cpu", "?"))
+            by_cpu[cpu] = by_cpu.get(cpu, 0) + 1
+    cpus = ", ".join(f"{cpu}: {n} figures" for cpu, n in sorted(by_cpu.items()))
     rows.append(
-        f"Measured {when} on {m.get('cpus', '?')} CPUs "
-        f"({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB (the GPU figures on the GPUs "
-        "they name); from `bench/results.json` (`make bench`), whose `dates` gives each "
-        "figure's."
+        f"Measured {when} on {m.get('cpus', '?')} CPUs ({cpus}), {m.get('memory_gib', '?')} GiB "
+        "(the GPU figures on the GPUs they name); from `bench/results.json` (`make bench`), "
+        "whose `dates` and `cpus_by_figure` give each figure's."
     )
     return "\n".join(rows)
 

@@ -10,7 +10,7 @@ import time
 from bench import results
 
 # Each module has `run() -> dict[str, float]`. gpu_model needs no GPU: it reads the GPU runs
-# committed under bench/gpu/.
+# committed under bench/gpu/. images builds the images from a cold cache (needs root or Docker).
 BENCHMARKS = (
     "cluster",
     "reconcile",
@@ -22,6 +22,7 @@ BENCHMARKS = (
     "router",
     "router_prefix",
     "gpu_model",
+    "images",
 )
 
 
