@@ -221,10 +221,14 @@ def test_install_watching_listed_namespaces_grants_roles_there_only(
     assert objects["ClusterRole"] == objects["ClusterRoleBinding"] == []
     # The operator's rules in the watched namespace, and the leader Lease's where it runs (here
     # the same namespace).
-    assert objects["Role"] == objects["RoleBinding"] == [
-        f"{release}-llmfleet",
-        f"{release}-llmfleet-leader-election",
-    ]
+    assert (
+        objects["Role"]
+        == objects["RoleBinding"]
+        == [
+            f"{release}-llmfleet",
+            f"{release}-llmfleet-leader-election",
+        ]
+    )
     assert f"--namespace={namespace}" in operator_args(api, namespace, release)
     # The operator's account may manage engine Deployments in the watched namespace only.
     review = client.AuthorizationV1Api(api).create_subject_access_review(
