@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -93,6 +94,10 @@ class Operator:
     # Another release's chart and operator code (an upgrade test's previous release).
     chart: Path = CHART
     source: Path | None = None
+    # Times the process exited by itself and was started again.
+    restarts: int = 0
+    _intended: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -192,8 +197,40 @@ class Operator:
         self.kubeconfig.write_text(yaml.safe_dump(cfg))
 
     def start(self, wait_leading: bool = True) -> None:
-        """Start the process; with `wait_leading`, return once it leads (holds the Lease)."""
+        """Start the process; with `wait_leading`, return once it leads (holds the Lease). Until
+        `stop` or `kill`, a process that exits by itself is started again, as a kubelet restarts
+        a container (an operator that lost its Lease exits on purpose)."""
+        self._intended.set()
         self.cluster.stop(self.name)
+        self._spawn()
+        self._intended = threading.Event()
+        threading.Thread(target=self._restart_on_exit, args=(self._intended,), daemon=True).start()
+        wait_until(self._serving_metrics, timeout=30, what="operator metrics endpoint")
+        if wait_leading:
+            # A Lease left by a killed replica expires first (--lease-duration).
+            wait_until(self.leading, timeout=60, what=f"{self.name} holding the leader Lease")
+
+    def _restart_on_exit(self, intended: threading.Event) -> None:
+        backoff = 0.0
+        while not intended.wait(0.5):
+            proc = self.proc
+            if proc is None or proc.poll() is None:
+                continue
+            with open(self.log_path, "a") as log:
+                log.write(
+                    f"[lab] {self.name} exited with code {proc.returncode}; restarting in "
+                    f"{backoff:.0f} s, as a kubelet would\n"
+                )
+            if intended.wait(backoff):
+                return
+            with self._lock:  # never after a stop or kill began
+                if intended.is_set():
+                    return
+                self.restarts += 1
+                self._spawn()
+            backoff = min(max(10.0, 2 * backoff), 300.0)  # the kubelet's crash-loop back-off
+
+    def _spawn(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         program = [str(Path(sys.executable).parent / "llmfleet")]
         if self.source is not None:
@@ -227,10 +264,6 @@ class Operator:
         )
         logf.close()
         (self.cluster.state_dir / f"{self.name}.pid").write_text(str(self.proc.pid))
-        wait_until(self._serving_metrics, timeout=30, what="operator metrics endpoint")
-        if wait_leading:
-            # A Lease left by a killed replica expires first (--lease-duration).
-            wait_until(self.leading, timeout=60, what=f"{self.name} holding the leader Lease")
 
     def leading(self) -> bool:
         return self.metric("llmfleet_operator_leader") == 1
@@ -252,6 +285,8 @@ class Operator:
 
     def stop(self) -> None:
         """Stop as Kubernetes stops a pod (SIGTERM): the leader hands its Lease over."""
+        with self._lock:
+            self._intended.set()
         if self.proc and self.proc.poll() is None:
             self.cluster.stop(self.name, grace=30)
             self.proc.wait(timeout=5)
@@ -283,6 +318,9 @@ class Operator:
         return True
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Kill the process for good (no restart)."""
+        with self._lock:
+            self._intended.set()
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
             self.proc.wait(timeout=30)
