@@ -21,10 +21,11 @@ from typing import Any
 
 from kubernetes import client, config
 
+from . import owncluster
 from .metricsstack.load import tiny_llmd
 from .operator_process import Operator
 from .routerapi import ROUTER_PORT, routed_engines
-from .supervisor import CLUSTER_INDEX, REPO, Cluster, Ports
+from .supervisor import REPO, Cluster
 from .waiting import wait_until
 
 # The release before this one (0.1.0): what a user upgrades from.
@@ -50,16 +51,10 @@ def previous_release(dest: Path, commit: str = PREVIOUS_RELEASE) -> tuple[Path, 
 
 @contextlib.contextmanager
 def own_cluster() -> Iterator[Cluster]:
-    """A cluster beside the shared one (ports and pod network of its own; no LWS, no KEDA), so
-    that its CRDs can be 0.1.0's, with the node runner's GPU node for a real engine."""
-    state = Path(tempfile.mkdtemp(prefix="llmfleet-upgrade-"))
-    c = Cluster(state_dir=state, ports=Ports.shifted(11000), lws=False, keda=False)
-    try:
-        c.up(log=lambda _: None)
-        c.start_node_runner(gpus=2, pod_network=f"127.{19 + 10 * CLUSTER_INDEX}.0.0/16")
+    """A cluster beside the shared one, so that its CRDs can be 0.1.0's, with the node runner's
+    GPU node for a real engine."""
+    with owncluster.own_cluster("llmfleet-upgrade-", port_shift=11000, runner_octet=19) as c:
         yield c
-    finally:
-        c.wipe()
 
 
 @dataclass

@@ -49,6 +49,10 @@ ADAPTATIONS: tuple[tuple[str, str], ...] = (
     # vLLM server pods (pods.py MODEL_NICE): no flag or env changes, CPU scheduling only.
     ("priority", "a vLLM server's engine core and workers at nice 10, its API server at 0"),
     ("amx-permission", "env PYTHONPATH gains a sitecustomize that requests AMX tile state"),
+    # Containers of images built here (oci.py: the operator's), run by crun, not as processes.
+    ("container", "a built image's container runs in crun: host network, no cgroups"),
+    ("api-server", "env KUBERNETES_SERVICE_HOST/PORT -> the API server's 127.0.0.1 and port"),
+    ("bind-pod-ip", "`0.0.0.0` in a built image's container args -> the pod IP"),
 )
 
 _VALUE_FLAGS = {
@@ -98,6 +102,13 @@ def adapt_command(command: Sequence[str], args: Sequence[str], ctx: Context) -> 
     if not is_vllm([*command, *args]):
         return [*cmd, *args]
     return [*cmd, *_adapt_vllm_args(args, ctx)]
+
+
+def bind_pod_ip(args: Sequence[str], pod_ip: str) -> list[str]:
+    """Every `0.0.0.0` in `args` (a bind to all addresses, e.g. the operator's
+    `--liveness=http://0.0.0.0:8080/healthz`, `--metrics-host=0.0.0.0`) -> the pod IP: pods share
+    the host's network here, and two binding every address would take each other's port."""
+    return [a.replace("0.0.0.0", pod_ip) for a in args]
 
 
 def adapt_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from . import procs, volumes
+from . import oci, procs, volumes
 from .adaptations import VLLM_MODULE, Context, adapt_command, adapt_env
 from .probes import ProbeState, check
 from .volumes import PodVolumes, VolumeNotReadyError
@@ -64,6 +64,7 @@ class Hooks:
     runner_id: str  # procs.runner_id(): marks this runner's processes
     base_env: Mapping[str, str]
     state_dir: Path  # volumes are emulated under it (see volumes.py)
+    containers: oci.Node | None = None  # runs containers of built images (oci.py)
 
 
 @dataclass
@@ -252,8 +253,8 @@ class PodWorker(threading.Thread):
                     elif cs.get("lastState", {}).get("terminated"):
                         c.last_terminated = cs["lastState"]["terminated"]
 
-    def _env(self, c: Container) -> dict[str, str] | None:
-        env: dict[str, str] = dict(self.hooks.base_env)
+    def _env(self, c: Container, base: Mapping[str, str]) -> dict[str, str] | None:
+        env: dict[str, str] = dict(base)
         env["HOSTNAME"] = self.pod_name
         for e in c.spec.get("env") or []:
             name = e["name"]
@@ -299,11 +300,15 @@ class PodWorker(threading.Thread):
 
     def _start(self, c: Container) -> None:
         command = c.spec.get("command") or []
+        node = self.hooks.containers
+        if node is not None and node.image(c.spec) is not None:
+            self._start_container(c, node)
+            return
         if not command:
             self._waiting(c, "CreateContainerError", "the node runner needs an explicit command")
             c.finished = True
             return
-        env = self._env(c)
+        env = self._env(c, self.hooks.base_env)
         if env is None:
             return
         try:
@@ -322,6 +327,40 @@ class PodWorker(threading.Thread):
         )
         workdir = c.spec.get("workingDir")
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.hooks.log_dir)
+        self._spawn(c, argv, env, cwd)
+
+    def _start_container(self, c: Container, node: oci.Node) -> None:
+        """A container of a built image, run by crun (oci.py) with its volumes mounted."""
+        env = self._env(c, {})
+        if env is None:
+            return
+        try:
+            c.volumes = volumes.prepare(
+                self.pod,
+                c.spec,
+                self.hooks.state_dir,
+                self.hooks.read_configmap,
+                request_token=lambda seconds, audience: node.pod_token(self.pod, seconds, audience),
+            )
+            spec: dict[str, Any] = dict(c.spec)
+            for key in ("command", "args"):
+                if key in spec:
+                    spec[key] = [expand(a, env) for a in spec[key]]
+            argv = node.command(self.pod, spec, env, c.volumes, self.ip)
+        except VolumeNotReadyError as e:
+            self._waiting(c, "ContainerCreating", f"MountVolume.SetUp failed: {e}")
+            return
+        except (oci.ContainerConfigError, OSError, subprocess.CalledProcessError) as e:
+            self._waiting(c, "CreateContainerConfigError", str(e))
+            return
+        self._last_env[c.name] = env
+        runtime_env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            procs.MARKER_ENV: env[procs.MARKER_ENV],
+        }
+        self._spawn(c, argv, runtime_env, str(self.hooks.log_dir))
+
+    def _spawn(self, c: Container, argv: list[str], env: dict[str, str], cwd: str) -> None:
         with open(self.log_path, "ab") as logf:
             _header(logf, f"start {c.name} (restart {c.restart_count}) on {self.ip}: {argv}")
             # Same process group as the runner: when the runner's group is signalled (Cluster.down)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,22 +87,34 @@ def adapt_args(args: list[str], pod_ip: str) -> list[str]:
     return out
 
 
-def token_kubeconfig(
-    core: client.CoreV1Api, runner_kubeconfig: Path, pod: dict[str, Any], state_dir: Path
-) -> Path:
-    """A kubeconfig for the pod's ServiceAccount, with a token bound to the pod."""
+def bound_token(
+    core: client.CoreV1Api, pod: Mapping[str, Any], seconds: int, audience: str | None = None
+) -> str:
+    """A token of the pod's ServiceAccount from the TokenRequest API, bound to the pod (invalid
+    once the pod is deleted), as a kubelet asks for one."""
     meta = pod["metadata"]
     account = pod["spec"].get("serviceAccountName") or "default"
     request = client.AuthenticationV1TokenRequest(
         spec=client.V1TokenRequestSpec(
-            audiences=[],
-            expiration_seconds=TOKEN_SECONDS,
+            audiences=[audience] if audience else [],
+            expiration_seconds=seconds,
             bound_object_ref=client.V1BoundObjectReference(
                 api_version="v1", kind="Pod", name=meta["name"], uid=meta["uid"]
             ),
         )
     )
     got = core.create_namespaced_service_account_token(account, meta["namespace"], request)
+    token: str = got.status.token
+    return token
+
+
+def token_kubeconfig(
+    core: client.CoreV1Api, runner_kubeconfig: Path, pod: dict[str, Any], state_dir: Path
+) -> Path:
+    """A kubeconfig for the pod's ServiceAccount, with a token bound to the pod."""
+    meta = pod["metadata"]
+    account = pod["spec"].get("serviceAccountName") or "default"
+    token = bound_token(core, pod, TOKEN_SECONDS)
     base = yaml.safe_load(runner_kubeconfig.read_text())
     context = base["contexts"][0]["context"]
     cluster = next(c for c in base["clusters"] if c["name"] == context["cluster"])
@@ -110,7 +123,7 @@ def token_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [cluster],
-        "users": [{"name": user, "user": {"token": got.status.token}}],
+        "users": [{"name": user, "user": {"token": token}}],
         "contexts": [
             {
                 "name": "pod",

@@ -10,6 +10,7 @@ import logging
 import subprocess
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from . import procs, router
+from . import oci, procs, router
 from .adaptations import Context, load_model_table
 from .pods import Hooks, PodWorker, base_env, decode_secret, timestamp
 
@@ -36,7 +37,9 @@ TINY_MODEL_NAMES = ("llmfleet-test/tiny-llama", "/models/tiny-llama")
 # What this runner emulates beyond the basics, on its Node: a test can tell a runner started from
 # older code (still running from an earlier session) and restart it.
 FEATURES_ANNOTATION = "llmfleet.dev/node-runner-features"
-FEATURES = "volumes,termination-message,llmfleet-pythonpath,fieldref-metadata-maps,router"
+FEATURES = (
+    "volumes,termination-message,llmfleet-pythonpath,fieldref-metadata-maps,router,oci-containers"
+)
 
 
 @dataclass
@@ -135,6 +138,13 @@ class Runner:
             runner_id=procs.runner_id(cfg.node, cfg.state_dir),
             base_env=base_env(cfg.python),
             state_dir=cfg.state_dir,
+            containers=oci.Node(
+                state_dir=cfg.state_dir,
+                apiserver_port=urllib.parse.urlsplit(self.api.configuration.host).port or 443,
+                pod_token=lambda pod, seconds, audience: router.bound_token(
+                    self.core, pod, seconds, audience
+                ),
+            ),
         )
 
     # --- hooks for pod workers ----------------------------------------------------------------
@@ -343,7 +353,8 @@ class Runner:
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 return
             is_router = router.is_router_pod(pod)  # the vLLM Router: runs without a GPU
-            if not requests_gpu(pod) and not is_router:
+            # Pods of images built here (the operator's) run in crun, GPU or not (oci.py).
+            if not requests_gpu(pod) and not is_router and not oci.runs_built_images(pod):
                 self._reject(pod)
                 return
             ip = self.ipam.allocate(uid, prefer=(pod.get("status") or {}).get("podIP"))

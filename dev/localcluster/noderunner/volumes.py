@@ -4,7 +4,12 @@ host's filesystem, so paths under a volumeMount are rewritten to the emulated di
 * persistentVolumeClaim -> `<state dir>/pvcs/<namespace>/<claim>/`, shared by every pod of the
   namespace that mounts the claim and kept after the pods go (as a volume outlives its pods);
 * configMap -> a fresh directory with one file per key (or per `items` entry), from the API;
-* emptyDir -> a fresh directory, removed with the pod;
+* emptyDir -> a fresh directory, writable by any user (as a kubelet makes it), removed with the
+  pod;
+* projected (the ServiceAccount token volume the API server adds to pods) -> a directory with its
+  files: a token from the TokenRequest API bound to the pod, ConfigMap keys (the cluster CA) and
+  downward API fields (the namespace); only for containers run from a built image (oci.py), whose
+  in-cluster config reads them, and only when the runner passes `request_token`;
 * terminationMessagePath -> a file of the pod's, read into `state.terminated.message` when the
   container ends (FallbackToLogsOnError: the log's tail when it is empty and the exit failed).
 
@@ -25,6 +30,9 @@ FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
 
 ReadConfigMap = Callable[[str, str], Mapping[str, str] | None]  # namespace, name -> data
+# A token of the pod's ServiceAccount bound to the pod: (expirationSeconds, audience) -> token.
+RequestToken = Callable[[int, str | None], str]
+DEFAULT_FILE_MODE = 0o644  # a volume's defaultMode when unset
 
 
 class VolumeNotReadyError(Exception):
@@ -62,6 +70,7 @@ def prepare(
     container: dict[str, Any],
     state_dir: Path,
     read_configmap: ReadConfigMap,
+    request_token: RequestToken | None = None,
 ) -> PodVolumes:
     """Create the host directories of `container`'s mounts; raise VolumeNotReadyError when a
     source is missing."""
@@ -73,7 +82,13 @@ def prepare(
         volume = volumes.get(mount["name"])
         if volume is None:
             continue
-        host = _materialise(volume, ns, uid, state_dir, read_configmap)
+        host: Path | None = None
+        if "projected" in volume:
+            if request_token is None:
+                continue
+            host = _projected(volume, pod, state_dir, read_configmap, request_token)
+        else:
+            host = _materialise(volume, ns, uid, state_dir, read_configmap)
         if host is None:
             continue
         sub = mount.get("subPath")
@@ -82,6 +97,7 @@ def prepare(
     out.termination_log = pod_dir(state_dir, uid) / f"termination-{container['name']}.log"
     out.termination_log.parent.mkdir(parents=True, exist_ok=True)
     out.termination_log.write_bytes(b"")
+    out.termination_log.chmod(0o666)  # the container's user writes it (a kubelet's mode)
     out.paths[log_path] = str(out.termination_log)
     return out
 
@@ -97,6 +113,7 @@ def _materialise(
     if "emptyDir" in volume:
         path = pod_dir(state_dir, uid) / "emptydir" / name
         path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o777)  # a container's own user writes it, whoever that is
         return path
     if "configMap" in volume:
         source = volume["configMap"]
@@ -121,6 +138,48 @@ def _materialise(
             target.write_text(data[item["key"]])
         return path
     return None
+
+
+def _projected(
+    volume: dict[str, Any],
+    pod: dict[str, Any],
+    state_dir: Path,
+    read_configmap: ReadConfigMap,
+    request_token: RequestToken,
+) -> Path:
+    meta = pod["metadata"]
+    source = volume["projected"]
+    files: dict[str, str] = {}
+    for item in source.get("sources") or []:
+        if "serviceAccountToken" in item:
+            sat = item["serviceAccountToken"]
+            seconds = int(sat.get("expirationSeconds") or 3600)
+            files[sat["path"]] = request_token(seconds, sat.get("audience"))
+        elif "configMap" in item:
+            ref = item["configMap"]
+            data = read_configmap(meta["namespace"], ref["name"])
+            if data is None and not ref.get("optional"):
+                raise VolumeNotReadyError(f'configmap "{ref["name"]}" not found')
+            for key in ref.get("items") or [{"key": k, "path": k} for k in data or {}]:
+                if data and key["key"] in data:
+                    files[key["path"]] = data[key["key"]]
+        elif "downwardAPI" in item:
+            for entry in item["downwardAPI"].get("items") or []:
+                field = (entry.get("fieldRef") or {}).get("fieldPath", "")
+                section, _, name = field.partition(".")
+                if section == "metadata" and isinstance(meta.get(name), str):
+                    files[entry["path"]] = meta[name]
+    path = pod_dir(state_dir, meta["uid"]) / "projected" / str(volume["name"])
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    mode = int(source.get("defaultMode") or DEFAULT_FILE_MODE)
+    for name, content in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        target.chmod(mode)
+    return path
 
 
 def termination_message(
