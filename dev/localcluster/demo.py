@@ -22,6 +22,7 @@ import yaml
 
 from llmfleet.models.deployment import KIND
 
+from .operator_pod import OperatorPod
 from .operator_process import OPERATOR_NAMESPACE, RELEASE, Operator, condition
 from .routerapi import routed_engines
 from .supervisor import REPO, Cluster, bindir
@@ -61,14 +62,16 @@ def run(cluster: Cluster, out: Out = print) -> str:
             out(_run(str(Path(sys.executable).parent / "llmfleet"), "plan", "-f", str(f)))
 
     _step(out, "helm upgrade --install llmfleet charts/llmfleet")
-    # kwok nodes run no containers, so the chart installs everything but the operator pod
-    # (replicas=0) and the operator runs here as a process with the chart's ServiceAccount token.
-    operator = Operator(cluster, resync_seconds=60)
-    if not cluster.alive("operator"):
-        operator.install_identity()
-        operator.start()
+    # The chart's operator pod, from the image `make images` built, on the node runner's node
+    # (crun runs it: operator_pod.py). An operator the e2e tests run as a process stays.
+    cluster.start_node_runner()
+    if cluster.alive("operator"):
+        out(f"operator running as a process of the tests; log: {Operator(cluster).log_path}")
+    else:
+        release = OperatorPod(cluster)
+        pod = release.install()
+        out(f"operator pod {pod['metadata']['name']} Ready on local-gpu-0; log: {release.log()}")
     out(_run(*helm, "status", RELEASE, "--namespace", OPERATOR_NAMESPACE))
-    out(f"operator running as {operator.username}; log: {operator.log_path}")
 
     _step(out, "kubectl apply -f examples/ (GPU examples land on the fake H100 nodes)")
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEMO_NAMESPACE}}
@@ -146,7 +149,8 @@ def _not_available(cluster: Cluster, llmd: dict[str, Any], timeout: float) -> st
     return (
         f"LLMDeployment {DEMO_NAMESPACE}/{name} not Available after {timeout:.0f}s. "
         f"Conditions: {conditions or 'none yet'}. Pods: {phases or 'none'}. "
-        f"Operator log: {cluster.state_dir / 'operator.log'}; node runner log: "
+        f"Operator log: {cluster.state_dir / 'pods'}/{OPERATOR_NAMESPACE}_*.log (its pod) or "
+        f"{cluster.state_dir / 'operator.log'} (a process); node runner log: "
         f"{cluster.state_dir / 'node-runner.log'}."
     )
 
