@@ -377,8 +377,8 @@ class Runner:
         status = {
             "phase": "Failed",
             "reason": "NodeRunnerRejected",
-            "message": f"{self.cfg.node} runs only pods that request {GPU_RESOURCE}: each one is "
-            "a real process on this machine",
+            "message": f"{self.cfg.node} runs only pods that request {GPU_RESOURCE} (or whose "
+            "images make images built): each one really runs on this machine",
         }
         with contextlib.suppress(Exception):
             self._patch_status(meta["namespace"], meta["name"], status)
