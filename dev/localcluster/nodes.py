@@ -10,6 +10,7 @@ import yaml
 
 GPU_RESOURCE = "nvidia.com/gpu"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_PREFIX = "kwok-"  # every kwok node's name starts so (the kwok gate's nodes)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def node_manifests(pool: Pool) -> list[dict[str, Any]]:
         }
     nodes = []
     for i in range(pool.count):
-        name = f"kwok-{pool.name}-{i}"
+        name = f"{KWOK_NODE_PREFIX}{pool.name}-{i}"
         nodes.append(
             {
                 "apiVersion": "v1",

@@ -13,6 +13,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from . import keda, lws, pki
+from .kwokgate import gated_stages
 from .nodes import KWOK_ANNOTATION, Pool, load_profile, node_manifests
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ CONTROL_PLANE_NICE = -10
 # where nobody installed it.
 LWS_ENV = "LLMFLEET_LWS"
 LWS = "lws-controller"  # its pidfile, log and kubeconfig stem
+KWOK_GATE = "kwok-gate"  # the kubelet's refusals for kwok's nodes (kwokgate.py)
 # KEDA (dev/localcluster/keda.py: its operator and metrics adapter) starts with the cluster unless
 # LLMFLEET_KEDA=0 (or Cluster(keda=False)): then the ScaledObject API and external.metrics.k8s.io
 # are absent, as on a cluster where nobody installed KEDA.
@@ -184,7 +187,19 @@ class Cluster:
         self._wait_http(f"{self.server}/readyz", "kube-apiserver", auth=True)
         self._start("kube-controller-manager", self._controller_manager_cmd())
         self._start("kube-scheduler", self._scheduler_cmd())
+        self._kwok_stages.write_text(gated_stages((bindir("kwok") / "stages.yaml").read_text()))
         self._start("kwok", self._kwok_cmd())
+        # The kubelet's refusals (a missing Secret, ConfigMap) for kwok's nodes (kwokgate.py).
+        self._start(
+            KWOK_GATE,
+            [
+                sys.executable,
+                "-m",
+                "localcluster.kwokgate",
+                f"--kubeconfig={self._kubeconfig_for('kwok')}",
+            ],
+            env={"PYTHONPATH": str(HERE.parent)},
+        )
         # While the controller manager starts (its default ServiceAccount comes seconds later).
         if self.lws:
             self._install_lws()
@@ -582,8 +597,6 @@ class Cluster:
     ) -> str:
         """Start the local node `local-gpu-0` (vLLM installed first if needed: minutes, once);
         wait until it is Ready and return its name."""
-        import sys
-
         name, node = "node-runner", "local-gpu-0"
         install = REPO / "dev" / "dataplane" / "install-vllm.sh"
         venv = subprocess.run([str(install)], check=True, stdout=subprocess.PIPE, text=True)
@@ -793,11 +806,16 @@ class Cluster:
             "--v=1",
         ]
 
+    @property
+    def _kwok_stages(self) -> Path:
+        """Upstream's fast Stages, pod-ready gated on the kwok gate's admission."""
+        return self.state_dir / "kwok-stages.yaml"
+
     def _kwok_cmd(self) -> list[str]:
         return [
             str(bindir("kwok") / "kwok"),
             f"--kubeconfig={self._kubeconfig_for('kwok')}",
-            f"--config={bindir('kwok') / 'stages.yaml'}",
+            f"--config={self._kwok_stages}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--cidr={POD_CIDR}",
@@ -972,6 +990,7 @@ COMPONENTS = (
     "kube-controller-manager",
     "kube-scheduler",
     "kwok",
+    KWOK_GATE,
     LWS,
     KEDA_OPERATOR,
     KEDA_ADAPTER,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from kubernetes import client
 from localcluster.metricsstack.load import PRODUCT
 from localcluster.operator_process import (
     CHART,
@@ -23,7 +24,9 @@ __all__ = [
     "E2E_GPU_PRODUCT",
     "OPERATOR_NAMESPACE",
     "RELEASE",
+    "TEST_NAMESPACE_LABEL",
     "Operator",
+    "bound_claim",
     "condition",
     "e2e_operator",
     "free_port",
@@ -54,3 +57,38 @@ LOCAL_GPU_PROFILES = {
 def e2e_operator(cluster: Cluster) -> Operator:
     """The operator as the e2e session runs it (not started)."""
     return Operator(cluster, gpu_profiles_extra=LOCAL_GPU_PROFILES)
+
+
+TEST_NAMESPACE_LABEL = "llmfleet.dev/test-namespace"  # on the PersistentVolumes a test makes
+
+
+def bound_claim(core: client.CoreV1Api, namespace: str, name: str, host_path: str) -> str:
+    """A PersistentVolumeClaim `name` and the PersistentVolume (hostPath, labelled with the
+    namespace; the caller deletes it) it binds to; the PersistentVolume's name."""
+    pv = f"{namespace}-{name}"
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": pv, "labels": {TEST_NAMESPACE_LABEL: namespace}},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": host_path},
+                "claimRef": {"namespace": namespace, "name": name},
+            },
+        }
+    )
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    return pv

@@ -30,7 +30,7 @@ from llmfleet.models.crd import custom_resource_definition
 from llmfleet.models.resources import LLMBATCHJOB
 
 from . import localnode
-from .harness import Operator, utcnow, wait_until
+from .harness import TEST_NAMESPACE_LABEL, Operator, bound_claim, utcnow, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -60,36 +60,7 @@ def claim(api: client.ApiClient, cluster: Cluster, ns: str, name: str) -> Path:
     core = client.CoreV1Api(api)
     directory = cluster.state_dir / "pvcs" / ns / name
     directory.mkdir(parents=True, exist_ok=True)
-    pv = f"{ns}-{name}"
-    core.create_persistent_volume(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv, "labels": {"llmfleet.dev/test-namespace": ns}},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": str(directory)},
-                "claimRef": {"namespace": ns, "name": name},
-            },
-        }
-    )
-    core.create_namespaced_persistent_volume_claim(
-        ns,
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": pv,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
+    bound_claim(core, ns, name, str(directory))
     wait_until(
         lambda: core.read_namespaced_persistent_volume_claim(name, ns).status.phase == "Bound",
         timeout=60,
@@ -103,7 +74,7 @@ def volumes(api: client.ApiClient, cluster: Cluster, namespace: str) -> Iterator
     yield
     core = client.CoreV1Api(api)
     for pv in core.list_persistent_volume(
-        label_selector=f"llmfleet.dev/test-namespace={namespace}"
+        label_selector=f"{TEST_NAMESPACE_LABEL}={namespace}"
     ).items:
         core.delete_persistent_volume(pv.metadata.name)
     shutil.rmtree(cluster.state_dir / "pvcs" / namespace, ignore_errors=True)

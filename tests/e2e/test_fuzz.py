@@ -1,7 +1,9 @@
 """Generated LLMDeployments, valid and malformed, against the real API server with the operator
 running: each is refused at admission with a message naming a field, or has status conditions
-within STATUS_SECONDS; the operator logs no traceback. CI runs FUZZ_EXAMPLES (200); `make fuzz`
-runs 1,000 (LLMFLEET_FUZZ_EXAMPLES) and prints the tally."""
+within STATUS_SECONDS; the operator logs no traceback. Specs name a token Secret, an API-key
+Secret and a model-cache claim that exist or do not: status never blames one that exists, and
+names the field of a missing claim once the engine pods wait for it. CI runs FUZZ_EXAMPLES (200);
+`make fuzz` runs 1,000 (LLMFLEET_FUZZ_EXAMPLES) and prints the tally."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import re
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,8 +24,9 @@ from localcluster.metricsstack.load import TINY_ARCHITECTURE
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
 from llmfleet.models.deployment import KIND, PLURAL
+from llmfleet.render.names import DEPLOYMENT_LABEL
 
-from .harness import E2E_GPU_PRODUCT, Operator
+from .harness import E2E_GPU_PRODUCT, Operator, bound_claim, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -52,6 +56,15 @@ def optional(**fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, An
     return st.fixed_dictionaries({}, optional={k: maybe(v) for k, v in fields.items()})
 
 
+# Objects the specs reference: these exist in the namespace, ABSENT does not.
+PRESENT_SECRET, PRESENT_KEY, PRESENT_CLAIM, ABSENT = "present", "token", "present-cache", "absent"
+secret_refs = st.sampled_from(
+    [
+        {"name": PRESENT_SECRET, "key": PRESENT_KEY},
+        {"name": ABSENT, "key": PRESENT_KEY},
+        {"name": PRESENT_SECRET, "key": ABSENT},
+    ]
+)
 text = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=24
 )
@@ -74,6 +87,8 @@ model = st.fixed_dictionaries(
         "dtype": maybe(st.sampled_from(["auto", "bfloat16", "float16", "float32"])),
         "quantization": maybe(st.sampled_from(["none", "fp8", "int8", "awq", "gptq"])),
         "architecture": maybe(st.just(dict(TINY_ARCHITECTURE))),
+        "tokenSecretRef": maybe(secret_refs),
+        "cache": maybe(st.sampled_from([{"claimName": PRESENT_CLAIM}, {"claimName": ABSENT}])),
     },
 )
 gpus = optional(
@@ -102,6 +117,7 @@ spec = st.fixed_dictionaries(
                     | text,
                     max_size=3,
                 ),
+                apiKeySecretRef=secret_refs,
             )
         ),
         "autoscaling": maybe(
@@ -128,9 +144,38 @@ def admit(
     return None
 
 
+@pytest.fixture
+def referenced(api: client.ApiClient, namespace: str) -> Iterator[None]:
+    """The Secret and the bound claim that specs may name."""
+    core = client.CoreV1Api(api)
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": PRESENT_SECRET}, "stringData": {PRESENT_KEY: "x"}}
+    )
+    pv = bound_claim(core, namespace, PRESENT_CLAIM, f"/nonexistent/{namespace}")
+    yield
+    core.delete_persistent_volume(pv)
+
+
+def blamed(conditions: list[dict[str, Any]]) -> str:
+    return " ".join(str(c.get("message", "")) for c in conditions if c["type"] != "Planned")
+
+
+def names_missing_claim(
+    custom: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str, name: str
+) -> bool:
+    """Whether status names the missing claim, or no engine pod waits for it yet."""
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{DEPLOYMENT_LABEL}={name}").items
+    if not pods:
+        return True  # scaled to zero, or not created yet: nothing to say
+    obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    said = blamed((obj.get("status") or {}).get("conditions") or [])
+    return f'spec.model.cache.claimName: persistentvolumeclaim "{ABSENT}" not found' in said
+
+
 def test_every_generated_spec_is_refused_naming_a_field_or_gets_status(
-    api: client.ApiClient, namespace: str, operator: Operator
+    api: client.ApiClient, namespace: str, operator: Operator, referenced: None
 ) -> None:
+    core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     names = (f"fuzz-{i}" for i in itertools.count())
     tally: Counter[str] = Counter()
@@ -169,6 +214,18 @@ def test_every_generated_spec_is_refused_naming_a_field_or_gets_status(
                 # the API server refused what the operator rendered from an admitted spec.
                 assert planned, (body, conditions)
                 tally[f"status, Planned={planned['status']}"] += 1
+                # An object that exists is never said to be missing.
+                assert f'"{PRESENT_SECRET}" not found' not in blamed(conditions), conditions
+                assert f'"{PRESENT_CLAIM}" not found' not in blamed(conditions), conditions
+                cache = ((body.get("model") or {}).get("cache")) or {}
+                if planned["status"] == "True" and cache.get("claimName") == ABSENT:
+                    wait_until(
+                        lambda: names_missing_claim(custom, core, namespace, name),
+                        STATUS_SECONDS,
+                        0.2,
+                        f"{name}: status naming the missing claim",
+                    )
+                    tally["named the missing claim"] += 1
                 return
             assert time.monotonic() < deadline, f"{name}: no status within {STATUS_SECONDS}s"
             time.sleep(0.1)

@@ -113,8 +113,17 @@ def test_apply_creates_owned_children_on_gpu_nodes_and_reports_the_plan(
 
     table = cluster.kubectl("get", "llmd", "-n", namespace)
     header, row = table.splitlines()[:2]
-    assert header.split() == ["NAME", "STRATEGY", "REPLICAS", "READY", "GPUS", "AGE"]
-    assert row.split()[:5] == ["chat", "MultiPod", "2", "2", "2"]
+    assert header.split() == [
+        "NAME",
+        "STRATEGY",
+        "REPLICAS",
+        "READY",
+        "GPUS",
+        "AVAILABLE",
+        "REASON",
+        "AGE",
+    ]
+    assert row.split()[:7] == ["chat", "MultiPod", "2", "2", "2", "True", "EnginesReady"]
 
 
 def test_idle_resync_makes_zero_api_writes(

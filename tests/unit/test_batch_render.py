@@ -196,7 +196,7 @@ def test_the_crd_is_served_with_a_short_name_status_and_progress_columns() -> No
     version = crd_version()
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Status", "Shards", "Progress", "Failed", "Tok/s", "ETA", "Age"]
+    assert columns == ["Status", "Shards", "Progress", "Failed", "Tok/s", "ETA", "Age", "Reason"]
 
 
 def test_the_crd_says_in_cel_what_the_models_check() -> None:

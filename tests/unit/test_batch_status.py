@@ -12,9 +12,9 @@ from prometheus_client import generate_latest
 from llmfleet.batch.progress import Progress
 from llmfleet.models import LLMBatchJobSpec, LLMBatchJobStatus, ShardStatus
 from llmfleet.models.status import PlanSummary, status_json
-from llmfleet.reconcile.batchjob import (
-    _indexes,
+from llmfleet.reconcile.batchstatus import (
     batch_status,
+    indexes,
     observe_shards,
     output_conflict,
     refused_status,
@@ -95,8 +95,8 @@ def compute(
     observed = observe_shards(
         2,
         pods,
-        _indexes(status.get("completedIndexes")),
-        _indexes(status.get("failedIndexes")),
+        indexes(status.get("completedIndexes")),
+        indexes(status.get("failedIndexes")),
         (scraped or {}).get,
         previous or {},
     )
@@ -240,7 +240,7 @@ def test_a_refused_job_fails_with_the_reason_and_keeps_the_rest_of_its_status() 
     [("", set()), ("0", {0}), ("0,2-4", {0, 2, 3, 4}), ("1-2,7", {1, 2, 7})],
 )
 def test_job_index_lists_are_read_as_sets(text: str, expected: set[int]) -> None:
-    assert _indexes(text) == expected
+    assert indexes(text) == expected
 
 
 def batch(name: str, created: str, path: str, claim: str = "data") -> dict[str, Any]:

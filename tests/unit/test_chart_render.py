@@ -242,7 +242,7 @@ EXPECTED_RULES = {
     ("llmfleet.dev", "llmbatchjobs"): {"get", "list", "watch", "patch"},
     ("llmfleet.dev", "llmbatchjobs/status"): {"get", "patch"},
     ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "events"): {"create", "patch"},
+    ("", "events"): {"create", "patch", "list"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
 

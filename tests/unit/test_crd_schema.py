@@ -3,6 +3,7 @@ templates in sync with it)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,19 +166,26 @@ def test_crd_registers_names_columns_and_status() -> None:
         ("Replicas", ".status.replicas"),
         ("Ready", ".status.readyReplicas"),
         ("GPUs", ".status.gpus"),
+        ("Available", '.status.conditions[?(@.type=="Available")].status'),
+        ("Reason", '.status.conditions[?(@.type=="Available")].reason'),
         ("Age", ".metadata.creationTimestamp"),
+        ("Message", '.status.conditions[?(@.type=="Available")].message'),
     ]
 
 
 def test_printer_columns_point_at_status_fields() -> None:
     status = root_schema()["properties"]["status"]
     for column in crd()["spec"]["versions"][0]["additionalPrinterColumns"]:
-        parts = column["jsonPath"].split(".")[1:]
+        # A filter on a list ([?(@.type=="Available")]) selects one of its items.
+        path = re.sub(r"\[\?\(@\.type==\"\w+\"\)\]", "[]", column["jsonPath"])
+        parts = path.split(".")[1:]
         if parts[0] != "status":
             continue
         node = status
         for part in parts[1:]:
-            node = node["properties"][part]
+            node = node["properties"][part.removesuffix("[]")]
+            if part.endswith("[]"):
+                node = node["items"]
         assert node["type"] == column["type"], column
 
 

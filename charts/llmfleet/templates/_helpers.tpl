@@ -174,9 +174,11 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
 # Events on the LLMDeployments (kopf posts core/v1 events; events.k8s.io for newer clients).
+# list: the kubelet's FailedMount Events on an LLMBatchJob's pod that waits for its volumes (a
+# missing input ConfigMap is said nowhere else), read by involvedObject.uid. No watch, no Secrets.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "list"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .. import podrefs
 from . import oci, procs, volumes
 from .adaptations import VLLM_MODULE, Context, adapt_command, adapt_env
 from .probes import ProbeState, check
@@ -29,6 +30,9 @@ BACKOFF_START = 10.0  # the kubelet's crash-loop back-off: 10 s, doubling, at mo
 BACKOFF_MAX = 300.0
 BACKOFF_RESET_AFTER = 600.0  # running this long forgives earlier crashes
 TICK = 0.5
+# How soon a container refused for a missing Secret or ConfigMap is tried again (podrefs.py): the
+# kubelet retries on its pod sync back-off; here a few seconds, so a test need not wait for it.
+REFUSED_RETRY = 2.0
 # The model's processes of a vLLM server pod (engine core, workers) run below its API server:
 # on a GPU node the model runs on the GPU and the API server has the host's CPUs; here the model
 # runs on the same 2 cores, and at equal priority it starved the API server, which then delivered
@@ -64,6 +68,8 @@ class Hooks:
     runner_id: str  # procs.runner_id(): marks this runner's processes
     base_env: Mapping[str, str]
     state_dir: Path  # volumes are emulated under it (see volumes.py)
+    lookup: podrefs.Lookup  # kind, namespace, name -> keys of a Secret / ConfigMap, None: missing
+    post_event: Callable[[dict[str, Any]], None]  # a core/v1 Event, as the kubelet posts one
     containers: oci.Node | None = None  # runs containers of built images (oci.py)
 
 
@@ -117,6 +123,7 @@ class PodWorker(threading.Thread):
         self.containers = [Container(c) for c in pod["spec"]["containers"]]
         self.start_time = pod.get("status", {}).get("startTime") or timestamp()
         self.transitions: dict[str, str] = {}
+        self._said: set[str] = set()  # the refusals already posted as Events
         self.last_status: dict[str, Any] | None = None
         self.terminal = False
         self._adopt(pod.get("status") or {})
@@ -267,13 +274,17 @@ class PodWorker(threading.Thread):
                 ref = src["secretKeyRef"]
                 value = self.hooks.read_secret_key(self.ns, ref["name"], ref["key"])
                 if value is None and not ref.get("optional"):
-                    self._waiting(c, "CreateContainerConfigError", f"secret {ref['name']}")
+                    self._waiting(
+                        c, "CreateContainerConfigError", f'secret "{ref["name"]}" not found'
+                    )
                     return None
             elif "configMapKeyRef" in src:
                 ref = src["configMapKeyRef"]
                 value = self.hooks.read_configmap_key(self.ns, ref["name"], ref["key"])
                 if value is None and not ref.get("optional"):
-                    self._waiting(c, "CreateContainerConfigError", f"configmap {ref['name']}")
+                    self._waiting(
+                        c, "CreateContainerConfigError", f'configmap "{ref["name"]}" not found'
+                    )
                     return None
             elif "fieldRef" in src and (found := _metadata_map_ref(self.pod, src)) is not None:
                 value = found  # e.g. a Job's metadata.annotations['...job-completion-index']
@@ -294,12 +305,29 @@ class PodWorker(threading.Thread):
         env[procs.MARKER_ENV] = procs.marker(self.hooks.runner_id, self.uid, c.name)
         return env
 
+    def _refuse(self, c: Container, refused: podrefs.Refusal) -> None:
+        """Wait as a kubelet does for a missing Secret or ConfigMap, saying so once per cause."""
+        c.waiting_reason, c.waiting_message = refused.waiting_reason, refused.waiting_message
+        c.next_start = time.monotonic() + REFUSED_RETRY
+        if refused.event_message not in self._said:
+            self._said.add(refused.event_message)
+            log.info("%s/%s %s: %s", self.ns, self.pod_name, c.name, refused.event_message)
+            try:
+                self.hooks.post_event(podrefs.event(self.pod, refused, self.hooks.node))
+            except Exception as e:  # an Event is worth less than the pod; said again if lost
+                self._said.discard(refused.event_message)
+                log.warning("%s/%s: event not posted: %s", self.ns, self.pod_name, e)
+
     def _waiting(self, c: Container, reason: str, message: str) -> None:
         c.waiting_reason, c.waiting_message = reason, message
         c.next_start = time.monotonic() + BACKOFF_START
 
     def _start(self, c: Container) -> None:
         command = c.spec.get("command") or []
+        refused = podrefs.check(self.pod, self.hooks.lookup, [c.name])
+        if refused is not None:
+            self._refuse(c, refused)
+            return
         node = self.hooks.containers
         if node is not None and node.image(c.spec) is not None:
             self._start_container(c, node)

@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from .. import podrefs
 from . import oci, procs, router
 from .adaptations import Context, load_model_table
 from .pods import Hooks, PodWorker, base_env, decode_secret, timestamp
@@ -38,7 +39,8 @@ TINY_MODEL_NAMES = ("llmfleet-test/tiny-llama", "/models/tiny-llama")
 # older code (still running from an earlier session) and restart it.
 FEATURES_ANNOTATION = "llmfleet.dev/node-runner-features"
 FEATURES = (
-    "volumes,termination-message,llmfleet-pythonpath,fieldref-metadata-maps,router,oci-containers"
+    "volumes,termination-message,llmfleet-pythonpath,fieldref-metadata-maps,router,oci-containers,"
+    "kubelet-refusals"
 )
 
 
@@ -138,6 +140,8 @@ class Runner:
             runner_id=procs.runner_id(cfg.node, cfg.state_dir),
             base_env=base_env(cfg.python),
             state_dir=cfg.state_dir,
+            lookup=podrefs.api_lookup(self.core),
+            post_event=self._post_event,
             containers=oci.Node(
                 state_dir=cfg.state_dir,
                 apiserver_port=urllib.parse.urlsplit(self.api.configuration.host).port or 443,
@@ -180,6 +184,11 @@ class Runner:
                 return None
             raise
         return {str(k): str(v) for k, v in (cm.data or {}).items()}
+
+    def _post_event(self, event: dict[str, Any]) -> None:
+        self.core.create_namespaced_event(
+            event["metadata"]["namespace"], event, _request_timeout=10
+        )
 
     def _patch_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
         try:

@@ -16,6 +16,8 @@ from llmfleet.models.deployment import (
 )
 from llmfleet.models.status import LLMDeploymentStatus
 
+_AVAILABLE = '.status.conditions[?(@.type=="Available")]'
+
 LLMDEPLOYMENT = CrdDefinition(
     group=API_GROUP,
     version=API_VERSION,
@@ -38,7 +40,21 @@ LLMDEPLOYMENT = CrdDefinition(
         PrinterColumn("Replicas", "integer", ".status.replicas", "Desired pods."),
         PrinterColumn("Ready", "integer", ".status.readyReplicas", "Pods ready to serve."),
         PrinterColumn("GPUs", "integer", ".status.gpus", "GPUs requested by desired pods."),
+        PrinterColumn("Available", "string", _AVAILABLE + ".status", "Whether a vLLM pod serves."),
+        PrinterColumn(
+            "Reason",
+            "string",
+            _AVAILABLE + ".reason",
+            "Why it is (not) available, e.g. TokenSecretNotFound, GPUProductNotFound.",
+        ),
         AGE_COLUMN,
+        PrinterColumn(
+            "Message",
+            "string",
+            _AVAILABLE + ".message",
+            "The Available condition's message: the spec field and what Kubernetes said.",
+            priority=1,
+        ),
     ),
 )
 
@@ -68,6 +84,13 @@ LLMBATCHJOB = CrdDefinition(
         PrinterColumn("Tok/s", "number", ".status.tokensPerSecond", "Generated tokens/s."),
         PrinterColumn("ETA", "string", ".status.eta", "Estimated time left."),
         AGE_COLUMN,
+        PrinterColumn(
+            "Reason",
+            "string",
+            '.status.conditions[?(@.type=="Running")].reason',
+            "Why shards (do not) run, e.g. InputConfigMapNotFound, OutputClaimNotFound.",
+            priority=1,
+        ),
     ),
 )
 

@@ -29,6 +29,14 @@ from llmfleet.models.status import status_json
 from llmfleet.planner import Plan, PlanError
 from llmfleet.reconcile.apply import Applier, ApplyResult
 from llmfleet.reconcile.cache import ChildView
+from llmfleet.reconcile.causes import (
+    MOUNT_EVENT,
+    Blocker,
+    Reference,
+    blockers,
+    mount_pending,
+    newly_blocked,
+)
 from llmfleet.reconcile.conditions import TRUE, condition, keep_transition_times
 from llmfleet.reconcile.errors import describe_error, is_refusal, retry_after
 from llmfleet.reconcile.events import EventRecorder
@@ -241,6 +249,25 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
         except ValidationError as e:
             log.warning("%s %s: status unreadable, rewritten: %s", self.kind, key_of(body), e)
             return self.status_model()
+
+    def blockers(self, pods: Sequence[dict[str, Any]], refs: Sequence[Reference]) -> list[Blocker]:
+        """Why `pods` cannot run, attributed to `refs`. The kubelet's FailedMount Events are read
+        only for the first pod waiting for its volumes (one LIST, and only while one waits)."""
+        waiting = [p for p in pods if mount_pending(p)][:1]
+        said = {
+            p["metadata"]["name"]: self.events.said_about(
+                p["metadata"]["namespace"], p["metadata"]["uid"], MOUNT_EVENT
+            )
+            for p in waiting
+        }
+        return blockers(pods, refs, said)
+
+    def announce_blockers(
+        self, body: dict[str, Any], old_message: str, now: Sequence[Blocker]
+    ) -> None:
+        """One Warning Event per cause that `old_message` (the status before) did not mention."""
+        for b in newly_blocked(old_message, now):
+            self.events.emit(body, "Warning", b.reason, f"{b.summary} ({b.said_by}; pod {b.pod})")
 
     def write_status(self, body: dict[str, Any], new: StatusT) -> bool:
         """Write `new` unless the API server would then hold the status `body` has; whether it

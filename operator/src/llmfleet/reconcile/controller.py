@@ -18,7 +18,10 @@ from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, weakening_args
 from llmfleet.reconcile.apply import ApplyResult, ref
 from llmfleet.reconcile.base import Reconciler, generation
 from llmfleet.reconcile.cache import ChildView
+from llmfleet.reconcile.causes import blockers
+from llmfleet.reconcile.conditions import find
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
+from llmfleet.reconcile.references import deployment_references
 from llmfleet.reconcile.status import Observed, invalid_status, newly_unverified, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
 from llmfleet.render.leaderworkerset import (
@@ -166,7 +169,10 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         )
         still_old = tuple(d for d in old_engines if ref(d) in hold)
 
-        pods = tuple(p for p in self.view.by_label("v1", "Pod", ns, *mine) if not _is_router(p))
+        children = self.view.by_label("v1", "Pod", ns, *mine)
+        pods = tuple(p for p in children if not _is_router(p))
+        # No Event read: no field of an LLMDeployment gives its pods a Secret or ConfigMap volume.
+        blocked = tuple(blockers(children, deployment_references(spec, planned)))
         engine_spec = (engine or {}).get("spec") or {}
         # A LeaderWorkerSet's leaders are the engines that serve and report their KV cache.
         template = engine_spec.get("template") or (
@@ -188,6 +194,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             # Read once per pod (cached by uid): an idle resync dials no engine.
             kv_cache_tokens=self.kv_cache.measure(ns, name, reporting_engines(pods, template)),
             router=live.get(f"Deployment/{router_name(name)}"),
+            blockers=blocked,
         )
         new = ready_status(
             old=old_status,
@@ -198,9 +205,13 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         )
         self._announce(body, old_status, spec, planned, result)
         unverified = newly_unverified(old_status, new)
-        if self.write_status(body, new) and unverified is not None:
+        wrote = self.write_status(body, new)
+        if wrote and unverified is not None:
             # Once, when PlanVerified turns False; not on every resync while it stays so.
             self.events.emit(body, "Warning", "PlanNotVerified", unverified)
+        if wrote and blocked:
+            degraded = find(old_status.conditions, "Degraded")
+            self.announce_blockers(body, degraded.message if degraded else "", blocked)
         m.set_planned(ns, name, planned)
         m.record_planner_decision(ns, name, spec, planned)
         _publish_conditions(ns, name, new)

@@ -53,6 +53,24 @@ class EventRecorder:
         except k8s.ApiException as e:  # an Event is worth less than the reconcile that made it
             log.warning("could not post event %s on %s: %s", reason, meta["name"], e.reason)
 
+    def said_about(self, namespace: str, uid: str, reason: str) -> list[str]:
+        """The messages of the Events `reason` on the object `uid` (the kubelet's FailedMount on
+        a pod), newest last; none when they cannot be read. The only read of Events, made for a
+        pod that waits for its volumes: what the kubelet says about them is in no status."""
+        try:
+            found = self._core.list_namespaced_event(
+                namespace,
+                field_selector=f"involvedObject.uid={uid},reason={reason}",
+                _request_timeout=10,
+            )
+        except k8s.ApiException as e:
+            log.warning("could not read %s events in %s: %s", reason, namespace, e.reason)
+            return []
+        items = sorted(
+            found.items, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.name)
+        )
+        return [str(e.message or "") for e in items]
+
     def namespace_terminating(self, namespace: str) -> bool:
         """Whether `namespace` is being deleted. Asked with a dry-run Event, which the API
         server refuses with the cause NamespaceTerminating: the operator may create Events

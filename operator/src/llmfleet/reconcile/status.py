@@ -9,6 +9,7 @@ from typing import Any
 
 from llmfleet.models.status import Condition, LLMDeploymentStatus, Measured
 from llmfleet.planner import Plan
+from llmfleet.reconcile.causes import Blocker, describe
 from llmfleet.reconcile.conditions import (
     FALSE,
     TRUE,
@@ -38,6 +39,8 @@ class Observed:
     router: dict[str, Any] | None = None
     # KEDA's ScaledObject when the LLMDeployment scales to zero (then `hpa` is KEDA's HPA).
     scaled_object: dict[str, Any] | None = None
+    # Why pods cannot run, as the scheduler and the kubelet say it, attributed to spec fields.
+    blockers: tuple[Blocker, ...] = ()
 
 
 def _unschedulable(pods: tuple[dict[str, Any], ...]) -> list[tuple[str, str]]:
@@ -295,6 +298,13 @@ def newly_unverified(old: LLMDeploymentStatus, new: LLMDeploymentStatus) -> str 
     return None
 
 
+def _blocked(blockers: tuple[Blocker, ...], generation: int) -> Condition | None:
+    """Degraded, naming the spec field behind each pod that cannot run; None when none."""
+    if not blockers:
+        return None
+    return condition("Degraded", TRUE, blockers[0].reason, describe(blockers), generation)
+
+
 def ready_status(
     *,
     old: LLMDeploymentStatus,
@@ -360,6 +370,16 @@ def ready_status(
                 g,
             )
         )
+    elif observed.blockers:
+        conds.append(
+            condition(
+                "Available",
+                FALSE,
+                observed.blockers[0].reason,
+                f"0 of {desired} vLLM pods ready: {describe(observed.blockers)}",
+                g,
+            )
+        )
     else:
         conds.append(
             condition("Available", FALSE, "NoEngineReady", f"0 of {desired} vLLM pods ready", g)
@@ -397,7 +417,9 @@ def ready_status(
         # The scheduler rewrites its message on every attempt; only its stable part (what is
         # short) goes into status, so a Pending pod does not rewrite status on every retry.
         shortages = sorted({s for _, msg in stuck for s in _shortages(msg)})
-        short = ", ".join(shortages) or "no node matches"
+        # A missing claim or a GPU no node has, named by its spec field, says more.
+        said = [b for b in observed.blockers if b.said_by.startswith("scheduler")]
+        short = describe(said) if said else ", ".join(shortages) or "no node matches"
         conds.append(
             condition(
                 "ScalingLimited",
@@ -409,14 +431,17 @@ def ready_status(
             )
         )
         conds.append(
-            condition(
+            _blocked(observed.blockers, g)
+            or condition(
                 "Degraded", TRUE, "PodsUnschedulable", f"{len(stuck)} pod(s) cannot be scheduled", g
             )
         )
     else:
         conds.append(condition("ScalingLimited", FALSE, "Schedulable", "every pod found a node", g))
         crashed = crashes(observed.pods)
-        if crashed:
+        if blocked := _blocked(observed.blockers, g):
+            conds.append(blocked)
+        elif crashed:
             more = f" ({len(crashed)} pods)" if len(crashed) > 1 else ""
             conds.append(
                 condition("Degraded", TRUE, "EngineCrashLoop", crashed[0].describe() + more, g)

@@ -1,0 +1,174 @@
+"""`python -m localcluster.kwokgate --kubeconfig K`: the kubelet's refusals for kwok's nodes.
+
+kwok starts every pod bound to its nodes at once: a pod whose Secret does not exist would go
+Running, where a kubelet holds it in CreateContainerConfigError. This process stands where the
+kubelet's checks would: it watches the pods bound to kwok's nodes and, for each not yet admitted,
+checks what the pod references (podrefs.py). A pod that passes gets the annotation ADMITTED, the
+only pods kwok's pod-ready Stage starts (`gated_stages` adds that selector to the Stage the
+cluster runs kwok with). A pod that does not gets the kubelet's waiting status and Event, and is
+checked again every RETRY_SECONDS until the object exists.
+
+Started by `Cluster.up()` beside kwok (a component: `Cluster.down()` stops it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+from . import podrefs
+from .nodes import KWOK_NODE_PREFIX
+
+log = logging.getLogger("kwokgate")
+ADMITTED = "llmfleet.dev/lab-kubelet-admitted"
+RETRY_SECONDS = 2.0
+WATCH_SECONDS = 300
+
+
+def gated_stages(text: str) -> str:
+    """kwok's Stages with pod-ready starting only pods that carry ADMITTED."""
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    for doc in docs:
+        if doc.get("kind") == "Stage" and doc["metadata"]["name"] == "pod-ready":
+            doc["spec"]["selector"]["matchExpressions"].append(
+                {
+                    "key": f'.metadata.annotations["{ADMITTED}"]',
+                    "operator": "In",
+                    "values": ["true"],
+                }
+            )
+            break
+    else:
+        raise ValueError("kwok's stages have no pod-ready Stage")
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+class Gate:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.lookup = podrefs.api_lookup(self.core)
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        # uid -> (pod, what was said last): the pods held back, checked again every RETRY_SECONDS.
+        self._held: dict[str, tuple[dict[str, Any], podrefs.Refusal]] = {}
+
+    def consider(self, pod: dict[str, Any]) -> None:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        node = str(spec.get("nodeName") or "")
+        with self._lock:
+            if (
+                not node.startswith(KWOK_NODE_PREFIX)
+                or meta.get("deletionTimestamp")
+                or (meta.get("annotations") or {}).get(ADMITTED) == "true"
+                or (pod.get("status") or {}).get("phase") not in (None, "Pending")
+            ):
+                self._held.pop(meta["uid"], None)
+                return
+            refusal = podrefs.check(pod, self.lookup)
+            if refusal is None:
+                self._admit(pod)
+                self._held.pop(meta["uid"], None)
+                return
+            held = self._held.get(meta["uid"])
+            self._held[meta["uid"]] = (pod, refusal)
+            if held is not None and held[1] == refusal:
+                return
+        log.info("%s/%s: %s", meta["namespace"], meta["name"], refusal.event_message)
+        self._hold(pod, refusal, node)
+
+    def _admit(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        try:
+            self.core.patch_namespaced_pod(
+                meta["name"], meta["namespace"], {"metadata": {"annotations": {ADMITTED: "true"}}}
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def _hold(self, pod: dict[str, Any], refusal: podrefs.Refusal, node: str) -> None:
+        meta = pod["metadata"]
+        try:
+            # The Event first: whoever the status change wakes finds it (the operator reads a
+            # waiting pod's FailedMount Events).
+            self.core.create_namespaced_event(meta["namespace"], podrefs.event(pod, refusal, node))
+            self.core.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], {"status": podrefs.waiting_status(pod, refusal)}
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._held.pop(uid, None)
+
+    def retry_held(self) -> None:
+        while not self.stop.wait(RETRY_SECONDS):
+            with self._lock:
+                held = [pod for pod, _ in self._held.values()]
+            for pod in held:
+                try:
+                    self.consider(pod)
+                except Exception:  # the API server restarting: the next round tries again
+                    log.exception("checking %s again failed", pod["metadata"]["name"])
+
+    def watch_pods(self) -> None:
+        api = self.core.api_client
+        while not self.stop.is_set():
+            try:
+                listed = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
+                for item in listed.items:
+                    self.consider(api.sanitize_for_serialization(item))
+                stream = watch.Watch().stream(
+                    self.core.list_pod_for_all_namespaces,
+                    field_selector="spec.nodeName!=",
+                    resource_version=listed.metadata.resource_version,
+                    timeout_seconds=WATCH_SECONDS,
+                )
+                for event in stream:
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self.consider(event["raw_object"])
+                    elif event["type"] == "DELETED":
+                        self.forget(event["raw_object"]["metadata"]["uid"])
+                    if self.stop.is_set():
+                        return
+            except Exception as e:  # watch expired (410) or the API server restarts: list again
+                log.info("pod watch ended (%s); listing again", e)
+                self.stop.wait(1.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="localcluster.kwokgate", description=__doc__)
+    p.add_argument("--kubeconfig", type=Path, required=True)
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stdout,
+    )
+    gate = Gate(config.new_client_from_config(config_file=str(args.kubeconfig)))
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        gate.stop.set()
+        raise SystemExit(0)  # out of the watch's blocking read
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    threading.Thread(target=gate.retry_held, name="retry", daemon=True).start()
+    gate.watch_pods()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""What a kubelet checks before it starts a pod's containers, and what it says when it refuses:
+the Secrets and ConfigMaps the pod's volumes and environment name must exist (with the keys
+named). Both of the lab's nodes use it: the node runner (`local-gpu-0`) and the kwok gate (kwok's
+nodes), so that a pod whose Secret is missing waits there as it would on a real node, and starts
+once the object exists.
+
+The kubelet's words, from pkg/kubelet (kubelet_pods.go, volume/configmap, volume/secret):
+
+* a volume from a missing ConfigMap or Secret: the container stays `ContainerCreating` (no
+  message) and an Event `FailedMount`: `MountVolume.SetUp failed for volume "VOL" : configmap
+  "NAME" not found` (or `secret "NAME" not found`; a missing item: `configmap references
+  non-existent config key: KEY`);
+* an env var from a missing ConfigMap or Secret: waiting reason `CreateContainerConfigError` with
+  the message `secret "NAME" not found`, `configmap "NAME" not found`, `couldn't find key KEY in
+  Secret NS/NAME` (or `in ConfigMap NS/NAME`), and an Event `Failed`: `Error: <the message>`.
+
+A missing PersistentVolumeClaim never reaches a node: the scheduler holds the pod
+(`persistentvolumeclaim "NAME" not found`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+SECRET, CONFIGMAP = "secret", "configmap"
+# kind ("secret", "configmap"), namespace, name -> the object's keys, None when it does not exist.
+Lookup = Callable[[str, str, str], Collection[str] | None]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a kubelet does not start a container (yet)."""
+
+    container: str | None  # None: the pod's volumes
+    waiting_reason: str
+    waiting_message: str
+    event_reason: str
+    event_message: str
+
+
+def api_lookup(core: client.CoreV1Api) -> Lookup:
+    """A Lookup that reads the API server (the node's own credentials, as a kubelet's)."""
+
+    def keys(kind: str, namespace: str, name: str) -> set[str] | None:
+        read = core.read_namespaced_secret if kind == SECRET else core.read_namespaced_config_map
+        try:
+            obj = read(name, namespace, _request_timeout=10)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return set(obj.data or {}) | set(getattr(obj, "binary_data", None) or {})
+
+    return keys
+
+
+def _mount(volume: str, detail: str) -> Refusal:
+    said = f'MountVolume.SetUp failed for volume "{volume}" : {detail}'
+    return Refusal(None, "ContainerCreating", "", "FailedMount", said)
+
+
+def _config(container: str, message: str) -> Refusal:
+    return Refusal(container, "CreateContainerConfigError", message, "Failed", f"Error: {message}")
+
+
+def _volumes(pod: Mapping[str, Any], lookup: Lookup) -> Refusal | None:
+    ns = pod["metadata"]["namespace"]
+    for volume in pod["spec"].get("volumes") or []:
+        for kind, field, name_key in (
+            (CONFIGMAP, "configMap", "name"),
+            (SECRET, "secret", "secretName"),
+        ):
+            source = volume.get(field)
+            if source is None or source.get("optional"):
+                continue
+            keys = lookup(kind, ns, str(source[name_key]))
+            if keys is None:
+                return _mount(volume["name"], f'{kind} "{source[name_key]}" not found')
+            for item in source.get("items") or []:
+                if item["key"] not in keys:
+                    what = "config" if kind == CONFIGMAP else "secret"
+                    detail = f"{kind} references non-existent {what} key: {item['key']}"
+                    return _mount(volume["name"], detail)
+    return None
+
+
+def _env(ns: str, container: Mapping[str, Any], lookup: Lookup) -> Refusal | None:
+    name = str(container["name"])
+    for source in container.get("envFrom") or []:
+        for kind, field in ((CONFIGMAP, "configMapRef"), (SECRET, "secretRef")):
+            ref = source.get(field)
+            needed = ref is not None and not ref.get("optional")
+            if needed and lookup(kind, ns, str(ref["name"])) is None:
+                return _config(name, f'{kind} "{ref["name"]}" not found')
+    for env in container.get("env") or []:
+        value_from = env.get("valueFrom") or {}
+        for kind, field, title in (
+            (SECRET, "secretKeyRef", "Secret"),
+            (CONFIGMAP, "configMapKeyRef", "ConfigMap"),
+        ):
+            ref = value_from.get(field)
+            if ref is None or ref.get("optional"):
+                continue
+            keys = lookup(kind, ns, str(ref["name"]))
+            if keys is None:
+                return _config(name, f'{kind} "{ref["name"]}" not found')
+            if ref["key"] not in keys:
+                return _config(
+                    name, f"couldn't find key {ref['key']} in {title} {ns}/{ref['name']}"
+                )
+    return None
+
+
+def check(
+    pod: Mapping[str, Any], lookup: Lookup, containers: Iterable[str] | None = None
+) -> Refusal | None:
+    """Why the kubelet would not start `pod` now (volumes first, as it mounts them before it
+    builds any container's environment), or None. `containers`: only those (default: all)."""
+    refused = _volumes(pod, lookup)
+    if refused is not None:
+        return refused
+    wanted = None if containers is None else set(containers)
+    spec = pod["spec"]
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if wanted is None or container["name"] in wanted:
+            refused = _env(pod["metadata"]["namespace"], container, lookup)
+            if refused is not None:
+                return refused
+    return None
+
+
+def event(pod: Mapping[str, Any], refusal: Refusal, node: str) -> dict[str, Any]:
+    """The Warning Event a kubelet posts on `pod` for `refusal`."""
+    meta = pod["metadata"]
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    involved = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "uid": meta["uid"],
+    }
+    if refusal.container is not None:
+        involved["fieldPath"] = f"spec.containers{{{refusal.container}}}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+            "namespace": meta["namespace"],
+        },
+        "involvedObject": involved,
+        "type": "Warning",
+        "reason": refusal.event_reason,
+        "message": refusal.event_message,
+        "source": {"component": "kubelet", "host": node},
+        "reportingComponent": "kubelet",
+        "reportingInstance": node,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+def waiting_status(pod: Mapping[str, Any], refusal: Refusal) -> dict[str, Any]:
+    """The pod status a kubelet writes while it refuses: Pending, every container waiting (the
+    refused one with the reason, the others ContainerCreating), not ready."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    containers = pod["spec"].get("containers") or []
+    names = [str(c["name"]) for c in containers]
+
+    def state(name: str) -> dict[str, Any]:
+        if refusal.container == name and refusal.waiting_message:
+            return {"reason": refusal.waiting_reason, "message": refusal.waiting_message}
+        return {
+            "reason": refusal.waiting_reason if refusal.container == name else "ContainerCreating"
+        }
+
+    def cond(kind: str, ok: bool, **why: str) -> dict[str, Any]:
+        return {"type": kind, "status": "True" if ok else "False", "lastTransitionTime": now, **why}
+
+    unready = {
+        "reason": "ContainersNotReady",
+        "message": f"containers with unready status: [{' '.join(names)}]",
+    }
+    return {
+        "phase": "Pending",
+        "conditions": [
+            # The sandbox waits for the volumes; an env var is looked up once it exists.
+            cond("PodReadyToStartContainers", refusal.container is not None),
+            cond("Initialized", True),
+            cond("Ready", False, **unready),
+            cond("ContainersReady", False, **unready),
+            cond("PodScheduled", True),
+        ],
+        "containerStatuses": [
+            {
+                "name": str(c["name"]),
+                "image": str(c.get("image", "")),
+                "imageID": "",
+                "ready": False,
+                "started": False,
+                "restartCount": 0,
+                "state": {"waiting": state(str(c["name"]))},
+            }
+            for c in containers
+        ],
+    }
