@@ -94,7 +94,7 @@ cluster-wipe: venv ## Stop the local cluster and delete its state
 	$(LOCALCLUSTER) wipe
 
 .PHONY: demo
-demo: cluster-up vllm ## Local cluster + chart + examples + plans + a real vLLM answering
+demo: cluster-up vllm ## Local cluster + chart + metrics stack + examples (Available) + plans + a real vLLM answering
 	$(LOCALCLUSTER).demo
 
 .PHONY: bench

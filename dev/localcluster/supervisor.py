@@ -614,32 +614,17 @@ class Cluster:
     ) -> str:
         """Start the local node `local-gpu-0` (vLLM installed first if needed: minutes, once);
         wait until it is Ready and return its name."""
-        import sys
-
         name, node = "node-runner", "local-gpu-0"
         install = REPO / "dev" / "dataplane" / "install-vllm.sh"
         venv = subprocess.run([str(install)], check=True, stdout=subprocess.PIPE, text=True)
         if not self._alive(name):
-            cmd = [
-                sys.executable,
-                "-m",
+            self.start_dev_process(
+                name,
                 "localcluster.noderunner",
-                f"--state-dir={self.state_dir}",
                 f"--vllm-venv={venv.stdout.strip().splitlines()[-1]}",
                 f"--gpus={gpus}",
                 f"--pod-network={pod_network}",
-            ]
-            with open(self.state_dir / f"{name}.log", "ab") as logf:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdout=logf,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    cwd=self.state_dir,
-                    env={**os.environ, "PYTHONPATH": str(HERE.parent)},
-                )
-            self._pidfile(name).write_text(str(proc.pid))
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             pid = self._pid(name)  # (not _alive: right after fork the cmdline is still ours)
@@ -654,6 +639,26 @@ class Cluster:
                     return node
             time.sleep(0.5)
         raise TimeoutError(f"node {node} not Ready after {timeout}s; see {name}.log")
+
+    def start_dev_process(self, name: str, module: str, *args: str) -> None:
+        """Run `python -m <module> --state-dir=<state dir> <args>` (a module of dev/) as a
+        process of this cluster among the workloads (no control-plane priority), in a session of
+        its own, with its log and pidfile under the state directory: `alive(name)` and
+        `stop(name)` find it and down() stops it."""
+        import sys
+
+        cmd = [sys.executable, "-m", module, f"--state-dir={self.state_dir}", *args]
+        with open(self.state_dir / f"{name}.log", "ab") as logf:
+            proc = subprocess.Popen(
+                cmd,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.state_dir,
+                env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+            )
+        self._pidfile(name).write_text(str(proc.pid))
 
     def stop_node_runner(self) -> None:
         """Stop the runner and its pods' processes; it unregisters its node on the way out."""
