@@ -112,7 +112,7 @@ cluster-wipe: venv ## Stop the local cluster and delete its state
 	$(LOCALCLUSTER) wipe
 
 .PHONY: demo
-demo: cluster-up vllm images ## Local cluster + chart (its operator pod from the built image) + examples + plans + a real vLLM answering
+demo: cluster-up vllm images ## Local cluster + chart (its operator pod from the built image) + metrics stack + examples (Available) + plans + a real vLLM answering
 	$(LOCALCLUSTER).demo
 
 .PHONY: bench

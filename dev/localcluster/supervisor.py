@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from . import keda, lws, pki
+from . import discovery, keda, lws, pki
 from .kwokgate import gated_stages
 from .nodes import KWOK_ANNOTATION, Pool, load_profile, node_manifests
 
@@ -64,6 +64,7 @@ KEDA_ENV = "LLMFLEET_KEDA"
 KEDA_OPERATOR = keda.OPERATOR  # pidfile, log and kubeconfig stems
 KEDA_ADAPTER = keda.ADAPTER
 KEDA = (KEDA_OPERATOR, KEDA_ADAPTER)
+KEDA_GROUPS = (keda.API_GROUP, keda.EXTERNAL_METRICS_GROUP)
 
 
 def lws_by_default() -> bool:
@@ -285,7 +286,8 @@ class Cluster:
     def remove_lws(self) -> None:
         """Stop the controller and remove the LeaderWorkerSet API as if it had never been
         installed: its webhook configurations, RBAC and CRD (and with it every LeaderWorkerSet;
-        the garbage collector removes their StatefulSets). Returns once the CRD is gone."""
+        the garbage collector removes their StatefulSets). Returns once the API server has
+        forgotten both: no discovery endpoint lists the group and pods pass no LWS webhook."""
         self._stop(LWS)
         config = bindir("lws") / "config"
         if config.exists():  # (else never built, so never installed)
@@ -298,6 +300,9 @@ class Cluster:
                 *lws.rbac_names(config),
                 f"customresourcedefinition/{lws.CRD_NAME}",
             )
+            # Gone from etcd, not yet from the API server's caches (discovery.py).
+            self._wait_discovery([lws.API_GROUP], served=False)
+            self._wait_lws_webhooks_gone()
         shutil.rmtree(self.lws_dir, ignore_errors=True)
 
     @contextlib.contextmanager
@@ -362,6 +367,9 @@ class Cluster:
             pod = next(o for o in _json_stream(out) if o["kind"] == "Pod")
             env = {e["name"] for e in pod["spec"]["containers"][0].get("env", [])}
             if "LWS_LEADER_ADDRESS" in env:
+                # The dry run reaches the CRD's handler; discovery lists the group a few
+                # controller steps later (discovery.py).
+                self._wait_discovery([lws.API_GROUP], True, max(1.0, deadline - time.monotonic()))
                 return
             last = f"the pod webhook injected no LWS_LEADER_ADDRESS: {sorted(env)}"
             time.sleep(0.2)
@@ -369,6 +377,23 @@ class Cluster:
             f"LeaderWorkerSet webhooks not serving after {timeout}s: {last}; "
             f"see {self.state_dir / (LWS + '.log')}"
         )
+
+    def _wait_lws_webhooks_gone(self, timeout: float = 60) -> None:
+        """Wait until a server-side dry run of a pod the LWS pod webhooks would take passes
+        without them: the API server's webhook informer has seen the configurations go (with
+        failurePolicy Fail and the controller stopped, a webhook it still knows refuses it)."""
+        deadline = time.monotonic() + timeout
+        pod = yaml.safe_dump(lws.probe("default")[1])
+        while True:
+            try:
+                self.kubectl("create", "--dry-run=server", "-o=name", "-f=-", input=pod)
+                return
+            except subprocess.CalledProcessError as e:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"LeaderWorkerSet webhooks still called after {timeout}s: {e.stderr}"
+                    ) from None
+                time.sleep(0.1)
 
     # --- end of LeaderWorkerSet block -------------------------------------------------------
 
@@ -394,8 +419,9 @@ class Cluster:
     def remove_keda(self) -> None:
         """Stop KEDA and remove its API as if it had never been installed: the APIService, its
         CRDs (and with them every ScaledObject; the garbage collector removes the HPAs they
-        own), RBAC and the namespace `keda`. Returns once they are gone. Targets stay at the
-        replicas KEDA left them at (upstream's default, restoreToOriginalReplicaCount off)."""
+        own), RBAC and the namespace `keda`. Returns once they are gone and no discovery
+        endpoint lists keda.sh or external.metrics.k8s.io. Targets stay at the replicas KEDA
+        left them at (upstream's default, restoreToOriginalReplicaCount off)."""
         config = bindir("keda") / "config"
         if config.exists():  # (else never built, so never installed)
             # First, while the adapter still answers: an APIService whose backend is gone
@@ -437,6 +463,8 @@ class Cluster:
                 "-",
                 input="\n---\n".join(yaml.safe_dump(d) for d in reversed(keda.rbac(config))),
             )
+            # Gone from etcd, not yet from the API server's caches (discovery.py).
+            self._wait_discovery(KEDA_GROUPS, served=False)
         shutil.rmtree(self.keda_dir, ignore_errors=True)
 
     @contextlib.contextmanager
@@ -545,6 +573,9 @@ class Cluster:
             except OSError:
                 state["grpc"] = False
             if all(state.values()):
+                # Available and Established are conditions; discovery follows them in
+                # controller steps of its own (discovery.py).
+                self._wait_discovery(KEDA_GROUPS, True, max(1.0, deadline - time.monotonic()))
                 return
             last = ", ".join(k for k, v in state.items() if not v)
             time.sleep(0.2)
@@ -580,6 +611,14 @@ class Cluster:
                     raise TimeoutError(f"CRD {crd} not Established after {timeout:.0f} s")
                 time.sleep(0.05)
 
+    def _wait_discovery(self, groups: Iterable[str], served: bool, timeout: float = 60) -> None:
+        """Until discovery lists every group in `groups` (served), or none of them."""
+
+        def get(path: str, accept: str) -> bytes:
+            return self._get(f"{self.server}{path}", auth=True, accept=accept)
+
+        discovery.wait(get, groups, served, timeout)
+
     def _crd_url(self, name: str) -> str:
         return f"{self.server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
 
@@ -601,26 +640,13 @@ class Cluster:
         install = REPO / "dev" / "dataplane" / "install-vllm.sh"
         venv = subprocess.run([str(install)], check=True, stdout=subprocess.PIPE, text=True)
         if not self._alive(name):
-            cmd = [
-                sys.executable,
-                "-m",
+            self.start_dev_process(
+                name,
                 "localcluster.noderunner",
-                f"--state-dir={self.state_dir}",
                 f"--vllm-venv={venv.stdout.strip().splitlines()[-1]}",
                 f"--gpus={gpus}",
                 f"--pod-network={pod_network}",
-            ]
-            with open(self.state_dir / f"{name}.log", "ab") as logf:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdout=logf,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    cwd=self.state_dir,
-                    env={**os.environ, "PYTHONPATH": str(HERE.parent)},
-                )
-            self._pidfile(name).write_text(str(proc.pid))
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             pid = self._pid(name)  # (not _alive: right after fork the cmdline is still ours)
@@ -635,6 +661,26 @@ class Cluster:
                     return node
             time.sleep(0.5)
         raise TimeoutError(f"node {node} not Ready after {timeout}s; see {name}.log")
+
+    def start_dev_process(self, name: str, module: str, *args: str) -> None:
+        """Run `python -m <module> --state-dir=<state dir> <args>` (a module of dev/) as a
+        process of this cluster among the workloads (no control-plane priority), in a session of
+        its own, with its log and pidfile under the state directory: `alive(name)` and
+        `stop(name)` find it and down() stops it."""
+        import sys
+
+        cmd = [sys.executable, "-m", module, f"--state-dir={self.state_dir}", *args]
+        with open(self.state_dir / f"{name}.log", "ab") as logf:
+            proc = subprocess.Popen(
+                cmd,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.state_dir,
+                env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+            )
+        self._pidfile(name).write_text(str(proc.pid))
 
     def stop_node_runner(self) -> None:
         """Stop the runner and its pods' processes; it unregisters its node on the way out."""
@@ -921,9 +967,16 @@ class Cluster:
         ctx.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
         return ctx
 
-    def _get(self, url: str, auth: bool = False, context: ssl.SSLContext | None = None) -> bytes:
+    def _get(
+        self,
+        url: str,
+        auth: bool = False,
+        context: ssl.SSLContext | None = None,
+        accept: str | None = None,
+    ) -> bytes:
         ctx = self._ssl_context() if auth else context
-        with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
+        req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
             body: bytes = resp.read()
             return body
 

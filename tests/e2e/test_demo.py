@@ -1,15 +1,20 @@
-"""`make demo`, end to end: the same `run()` (dev/localcluster/demo.py) on the test cluster. The
-examples are applied and planned, and the tiny-local LLMDeployment answers a chat request at the
-endpoint its status names (its vLLM Router), once it reports Available."""
+"""`make demo`, end to end: the same `run()` (dev/localcluster/demo) on the test cluster. What a
+user who runs it notices: the tiny model answers a chat request at the endpoint its status names
+(its vLLM Router), every GPU example is Available (or its status says why not), none is
+Degraded, and the last screen shows each LLMDeployment with its conditions."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 from localcluster import demo
-from localcluster.metricsstack.load import delete_llmd, wait_until
+from localcluster.metricsstack import MetricsStack
+from localcluster.metricsstack.load import GROUP, PLURAL, VERSION, delete_llmd
+from localcluster.operator_process import condition
 from localcluster.supervisor import RUNNER_POD_NETWORK, Cluster
 
 from . import localnode
@@ -18,32 +23,58 @@ from .harness import Operator
 pytestmark = pytest.mark.cluster
 
 
-def test_the_demo_answers_a_chat_request_at_the_llmdeployments_endpoint(
-    cluster: Cluster, api: client.ApiClient, operator: Operator, vllm_python: Path
+def test_the_demo_answers_at_the_endpoint_and_every_example_is_available_none_degraded(
+    cluster: Cluster,
+    api: client.ApiClient,
+    operator: Operator,
+    metrics_stack: MetricsStack,
+    vllm_python: Path,
 ) -> None:
     shown: list[str] = []
-    core = client.CoreV1Api(api)
     with localnode.local_node(cluster, gpus=4):
         try:
             answer = demo.run(cluster, out=shown.append)
+            items = client.CustomObjectsApi(api).list_namespaced_custom_object(
+                GROUP, VERSION, demo.DEMO_NAMESPACE, PLURAL
+            )["items"]
         finally:
             print("\n".join(shown))
-            delete_llmd(api, demo.DEMO_NAMESPACE, demo.LOCAL_NAME)
-            core.delete_namespace(demo.DEMO_NAMESPACE)
-            wait_until(
-                lambda: (
-                    demo.DEMO_NAMESPACE
-                    not in {n.metadata.name for n in core.list_namespace().items}
-                ),
-                180,
-                2,
-                "the demo namespace gone",
-            )
+            with contextlib.suppress(client.ApiException):  # (not applied: the demo failed)
+                delete_llmd(api, demo.DEMO_NAMESPACE, demo.LOCAL_NAME)
+            demo.tear_down(cluster)
     assert answer.strip(), "the tiny model answered nothing"
+    llmds: dict[str, dict[str, Any]] = {d["metadata"]["name"]: d for d in items}
     text = "\n".join(shown)
-    # The offline plans of the GPU examples, and the request through the router's pod.
-    for example in ("llama-3-1-70b", "llama-3-1-8b"):
-        assert f"LLMDeployment {example}" in text
+
+    # The last screen: each LLMDeployment with its conditions and why it runs or waits.
+    last = text[text.index("Where each LLMDeployment stands") :]
+    blocks = {name: block(last, name) for name in llmds}
+    degraded = {
+        name: condition(d, "Degraded")
+        for name, d in llmds.items()
+        if condition(d, "Degraded").get("status") == "True"
+    }
+    assert not degraded, degraded
+    gpu_examples = {"llama-3-1-70b", "qwen2-5-72b-fp8", "llama-3-1-8b"}
+    assert gpu_examples | {demo.LOCAL_NAME} == set(llmds)
+    for name in gpu_examples:
+        if condition(llmds[name], "Available").get("status") != "True":
+            # Waiting is allowed only with its reason on the last screen.
+            assert "-> waits: " in blocks[name] or "-> not created: " in blocks[name]
+        assert "Degraded=False AsPlanned" in blocks[name]
+        assert "fake engines (kwok)" in blocks[name]
+    # The demo makes the claim and Secrets the 70B example names: nothing keeps it waiting.
+    assert condition(llmds["llama-3-1-70b"], "Available")["status"] == "True"
+    assert "Available=True EnginesReady" in blocks[demo.LOCAL_NAME]
+    # The offline plans, and the request through the router's pod.
+    assert "LLMDeployment llama-3-1-70b" in text
     prefix = RUNNER_POD_NETWORK.split(".0.0/")[0]
     assert f"/chat/completions, reached at http://{prefix}." in text
     assert "-router." in text
+
+
+def block(screen: str, name: str) -> str:
+    """The lines the last screen shows for one LLMDeployment."""
+    start = screen.index(f"\n{name}: ")
+    end = screen.find("\n\n", start + 1)
+    return screen[start : end if end >= 0 else None]

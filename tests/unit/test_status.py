@@ -202,3 +202,24 @@ def test_scheduler_retries_do_not_rewrite_status() -> None:
     assert strip == [
         {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in b["conditions"]
     ]
+
+
+def test_a_pod_waiting_for_its_claim_names_the_claim_not_a_node() -> None:
+    """The 70B example's pods without the hf-cache claim it names: status says so."""
+    stuck = pending(
+        '0/5 nodes are available: persistentvolumeclaim "hf-cache" not found. preemption: '
+        "0/5 nodes are available: 5 Preemption is not helpful for scheduling."
+    )
+    status = status_json(
+        ready_status(
+            old=NEW,
+            generation=1,
+            plan=PLAN,
+            endpoint="e",
+            observed=Observed(dep(0, 2), (), hpa(2), (stuck,)),
+        )
+    )
+    limited = next(c for c in status["conditions"] if c["type"] == "ScalingLimited")
+    assert limited["reason"] == "Unschedulable"
+    assert 'persistentvolumeclaim "hf-cache" not found' in limited["message"]
+    assert "no node matches" not in limited["message"]

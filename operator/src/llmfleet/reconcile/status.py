@@ -129,7 +129,14 @@ def crashes(pods: tuple[dict[str, Any], ...]) -> list[Crash]:
 
 
 GPU_SHORTAGE = "Insufficient nvidia.com/gpu"
-_SHORTAGE = re.compile(r"Insufficient [\w./-]*\w|Too many pods|didn't match [^,.]+")
+_SHORTAGE = re.compile(
+    r"Insufficient [\w./-]*\w|Too many pods|didn't match [^,.]+"
+    # What the scheduler's volume binding says of a pod's claims (spec.model.cache): missing,
+    # going, unbound, or no volume to bind.
+    r'|persistentvolumeclaim "[^"]+" (?:not found|is being deleted'
+    r'|bound to non-existent persistentvolume "[^"]+")'
+    r"|unbound immediate PersistentVolumeClaims|didn't find available persistent volumes to bind"
+)
 
 
 def _shortages(message: str) -> set[str]:

@@ -1,0 +1,7 @@
+"""`python -m localcluster.demo` (`make demo`)."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
