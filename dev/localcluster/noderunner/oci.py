@@ -4,13 +4,14 @@ container itself is exercised as a kubelet would: its image's files and user, it
 and env as rendered, its securityContext (user, group, read-only root filesystem, capabilities,
 no privilege escalation) and its volumes mounted where the pod mounts them.
 
-Which images: a container image `REF` runs here when one of the archives of `RUN_FROM_IMAGE` in
-the images directory names `REF` (the `org.opencontainers.image.ref.name` annotation `make images`
+Which images: a container image `REF` runs here when one of the archives of `RUN_FROM_IMAGE` in the
+images directory names `REF` (the `org.opencontainers.image.ref.name` annotation `make images`
 writes), e.g. `docker.io/llmfleet/operator:0.2.0` -> build/images/operator.oci.tar.
-`REPO@sha256:...` matches the archive of that repository whose manifest has that digest.
-Anything else is not an image of this machine: the runner runs it as before (a process) or rejects the pod. The router's archive is
-not among them (yet): the node runner runs router pods from the host's router virtualenv, whose
-path its router adaptation writes into the command, which a container of the image lacks.
+`REPO@sha256:...` matches the archive of that repository whose manifest has that digest. Anything
+else is not an image of this machine: the runner runs it as before (a process) or rejects the pod.
+The router's archive is not among them (yet): the node runner runs router pods from the host's
+router virtualenv, whose path its router adaptation writes into the command, which a container of
+the image lacks.
 
 What differs from a kubelet's runtime (docs/cpu-adaptations.md, "container"):
 * no network namespace: the container shares the host's loopback (binding addresses are the pod
