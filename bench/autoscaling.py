@@ -382,9 +382,7 @@ def batching(cluster: Cluster, api: client.ApiClient, ns: str, python: Path) -> 
 
 def run() -> dict[str, float]:
     cluster = Cluster()
-    if not cluster.healthy():
-        cluster.down()
-        cluster.up()
+    cluster.ensure_up()
     api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
     python = _vllm_python()
     was_running = cluster._alive("node-runner")

@@ -30,11 +30,7 @@ SPEC: dict[str, Any] = {
 
 def run() -> dict[str, float]:
     cluster = Cluster()
-    started = False
-    if not cluster.healthy():
-        cluster.down()
-        cluster.up()
-        started = True
+    started = cluster.ensure_up()
     api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     ns = f"bench-failover-{uuid.uuid4().hex[:5]}"

@@ -102,11 +102,7 @@ class DeploymentWatcher:
 
 def run() -> dict[str, float]:
     cluster = Cluster()
-    started = False
-    if not cluster.healthy():
-        cluster.down()
-        cluster.up()
-        started = True
+    started = cluster.ensure_up()
     api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
     op = Operator(cluster, resync_seconds=RESYNC_SECONDS)
     op.install_identity()

@@ -50,9 +50,7 @@ def cycle(api: client.ApiClient, ns: str) -> dict[str, float]:
 
 def run() -> dict[str, float]:
     cluster = Cluster()
-    if not cluster.healthy():
-        cluster.down()
-        cluster.up()
+    cluster.ensure_up()
     api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
     was_running = cluster._alive("node-runner")
     node = cluster.start_node_runner(gpus=NODE_GPUS)

@@ -27,11 +27,7 @@ NAMESPACE_GONE_TIMEOUT = 180.0
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     c = Cluster()
-    started = False
-    if not c.healthy():
-        c.down()
-        c.up()
-        started = True
+    started = c.ensure_up()
     yield c
     if started and not os.environ.get("LLMFLEET_KEEP_CLUSTER"):
         c.down()

@@ -252,6 +252,15 @@ class Cluster:
             if (self.lws or name != LWS) and (self.keda or name not in KEDA)
         }
 
+    def ensure_up(self) -> bool:
+        """Reuse this cluster if it runs healthy, else start it afresh; whether it was started
+        (then the caller stops it when done)."""
+        if self.healthy():
+            return False
+        self.down()
+        self.up()
+        return True
+
     def healthy(self) -> bool:
         if not all(self.running().values()):
             return False
