@@ -5,7 +5,6 @@ the standby took from the leader's SIGKILL to its first write."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -86,8 +85,3 @@ def lease_holder(leader: Operator) -> str:
     )
     holder: str = json.loads(out)["spec"].get("holderIdentity") or ""
     return holder
-
-
-def settle(seconds: float) -> None:
-    """Let both replicas run side by side (the standby must stay silent meanwhile)."""
-    time.sleep(seconds)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
-from localcluster.failover import kill_leader, lease_holder, settle, writers
+from localcluster.failover import kill_leader, lease_holder, writers
 from localcluster.supervisor import Cluster
 
 from llmfleet import API_GROUP as GROUP
@@ -50,7 +51,7 @@ def test_of_three_candidates_one_leads_and_a_release_hands_over_at_once(
     for c in candidates:
         c.elector.start()
     wait_until(lambda: any(c.elector.leading for c in candidates), timeout=10, what="a leader")
-    settle(2 * FAST["lease_duration"])  # the others keep seeing a renewed Lease
+    time.sleep(2 * FAST["lease_duration"])  # the others keep seeing a renewed Lease
     (leader,) = [c for c in candidates if c.elector.leading]
     others = [c for c in candidates if c is not leader]
     assert all(o.elector.holder == leader.elector.cfg.identity for o in others)
@@ -106,7 +107,7 @@ def test_two_replicas_one_writer_and_a_killed_leader_is_replaced(
         ]["uid"]
         want = sorted(rendered("ha", namespace, uid))
         wait_until(lambda: live(api, namespace) == want, timeout=60, what="ha reconciled")
-        settle(3)  # a few of the standby's Lease reads and the leader's renewals
+        time.sleep(3)  # a few of the standby's Lease reads and the leader's renewals
         both = writers(operator.writes_since(since, leases=True), operator, standby)
         assert both[standby.name] == [], "the standby wrote while the leader ran"
         assert set(both) == {operator.name, standby.name}

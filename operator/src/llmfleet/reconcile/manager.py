@@ -71,10 +71,6 @@ class Manager:
 
         self.writing = False
 
-    def start(self) -> None:
-        self.start_watching()
-        self.start_writing()
-
     def start_watching(self) -> None:
         self.view.start()
 
