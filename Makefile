@@ -116,8 +116,12 @@ demo: cluster-up vllm images ## Local cluster + chart (its operator pod from the
 	$(LOCALCLUSTER).demo
 
 .PHONY: bench
-bench: venv tools ## Run every benchmark; writes bench/results.json and the README table
+bench: venv tools ## Run every benchmark (or BENCH="name ..."); writes bench/results.json, bench/README.md's table and README.md's headline figures
 	PYTHONPATH=dev:. $(PY) -m bench.run $(BENCH)
+
+.PHONY: bench-tables
+bench-tables: venv ## Rewrite bench/README.md's table and README.md's headline figures from bench/results.json (runs no benchmark)
+	PYTHONPATH=dev:. $(PY) -m bench.run --table-only
 
 .PHONY: lock
 lock: ## Re-pin operator/requirements.lock from operator/pyproject.toml

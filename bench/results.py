@@ -1,5 +1,5 @@
-"""bench/results.json: one flat object of named figures, plus the machine and the date; the
-README's performance table is generated from it."""
+"""bench/results.json: one flat object of named figures, plus the machine and the date. Two tables
+are generated from it: every figure in bench/README.md, five headline figures in README.md."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results.json"
-README = HERE.parent / "README.md"
+# The full table goes to BENCH_README, the headline figures to FRONT_README, each between the
+# markers (the rest of either file is written by hand).
+BENCH_README = HERE / "README.md"
+FRONT_README = HERE.parent / "README.md"
 TABLE_BEGIN = "<!-- bench:begin -->"
 TABLE_END = "<!-- bench:end -->"
 
-# name -> (what it measures, unit); the README table lists them in this order.
+# name -> (what it measures, unit); bench/README.md's table lists them in this order.
 FIGURES: dict[str, tuple[str, str]] = {
     "cluster_cold_build_s": ("Build every cluster component from empty Go caches", "s"),
     "cluster_warm_start_s": (
@@ -200,6 +203,40 @@ FIGURES: dict[str, tuple[str, str]] = {
 }
 
 
+# The five figures README.md shows: (what a user gets, the value with {figure} placeholders, each
+# formatted with its unit). Every placeholder is a figure of FIGURES.
+HEADLINES: tuple[tuple[str, str], ...] = (
+    (
+        "The planner's predicted output tok/s and ITL against vLLM's on H100 and H200, error over "
+        "the runs left out of its fit",
+        "{gpu_prediction_error_p50_pct} median, {gpu_prediction_error_max_pct} worst, over "
+        "{gpu_prediction_points}",
+    ),
+    (
+        "Operator failover: SIGKILL of the leader to the standby's first write (two replicas, "
+        "the chart's lease settings)",
+        "{operator_failover_s} median of 5, {operator_failover_max_s} slowest",
+    ),
+    (
+        "`helm upgrade` from the previous release under load through the router: requests "
+        "failed, engine pods restarted",
+        "{upgrade_failed_requests} failed of {upgrade_requests}, {upgrade_engine_restarts} "
+        "restarted",
+    ),
+    (
+        "Scale from zero: a request sent at zero engines, to its first token (tiny model, CPU "
+        "vLLM; the router holds the request)",
+        "{scale_from_zero_first_token_s} median of 3",
+    ),
+    (
+        "vLLM Router's default policy vs round_robin on shared-prefix chats over 2 engines",
+        "{router_prefix_ttft_p50_ratio} the TTFT p50, {router_prefix_throughput_ratio} the "
+        "tokens/s",
+    ),
+)
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
 def machine() -> dict[str, Any]:
     mem_kib = 0
     for line in Path("/proc/meminfo").read_text().splitlines():
@@ -242,12 +279,18 @@ def save(figures: dict[str, float]) -> dict[str, Any]:
     return data
 
 
+def value(data: dict[str, Any], name: str) -> str:
+    """One figure as the tables print it: its number and unit."""
+    return f"{data[name]:g} {FIGURES[name][1]}".rstrip()
+
+
 def table(data: dict[str, Any]) -> str:
+    """Every figure of FIGURES that `data` holds, in order, and where and when they were
+    measured (bench/README.md)."""
     rows = ["| figure | what | value |", "| --- | --- | --- |"]
-    for name, (what, unit) in FIGURES.items():
+    for name, (what, _) in FIGURES.items():
         if name in data:
-            value = f"{data[name]:g} {unit}".rstrip()
-            rows.append(f"| `{name}` | {what} | {value} |")
+            rows.append(f"| `{name}` | {what} | {value(data, name)} |")
     m = data.get("machine", {})
     rows.append("")
     dates = data.get("dates") or {}
@@ -271,8 +314,37 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def update_readme(data: dict[str, Any]) -> None:
-    text = README.read_text()
+def headlines(data: dict[str, Any]) -> str:
+    """The HEADLINES rows (README.md), each value filled in from `data`."""
+    rows = ["| what | measured | figures |", "| --- | --- | --- |"]
+    days = set()
+    for what, template in HEADLINES:
+        names = _PLACEHOLDER.findall(template)
+        measured = _PLACEHOLDER.sub(lambda m: value(data, m[1]), template)
+        figures = ", ".join(f"`{n}`" for n in dict.fromkeys(names))
+        rows.append(f"| {what} | {measured} | {figures} |")
+        days |= {(data.get("dates") or {}).get(n, data.get("date", "?")) for n in names}
+    cpus = (data.get("machine") or {}).get("cpus", "?")
+    rows.append("")
+    rows.append(
+        f"Measured {' and '.join(sorted(days))} (the CPU figures on {cpus} CPUs, the GPU figures "
+        "on the GPUs they name); generated from `bench/results.json`. Every figure, and how "
+        "each is measured: [bench/README.md](bench/README.md)."
+    )
+    return "\n".join(rows)
+
+
+def write_between_markers(path: Path, body: str) -> None:
+    """Replace what stands between TABLE_BEGIN and TABLE_END in `path` with `body`."""
+    text = path.read_text()
     pattern = re.compile(re.escape(TABLE_BEGIN) + ".*?" + re.escape(TABLE_END), re.S)
-    new = f"{TABLE_BEGIN}\n{table(data)}\n{TABLE_END}"
-    README.write_text(pattern.sub(lambda _: new, text))
+    if not pattern.search(text):
+        raise ValueError(f"{path}: no {TABLE_BEGIN} ... {TABLE_END} to write the figures between")
+    new = f"{TABLE_BEGIN}\n{body}\n{TABLE_END}"
+    path.write_text(pattern.sub(lambda _: new, text))
+
+
+def write_tables(data: dict[str, Any]) -> None:
+    """Every figure into bench/README.md, the headline figures into README.md."""
+    write_between_markers(BENCH_README, table(data))
+    write_between_markers(FRONT_README, headlines(data))

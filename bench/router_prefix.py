@@ -340,7 +340,7 @@ def main() -> int:
         figures = summarize(measured)
     else:
         figures = run(args.runs)
-    results.update_readme(results.save(figures))
+    results.write_tables(results.save(figures))
     for k, v in sorted(figures.items()):
         print(f"   {k} = {v:.3f}")
     return 0

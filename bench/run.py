@@ -1,4 +1,5 @@
-"""`make bench`: run every benchmark (or those named) and record the figures."""
+"""`make bench`: run every benchmark (or those named) and record the figures; `--table-only`
+(`make bench-tables`) writes the tables from bench/results.json and runs nothing."""
 
 from __future__ import annotations
 
@@ -26,22 +27,34 @@ BENCHMARKS = (
 )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench")
     p.add_argument(
         "names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)"
     )
-    args = p.parse_args()
+    p.add_argument(
+        "--table-only",
+        action="store_true",
+        help="run no benchmark: write bench/README.md's table and README.md's headline figures "
+        "from bench/results.json as it is",
+    )
+    args = p.parse_args(argv)
     unknown = set(args.names) - set(BENCHMARKS)
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; choose from {BENCHMARKS}")
+    if args.table_only:
+        if args.names:
+            p.error("--table-only runs no benchmark: name none")
+        results.write_tables(results.load())
+        print(f"wrote {results.BENCH_README} and {results.FRONT_README} from {results.RESULTS}")
+        return 0
     names = args.names or list(BENCHMARKS)
     for name in names:
         start = time.monotonic()
         print(f"== bench {name}", flush=True)
         figures = importlib.import_module(f"bench.{name}").run()
         data = results.save(figures)
-        results.update_readme(data)
+        results.write_tables(data)
         for k, v in sorted(figures.items()):
             print(f"   {k} = {v:.3f}")
         print(f"   ({time.monotonic() - start:.0f}s)", flush=True)

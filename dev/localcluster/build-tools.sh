@@ -276,7 +276,7 @@ for c in "${components[@]}"; do
   t0=$(date +%s)
   built_before=$(ls "$CACHE/bin" | wc -l)
   "build_${c//-/_}"
-  # Record how long a real build took (not a cache hit), for the README and bench/results.json.
+  # Record how long a real build took (not a cache hit), for dev/README.md and bench/results.json.
   if [ "$(ls "$CACHE/bin" | wc -l)" != "$built_before" ]; then
     echo "$c $(( $(date +%s) - t0 ))" >> "$CACHE/build-times.txt"
   fi

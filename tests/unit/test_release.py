@@ -27,9 +27,9 @@ SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)
 RELEASE_HEADING = re.compile(r"^## \[(?P<version>[^\]]+)\] - \d{4}-\d{2}-\d{2}$", re.MULTILINE)
 ENGINE_LINE = re.compile(r"^Engine pods: (not restarted|restarted \(.+\))$", re.MULTILINE)
 # Where a release's image tags are written out for people to copy (a tag starts with a digit:
-# placeholders such as <version> are not tags).
+# placeholders such as <version> are not tags), in any registry (`$REGISTRY/operator:...`).
 TAGGED_DOCS = ("README.md", "images/**/*", "docs/*.md", "charts/llmfleet/README.md")
-OPERATOR_TAG = re.compile(r"llmfleet/operator:(\d\S*?)[\s`)]")
+OPERATOR_TAG = re.compile(r"/operator:(\d\S*?)[\s`)]")
 VLLM_TAG = re.compile(r"llmfleet/vllm:v[\d.]+-llmfleet(\d\S*?)[\s`),]")
 
 
