@@ -385,7 +385,7 @@ def run() -> dict[str, float]:
     cluster.ensure_up()
     api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
     python = _vllm_python()
-    was_running = cluster._alive("node-runner")
+    was_running = cluster.alive("node-runner")
     node = cluster.start_node_runner(gpus=NODE_GPUS)
     op = Operator(cluster)
     op.install_identity()

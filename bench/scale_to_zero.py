@@ -52,7 +52,7 @@ def run() -> dict[str, float]:
     cluster = Cluster()
     cluster.ensure_up()
     api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    was_running = cluster._alive("node-runner")
+    was_running = cluster.alive("node-runner")
     node = cluster.start_node_runner(gpus=NODE_GPUS)
     stack = MetricsStack(cluster).start()
     op = Operator(cluster, chart_values=(f"keda.prometheusUrl={stack.prometheus_url}",))

@@ -6,7 +6,7 @@ Upstream runs both as Deployments in the namespace `keda` under the ServiceAccou
 `keda-operator`, with certificate rotation in the operator: it writes a CA and one certificate
 into the Secret `kedaorg-certs`, mounted by both for their gRPC link (mutual TLS) and by the
 adapter as its serving certificate, and patches that CA into the APIService. Here both are
-processes on 127.0.0.1 (supervisor.py starts them): rotation is off, the one certificate comes
+processes on 127.0.0.1 (keda_addon.py starts them): rotation is off, the one certificate comes
 from pki.py (stem `keda`, signed by the cluster CA, which is the APIService's caBundle), and
 each process authenticates with a client certificate of its own bound to what upstream binds to
 the ServiceAccount. Leader election is off (one replica). The admission webhooks (a third

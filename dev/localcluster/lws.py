@@ -5,7 +5,7 @@ install applies, pointed at 127.0.0.1, and the controller's command line.
 Upstream runs the controller as a Deployment in `lws-system` behind the Service
 `lws-webhook-service`, with internal certificate management: it writes a self-signed CA and
 serving certificate into a Secret and patches that CA into the webhook configurations. Here it
-is a process on 127.0.0.1 (supervisor.py starts it): internal certificate management is
+is a process on 127.0.0.1 (lws_addon.py starts it): internal certificate management is
 off, the webhook serving certificate comes from pki.py (signed by the cluster CA, which is every
 webhook's caBundle), the webhook configurations call `https://127.0.0.1:<port><path>` instead of
 the Service, and the controller authenticates with a client certificate of its own

@@ -1,16 +1,27 @@
-"""Fake nodes as Kubernetes objects, built from a node-pool profile."""
+"""The cluster's nodes: kwok's fake ones as Kubernetes objects built from a node-pool profile,
+applied and waited for until kwok reports them Ready, and the node runner's local-gpu-0, whose
+pods really run (dev/localcluster/noderunner)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .api import FIELD_MANAGER, Api, dump
+from .processes import Processes
+from .tools import REPO
+
 GPU_RESOURCE = "nvidia.com/gpu"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_PREFIX = "kwok-"  # every kwok node's name starts so (the kwok gate's nodes)
+RUNNER, RUNNER_NODE = "node-runner", "local-gpu-0"  # the node runner's process, its node
 
 
 @dataclass(frozen=True)
@@ -87,3 +98,59 @@ def node_manifests(pool: Pool) -> list[dict[str, Any]]:
             }
         )
     return nodes
+
+
+def apply(api: Api, pools: list[Pool]) -> None:
+    docs = [n for p in pools for n in node_manifests(p)]
+    api.kubectl(
+        "apply",
+        "--server-side",
+        f"--field-manager={FIELD_MANAGER}",
+        "-f",
+        "-",
+        input=dump(docs),
+    )
+
+
+def ready(node: dict[str, Any]) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", [])
+    )
+
+
+def wait_kwok_ready(api: Api, timeout: float = 60) -> None:
+    """Wait until every kwok node is Ready (the node runner's node reports for itself)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        nodes = [
+            n
+            for n in json.loads(api.kubectl("get", "nodes", "-o", "json"))["items"]
+            if (n["metadata"].get("annotations") or {}).get(KWOK_ANNOTATION) == "fake"
+        ]
+        if nodes and all(ready(n) for n in nodes):
+            return
+        time.sleep(0.3)
+    raise TimeoutError("nodes not Ready; see kwok.log")
+
+
+def start_runner(procs: Processes, api: Api, gpus: int, pod_network: str, timeout: float) -> str:
+    """Start the node runner (vLLM installed first if needed: minutes, once) unless it runs;
+    wait until its node is Ready and return the node's name."""
+    install = REPO / "dev" / "dataplane" / "install-vllm.sh"
+    venv = subprocess.run([str(install)], check=True, stdout=subprocess.PIPE, text=True)
+    if not procs.alive(RUNNER):
+        procs.start_dev(
+            RUNNER,
+            "localcluster.noderunner",
+            f"--vllm-venv={venv.stdout.strip().splitlines()[-1]}",
+            f"--gpus={gpus}",
+            f"--pod-network={pod_network}",
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs.check(RUNNER)
+        with contextlib.suppress(subprocess.CalledProcessError):
+            if ready(json.loads(api.kubectl("get", "node", RUNNER_NODE, "-o", "json"))):
+                return RUNNER_NODE
+        time.sleep(0.5)
+    raise TimeoutError(f"node {RUNNER_NODE} not Ready after {timeout}s; see {procs.log(RUNNER)}")

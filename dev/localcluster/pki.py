@@ -36,9 +36,9 @@ CLIENTS = (
     # The operator under test; its permissions come from the chart's RBAC, bound by the tests.
     Client("operator", "llmfleet-operator"),
     # The LeaderWorkerSet controller, with the ClusterRoles upstream ships (lws.py, bound by
-    # supervisor.py to this user).
+    # lws_addon.py to this user).
     Client("lws-controller", "lws-controller-manager"),
-    # KEDA's operator and metrics adapter (keda.py), each bound by supervisor.py to what
+    # KEDA's operator and metrics adapter (keda.py), each bound by keda_addon.py to what
     # upstream's single ServiceAccount `keda-operator` gets.
     Client("keda-operator", "keda-operator"),
     Client("keda-metrics-apiserver", "keda-metrics-apiserver"),

@@ -5,7 +5,7 @@ deserialising API objects and would space the samples seconds apart on a loaded 
 
     python -m localcluster.sampler URL OUT INTERVAL PREFIX...
 
-Start it with supervisor.ahead_of_workloads: a measuring instrument must run ahead of the
+Start it with processes.ahead_of_workloads: a measuring instrument must run ahead of the
 processes it measures when the machine is saturated (samples came 3-4 s apart during a
 scale-down otherwise).
 """

@@ -33,13 +33,13 @@ def local_node(cluster: Cluster, gpus: int) -> Iterator[str]:
     pods on it have drained (a pod left Terminating without its kubelet would hold its GPU when
     the runner next starts)."""
     subprocess.run([str(INSTALL_ROUTER)], check=True, stdout=subprocess.DEVNULL)
-    was_running = cluster._alive("node-runner")
+    was_running = cluster.alive("node-runner")
     if was_running and not _runner_is_current(cluster):
         cluster.stop_node_runner()  # a runner from older code lacks features the tests need
         was_running = False
     node = cluster.start_node_runner(gpus=gpus)
     yield node
-    if was_running or not cluster._alive("node-runner"):
+    if was_running or not cluster.alive("node-runner"):
         return
     from kubernetes import config
 

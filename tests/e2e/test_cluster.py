@@ -392,11 +392,12 @@ def test_leaderworkerset_scales_through_its_scale_subresource(
 def test_cluster_without_leaderworkerset_has_no_such_api(
     api: client.ApiClient, lws_cluster: Cluster, namespace: str
 ) -> None:
-    """What the operator meets on a cluster without LWS (Cluster.without_lws(); a cluster started
-    with LLMFLEET_LWS=0 removes what an earlier start installed the same way, remove_lws): no API
-    group, and no webhook left behind that would refuse pods carrying its labels."""
+    """What the operator meets on a cluster without LWS (Cluster.without(addons.lws); a cluster
+    started with LLMFLEET_LWS=0 removes what an earlier start installed the same way,
+    AddOn.remove): no API group, and no webhook left behind that would refuse pods carrying its
+    labels."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    with lws_cluster.without_lws():
+    with lws_cluster.without(lws_cluster.addons.lws):
         assert not lws_cluster.alive(LWS)
         groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
         assert LWS_GROUP not in groups
@@ -416,7 +417,7 @@ def test_cluster_without_leaderworkerset_has_no_such_api(
         )
         # (Gone before the controller comes back: it would retry this pod, no group's, in vain.)
         core.delete_namespaced_pod("x-0", namespace, grace_period_seconds=0)
-    # Back: the controller runs and its webhooks answer again (start_lws checked both).
+    # Back: the controller runs and its webhooks answer again (AddOn.start checked both).
     assert lws_cluster.alive(LWS)
     groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
     assert LWS_GROUP in groups

@@ -47,9 +47,9 @@ STARTUP_TIMEOUT = 300  # a vLLM pod on 2 shared cores; ~35-90 s usually
 
 @pytest.fixture(scope="module")
 def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
-    was_running = cluster._alive("node-runner")
+    was_running = cluster.alive("node-runner")
     yield cluster.start_node_runner(gpus=4)
-    if not was_running and cluster._alive("node-runner"):
+    if not was_running and cluster.alive("node-runner"):
         cluster.stop_node_runner()
 
 

@@ -32,7 +32,7 @@ def keda_cluster(cluster: Cluster) -> Cluster:
 
 
 def test_keda_is_the_pinned_version(keda_cluster: Cluster) -> None:
-    assert all(keda_cluster.keda_state().values()), keda_cluster.keda_state()
+    assert all(keda_cluster.addons.keda.state().values()), keda_cluster.addons.keda.state()
     log = (keda_cluster.state_dir / f"{KEDA_OPERATOR}.log").read_text()
     assert f"KEDA Version: {pinned_versions()['KEDA_VERSION'].removeprefix('v')}" in log
 

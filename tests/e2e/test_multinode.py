@@ -171,7 +171,7 @@ def test_without_the_leaderworkerset_api_it_waits_planned_false_then_is_created(
     def planned() -> dict[str, Any]:
         return condition(get_llmd(api, namespace, name), "Planned")
 
-    with cluster.without_lws():
+    with cluster.without(cluster.addons.lws):
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
         cond = wait_until(
             lambda: (c := planned()).get("reason") == "LeaderWorkerSetMissing" and c,

@@ -89,11 +89,11 @@ def test_refused_without_keda_or_its_prometheus_then_idles_to_zero_and_a_request
     assert refused["status"] == "False"
     for words in ("spec.autoscaling.minReplicas", "keda.prometheusUrl", "at least 1"):
         assert words in refused["message"], refused["message"]
-    with cluster.without_keda():
+    with cluster.without(cluster.addons.keda):
         # As on a cluster where nobody installed KEDA: neither of its APIs, no process of it.
         groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
         assert not {"keda.sh", "external.metrics.k8s.io"} & groups
-        assert not any(cluster.keda_state().values())
+        assert not any(cluster.addons.keda.state().values())
         refused = wait_until(
             lambda: (c := cond("Planned")).get("reason") == "KEDAMissing" and c,
             timeout=60,
@@ -106,7 +106,7 @@ def test_refused_without_keda_or_its_prometheus_then_idles_to_zero_and_a_request
         assert not client.AppsV1Api(api).list_namespaced_deployment(namespace).items
         assert operator.proc is not None
         assert operator.proc.poll() is None  # reported, not crashed
-    assert all(cluster.keda_state().values()), cluster.keda_state()
+    assert all(cluster.addons.keda.state().values()), cluster.addons.keda.state()
 
     # --- KEDA back and the chart given its Prometheus: the same LLMDeployment is created.
     with operator.configured(f"keda.prometheusUrl={metrics_stack.prometheus_url}"):

@@ -1,4 +1,4 @@
-"""The local control plane and the instruments run ahead of the workloads (supervisor.
+"""The local control plane and the instruments run ahead of the workloads (processes.
 ahead_of_workloads): in a session of their own, at CONTROL_PLANE_NICE, and with that session's
 scheduling group at the same nice, since under autogroup scheduling a process's own nice counts
 only inside its session."""

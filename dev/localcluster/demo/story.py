@@ -14,6 +14,7 @@ import yaml
 from llmfleet.models.deployment import KIND
 
 from .. import idleengines
+from ..metricsstack import MetricsStack
 from ..operator_pod import OperatorPod
 from ..operator_process import OPERATOR_NAMESPACE, RELEASE, Operator, condition
 from ..supervisor import REPO, Cluster, bindir
@@ -66,7 +67,7 @@ def run_demo(cluster: Cluster, out: Out = print) -> str:
     out(run(*helm, "status", RELEASE, "--namespace", OPERATOR_NAMESPACE))
 
     _step(out, "The metrics path the HPAs read: Prometheus, prometheus-adapter, kube-state-metrics")
-    stack = cluster.start_metrics_stack()
+    stack = MetricsStack(cluster).start()
     idleengines.start(cluster, [DEMO_NAMESPACE])
     out(
         f"Prometheus {stack.prometheus_url} scrapes the engine pods; prometheus-adapter serves "
