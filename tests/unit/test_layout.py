@@ -1,5 +1,7 @@
 """The tree keeps what ships, what helps develop and what verifies apart: imports run
-tests -> dev -> operator, never back, and the README's layout names every top-level folder."""
+tests -> dev -> operator, never back, and the README's layout names every top-level folder.
+Inside the operator the planner stays a lower layer than what reads its Plans, in modules of
+one job each."""
 
 from __future__ import annotations
 
@@ -9,9 +11,21 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+SRC = REPO / "operator" / "src"
 # Top-level import names of each part (dev/ and tests/ are put on the path as folders).
 DEV_PACKAGES = {p.name for p in (REPO / "dev").iterdir() if (p / "__init__.py").exists()}
 TEST_PACKAGES = {"e2e", "unit", "conftest", "tests"}
+# (folder under operator/src, package it never imports): the planner turns a spec into a Plan
+# and knows nothing of what renders, applies or prints it.
+LOWER_LAYERS = [
+    ("llmfleet/planner", "llmfleet.render"),
+    ("llmfleet/planner", "llmfleet.reconcile"),
+    ("llmfleet/planner", "llmfleet.commands"),
+]
+# (folder under operator/src, most lines a module in it may have): past that it holds more
+# than one job, as planning.py did before it was split.
+MAX_LINES = [("llmfleet/planner", 300)]
+SIZED = [(m, limit) for folder, limit in MAX_LINES for m in sorted((SRC / folder).glob("*.py"))]
 
 
 def imported(path: Path) -> set[str]:
@@ -22,6 +36,21 @@ def imported(path: Path) -> set[str]:
             names |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
+    return names
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Dotted names of what one file under operator/src imports, relative imports resolved;
+    `from a import b` counts as `a` and `a.b`, since b may be a module."""
+    package = path.relative_to(SRC).parent.parts
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = ".".join((*base, *([node.module] if node.module else [])))
+            names |= {module, *(f"{module}.{a.name}" for a in node.names)}
     return names
 
 
@@ -138,3 +167,24 @@ def test_the_supervisor_never_imports_the_metrics_stack(module: str) -> None:
     only as one more pidfile, which down() stops like every other."""
     stack = "localcluster.metricsstack"
     assert not {n for n in local_imports(module) if n == stack or n.startswith(f"{stack}.")}
+
+
+@pytest.mark.parametrize(("folder", "forbidden"), LOWER_LAYERS, ids=lambda v: v)
+def test_lower_layers_never_import_higher_ones(folder: str, forbidden: str) -> None:
+    modules = sorted((SRC / folder).rglob("*.py"))
+    assert modules
+    offenders = {
+        str(m.relative_to(SRC)): sorted(
+            n for n in imported_modules(m) if n == forbidden or n.startswith(f"{forbidden}.")
+        )
+        for m in modules
+    }
+    assert not {m: names for m, names in offenders.items() if names}
+
+
+@pytest.mark.parametrize(
+    ("module", "limit"), SIZED, ids=[str(m.relative_to(SRC)) for m, _ in SIZED]
+)
+def test_modules_stay_within_their_folders_line_limit(module: Path, limit: int) -> None:
+    lines = len(module.read_text().splitlines())
+    assert lines <= limit, f"{module.name} has {lines} lines; split it by job"

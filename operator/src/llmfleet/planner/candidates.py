@@ -1,5 +1,6 @@
 """Every layout the GPUs allow, evaluated once (memory fit, engine concurrency, predicted speed),
-then one chosen by the spec's SLO or objective. `planning.plan()` turns the choice into a Plan.
+then one chosen by the spec's SLO or objective. `single_node.plan_single_node()` turns the
+choice into a Plan.
 
 Choosing, when the GPU has performance constants:
 * spec.slo: among layouts whose predicted TTFT (an idle pod, a workload prompt) and batch-1 ITL

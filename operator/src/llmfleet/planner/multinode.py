@@ -1,0 +1,183 @@
+"""Multi-node layouts, for a model larger than a node: each replica tensor parallel within a
+node and pipeline parallel across nodes."""
+
+from __future__ import annotations
+
+from llmfleet.models.deployment import LLMDeploymentSpec
+from llmfleet.models.model_spec import ModelArchitecture
+from llmfleet.planner.autoscaling import target_queue_depth
+from llmfleet.planner.candidates import MIN_CONCURRENT_SEQUENCES, concurrency_for
+from llmfleet.planner.engine_args import ArgGroup
+from llmfleet.planner.errors import PlanError
+from llmfleet.planner.explain import (
+    batching_sentence,
+    describe_fit,
+    explain_sizing,
+    join,
+    kv_bound_source,
+    plural,
+    precision,
+)
+from llmfleet.planner.memory import layers_per_stage, weights_gib
+from llmfleet.planner.placement import Gpus
+from llmfleet.planner.pod_settings import node_selector, shm_size_gib, startup_budget
+from llmfleet.planner.result import Candidate, Plan
+from llmfleet.planner.settings import Settings, gpu_fit, vllm_args
+
+
+def plan_multinode(  # noqa: PLR0917
+    spec: LLMDeploymentSpec,
+    gpus: Gpus,
+    arch: ModelArchitecture,
+    settings: Settings,
+    extra: tuple[ArgGroup, ...],
+    sizes: tuple[int, ...],
+) -> Plan:
+    """vLLM's guidance for a model larger than a node: tensor parallel within a node, pipeline
+    parallel across nodes. TP = the GPUs of a node; PP = the fewest nodes whose GPUs hold the
+    weights and the KV cache (at least MIN_CONCURRENT_SEQUENCES full-length sequences when some
+    depth does); replicas = what the nodes make of that."""
+    tp, length, count = gpus.per_node, settings.max_model_len, gpus.count
+    if tp not in sizes:
+        raise PlanError(
+            "spec.gpus.perNode",
+            f"a multi-node replica runs tensor parallel over a whole node, and {tp} GPUs "
+            f"(perNode) do not divide {spec.model.name}'s {arch.num_attention_heads} attention "
+            f"heads and {arch.num_key_value_heads} KV heads into powers of two: one of "
+            f"{join(sizes)}",
+        )
+    if count % tp:
+        raise PlanError(
+            "spec.gpus.count",
+            f"a multi-node layout fills whole nodes: {count} GPUs is not a multiple of "
+            f"perNode {tp}; use {join([tp * n for n in range(2, 5)])}",
+        )
+    nodes = count // tp
+    if nodes < 2:
+        raise PlanError(
+            "spec.strategy",
+            f"strategy MultiNode spans nodes, but {count} GPUs make one node of {tp}; give "
+            f"spec.gpus.count {2 * tp} or more, or use strategy Auto",
+        )
+    depths = [pp for pp in range(2, nodes + 1) if nodes % pp == 0]
+    if depths[0] > arch.num_layers:
+        raise PlanError(
+            "spec.gpus.count",
+            f"{spec.model.name} has {arch.num_layers} layers, fewer than the {depths[0]} "
+            "pipeline stages these nodes would make; use fewer GPUs",
+        )
+    depths = [pp for pp in depths if pp <= arch.num_layers]
+    fits = {pp: gpu_fit(spec, gpus, arch, settings, tp, pipeline=pp) for pp in depths}
+    holding = [pp for pp in depths if fits[pp].sequences(length) >= 1]
+    if not holding:
+        deepest = fits[depths[-1]]
+        total = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+        raise PlanError(
+            "spec.gpus.count",
+            f"{spec.model.name} ({total:.1f} GiB of {precision(spec)} weights) does not fit "
+            f"{count} GPUs even over "
+            f"{depths[-1]} nodes: at TP={tp} x PP={depths[-1]} each GPU needs "
+            f"{deepest.weights_gib:.2f} GiB of weights + {deepest.reserve_gib:.2f} GiB reserve "
+            f"and one {length}-token sequence, but vLLM may use {deepest.budget_gib:.2f} GiB; "
+            "add nodes (spec.gpus.count)"
+            + (", use fp8 (spec.model.quantization)" if spec.model.quantization == "none" else "")
+            + " or a shorter spec.engine.maxModelLen",
+        )
+    enough = [pp for pp in holding if fits[pp].sequences(length) >= MIN_CONCURRENT_SEQUENCES]
+    pp = (enough or holding)[0]
+    fit = fits[pp]
+    replicas = nodes // pp
+    seqs = concurrency_for(fit.kv_tokens, settings.workload, settings.max_num_seqs)
+    min_replicas, max_replicas = multinode_bounds(spec, replicas, tp * pp, count)
+    total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+    single = max(s for s in sizes if s <= tp)
+    reason = " ".join(
+        (
+            explain_sizing(spec, gpus, arch, settings, fit),
+            f"It does not fit one node: at TP={single} each GPU would hold "
+            f"{gpu_fit(spec, gpus, arch, settings, single).weights_gib:.2f} GiB of weights.",
+            f"So each replica spans {pp} nodes, as vLLM advises for models larger than a node: "
+            f"tensor parallel within a node (TP={tp}) and pipeline parallel across nodes "
+            f"(PP={pp}, {layers_per_stage(arch, pp)} of {arch.num_layers} layers per stage).",
+            f"At TP={tp} x PP={pp}: {describe_fit(fit, length)}.",
+            f"The {count} GPUs make {plural(replicas, 'replica')} of {tp * pp} GPUs.",
+            "Speed is not predicted for pipeline-parallel layouts.",
+            batching_sentence(
+                settings, seqs, kv_bound_source(fit.kv_tokens, settings.workload), "replica"
+            ),
+        )
+    )
+    return Plan(
+        strategy="MultiNode",
+        replicas=replicas,
+        gpus_per_replica=tp * pp,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        weights_gib_per_gpu=fit.weights_gib,
+        kv_cache_tokens_per_replica=fit.kv_tokens,
+        max_concurrent_sequences=seqs,
+        vllm_args=vllm_args(spec, settings, tp, seqs, extra, pipeline_parallel_size=pp),
+        reason=reason,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        total_gpus=replicas * tp * pp,
+        weights_gib=round(total_weights, 2),
+        kv_cache_gib_per_gpu=fit.kv_cache_gib,
+        reserve_gib_per_gpu=fit.reserve_gib,
+        max_model_len=length,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        shm_size_gib=shm_size_gib(tp),
+        startup_budget_seconds=startup_budget(total_weights),
+        node_selector=node_selector(gpus),
+        tolerations=gpus.tolerations,
+        candidates=tuple(
+            Candidate(
+                strategy="MultiNode",
+                tensor_parallel_size=tp,
+                pipeline_parallel_size=depth,
+                replicas=nodes // depth,
+                kv_cache_tokens_per_replica=fits[depth].kv_tokens,
+                max_num_seqs=concurrency_for(
+                    fits[depth].kv_tokens, settings.workload, settings.max_num_seqs
+                ),
+                chosen=depth == pp,
+                verdict=(
+                    f"the fewest nodes per replica that hold the model and "
+                    f"{plural(fits[depth].sequences(length), 'full-length sequence')}"
+                    if depth == pp
+                    else f"PP={depth} holds {fits[depth].sequences(length)} full-length "
+                    f"sequences, PP={pp} is shallower"
+                    if depth > pp
+                    else f"PP={depth} holds {fits[depth].sequences(length)} full-length "
+                    f"sequences, too few"
+                ),
+            )
+            for depth in depths
+        ),
+        target_queue_depth=target_queue_depth(spec, seqs),
+    )
+
+
+def multinode_bounds(
+    spec: LLMDeploymentSpec, replicas: int, gpus_per_replica: int, count: int
+) -> tuple[int, int]:
+    """A multi-node replica takes whole nodes: the autoscaler may not reach past spec.gpus."""
+    autoscaling = spec.autoscaling
+    if not autoscaling.enabled:
+        return replicas, replicas
+    minimum = replicas if autoscaling.min_replicas is None else autoscaling.min_replicas
+    maximum = autoscaling.max_replicas or replicas
+    most = count // gpus_per_replica
+    if maximum > most:
+        raise PlanError(
+            "spec.autoscaling.maxReplicas",
+            f"{maximum} replicas of {gpus_per_replica} GPUs need {maximum * gpus_per_replica} "
+            f"GPUs, more than spec.gpus.count {count}; a multi-node replica takes whole nodes, "
+            f"so set maxReplicas to at most {most} or give more GPUs",
+        )
+    if maximum < minimum:
+        raise PlanError(
+            "spec.autoscaling.maxReplicas",
+            f"{maximum} is below minReplicas {minimum}; set maxReplicas to at least that",
+        )
+    return minimum, maximum

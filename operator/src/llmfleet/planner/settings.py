@@ -1,0 +1,163 @@
+"""The engine settings a plan sizes with (spec.engine after defaults and extraArgs overrides),
+the memory fit they give, and the vLLM arguments that set them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmfleet.models.catalog import CATALOG_NAMES, resolve_architecture
+from llmfleet.models.deployment import LLMDeploymentSpec
+from llmfleet.models.model_spec import ModelArchitecture
+from llmfleet.models.workload import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
+from llmfleet.planner.candidates import Workload
+from llmfleet.planner.engine_args import (
+    EXTRA_ARGS_FIELD,
+    ArgGroup,
+    merge_args,
+    parse_fraction_override,
+    parse_int_override,
+)
+from llmfleet.planner.errors import PlanError
+from llmfleet.planner.memory import GpuFit, fit_on_gpu
+from llmfleet.planner.placement import Gpus
+
+DEFAULT_MAX_MODEL_LEN = 8192
+# Prefill chunk per engine step, by vLLM's own rule for its defaults: 16384 on GPUs of 70 GiB and
+# more, 8192 on smaller ones and CPUs. Latency takes a smaller chunk so a prompt arriving
+# mid-stream delays running sequences' next token less.
+LARGE_GPU_GIB = 70
+LARGE_GPU_BATCHED_TOKENS = {"Throughput": 16384, "Latency": 8192}
+SMALL_BATCHED_TOKENS = {"Throughput": 8192, "Latency": 2048}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Engine settings after defaults and extraArgs overrides; the planner sizes with these."""
+
+    max_model_len: int
+    gpu_memory_utilization: float
+    max_num_seqs: int | None
+    max_num_batched_tokens: int
+    workload: Workload
+
+
+def architecture(spec: LLMDeploymentSpec) -> ModelArchitecture:
+    arch = resolve_architecture(spec.model)
+    if arch is None:
+        raise PlanError(
+            "spec.model.architecture",
+            f"{spec.model.name} is not in the built-in catalog, so set its architecture "
+            "(parametersBillions, numLayers, numAttentionHeads, numKeyValueHeads, headDim, "
+            "maxPositionEmbeddings from the model's config.json). Catalog models: "
+            + ", ".join(CATALOG_NAMES),
+        )
+    return arch
+
+
+def engine_settings(
+    spec: LLMDeploymentSpec,
+    arch: ModelArchitecture,
+    extra: tuple[ArgGroup, ...],
+    chunks: dict[str, int],
+) -> Settings:
+    engine = spec.engine
+    from_args = parse_int_override(extra, "--max-model-len", 16)
+    max_model_len = from_args or engine.max_model_len
+    if max_model_len is None:
+        max_model_len = min(DEFAULT_MAX_MODEL_LEN, arch.max_position_embeddings)
+    elif max_model_len > arch.max_position_embeddings:
+        field = EXTRA_ARGS_FIELD if from_args else "spec.engine.maxModelLen"
+        raise PlanError(
+            field,
+            f"maxModelLen {max_model_len} exceeds {spec.model.name}'s context of "
+            f"{arch.max_position_embeddings} tokens (maxPositionEmbeddings); use at most "
+            f"{arch.max_position_embeddings}",
+        )
+    max_num_seqs = parse_int_override(extra, "--max-num-seqs", 1) or engine.max_num_seqs
+    batched = parse_int_override(extra, "--max-num-batched-tokens", 1)
+    batched = batched or engine.max_num_batched_tokens
+    if batched is None:
+        batched = max(chunks[spec.objective], max_num_seqs or 0)
+    elif max_num_seqs is not None and batched < max_num_seqs:
+        raise PlanError(
+            EXTRA_ARGS_FIELD,
+            f"--max-num-batched-tokens {batched} must be at least --max-num-seqs {max_num_seqs}",
+        )
+    utilization = parse_fraction_override(extra, "--gpu-memory-utilization")
+    given = spec.workload
+    workload = Workload(
+        given.prompt_tokens if given else DEFAULT_PROMPT_TOKENS,
+        given.output_tokens if given else DEFAULT_OUTPUT_TOKENS,
+    )
+    if given is None and workload.tokens > max_model_len:
+        # The default workload, shrunk to a short context in the same 2:1 proportion.
+        prompt = max(1, max_model_len * DEFAULT_PROMPT_TOKENS // workload.tokens)
+        workload = Workload(prompt, max(1, max_model_len - prompt))
+    if workload.tokens > max_model_len:
+        raise PlanError(
+            "spec.workload",
+            f"promptTokens {workload.prompt_tokens} + outputTokens {workload.output_tokens} = "
+            f"{workload.tokens} tokens, longer than maxModelLen {max_model_len}; shorten the "
+            f"workload or raise spec.engine.maxModelLen (up to "
+            f"{arch.max_position_embeddings})",
+        )
+    return Settings(
+        max_model_len=max_model_len,
+        gpu_memory_utilization=utilization or engine.gpu_memory_utilization,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=batched,
+        workload=workload,
+    )
+
+
+def gpu_fit(
+    spec: LLMDeploymentSpec,
+    gpus: Gpus,
+    arch: ModelArchitecture,
+    settings: Settings,
+    tensor_parallel_size: int,
+    *,
+    fp8: bool = False,
+    pipeline: int = 1,
+) -> GpuFit:
+    return fit_on_gpu(
+        arch,
+        dtype=spec.model.dtype,
+        quantization="fp8" if fp8 else spec.model.quantization,
+        memory_gib=gpus.memory_gib,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline,
+    )
+
+
+def vllm_args(
+    spec: LLMDeploymentSpec,
+    settings: Settings,
+    tensor_parallel_size: int,
+    max_num_seqs: int,
+    extra: tuple[ArgGroup, ...],
+    *,
+    pipeline_parallel_size: int = 1,
+) -> tuple[str, ...]:
+    model = spec.model
+    derived: list[tuple[str, tuple[str, ...]]] = [("--model", (model.name,))]
+    if model.served_model_name is not None:
+        derived.append(("--served-model-name", (model.served_model_name,)))
+    derived.append(("--dtype", (model.dtype,)))
+    # Only fp8 is passed: it quantizes a 16-bit checkpoint on load. vLLM detects int8, AWQ and
+    # GPTQ from the checkpoint's config, and naming awq/gptq explicitly would force their slow
+    # non-Marlin kernels (int8 is not a vLLM method name at all).
+    if model.quantization == "fp8":
+        derived.append(("--quantization", ("fp8",)))
+    derived.append(("--tensor-parallel-size", (str(tensor_parallel_size),)))
+    if pipeline_parallel_size > 1:
+        derived.append(("--pipeline-parallel-size", (str(pipeline_parallel_size),)))
+    derived.append(("--max-model-len", (str(settings.max_model_len),)))
+    if spec.gpus is not None:
+        derived.append(("--gpu-memory-utilization", (f"{settings.gpu_memory_utilization:g}",)))
+    derived.append(("--max-num-seqs", (str(max_num_seqs),)))
+    derived.append(("--max-num-batched-tokens", (str(settings.max_num_batched_tokens),)))
+    derived.append(("--scheduling-policy", (spec.engine.scheduling_policy,)))
+    return merge_args(derived, extra)
