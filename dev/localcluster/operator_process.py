@@ -14,8 +14,6 @@ import socket
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +23,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from . import operator_signals as signals
 from .metricsstack.load import GROUP, PLURAL, VERSION
 from .supervisor import REPO, Cluster, bindir
 from .waiting import wait_until
@@ -96,6 +95,7 @@ class Operator:
     source: Path | None = None
     # Times the process exited by itself and was started again.
     restarts: int = 0
+    _restarts_at_start: int = field(default=0, repr=False)
     _intended: threading.Event = field(default_factory=threading.Event, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -202,6 +202,7 @@ class Operator:
         a container (an operator that lost its Lease exits on purpose)."""
         self._intended.set()
         self.cluster.stop(self.name)
+        self._restarts_at_start = self.restarts
         self._spawn()
         self._intended = threading.Event()
         threading.Thread(target=self._restart_on_exit, args=(self._intended,), daemon=True).start()
@@ -270,12 +271,7 @@ class Operator:
 
     def health(self) -> tuple[int, str]:
         """What /healthz answers: the status code and the text."""
-        url = f"http://127.0.0.1:{self.health_port}/healthz"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
+        return signals.health(f"http://127.0.0.1:{self.health_port}/healthz")
 
     def health_ok(self) -> bool:
         try:
@@ -326,46 +322,30 @@ class Operator:
             self.proc.wait(timeout=30)
         self.proc = None
 
+    @property
+    def metrics_target(self) -> str:
+        """host:port of its metrics endpoint (what Prometheus scrapes)."""
+        return f"127.0.0.1:{self.metrics_port}"
+
     def metrics(self) -> str:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
-        ) as r:
-            text: str = r.read().decode()
-            return text
+        return signals.fetch_metrics(f"http://127.0.0.1:{self.metrics_port}/metrics")
 
     def metric(self, name: str, **labels: str) -> float:
-        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        total = 0.0
-        for line in self.metrics().splitlines():
-            if line.startswith("#"):
-                continue
-            key, _, value = line.rpartition(" ")
-            metric, _, label_text = key.partition("{")
-            if metric == name and all(p in label_text for p in want.split(",") if p):
-                total += float(value)
-        return total
+        return signals.metric_sum(self.metrics(), name, **labels)
 
     def writes_since(
         self, since: datetime, namespace: str | None = None, *, leases: bool = False
     ) -> list[dict[str, Any]]:
         """Write requests the operator's replicas made since `since` (from the audit log),
         without the leader's Lease renewals unless `leases`."""
-        out = []
-        for path in sorted(self.cluster.state_dir.glob("audit*.log")):
-            for line in path.read_text().splitlines():
-                e = json.loads(line)
-                if e["user"]["username"] != self.username:
-                    continue
-                t = datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00"))
-                if t < since:
-                    continue
-                ref = e.get("objectRef") or {}
-                if namespace and ref.get("namespace") != namespace:
-                    continue
-                if not leases and ref.get("resource") == "leases":
-                    continue
-                out.append(e)
-        return out
+        return signals.audit_writes(
+            self.cluster.state_dir, self.username, since, namespace, leases=leases
+        )
+
+    def steady(self) -> bool:
+        """Running, and not restarted since `start` (a crash would have restarted it)."""
+        alive = self.proc is not None and self.proc.poll() is None
+        return alive and self.restarts == self._restarts_at_start
 
 
 def credential(event: dict[str, Any]) -> str:

@@ -42,8 +42,10 @@ def e2e_gpu_pool(cluster: Cluster) -> str:
 
 @pytest.fixture(scope="session")
 def operator(cluster: Cluster, e2e_gpu_pool: str) -> Iterator[Operator]:
+    """The chart's operator pod, installed with Helm from the image `make images` built (built
+    here if missing) onto `local-system-0`, Ready and leading."""
     op = e2e_operator(cluster)
-    op.install_identity()
+    op.install()
     op.start()
     yield op
-    op.kill()
+    op.uninstall()

@@ -1,15 +1,16 @@
-"""What the e2e tests run the operator with: the local cluster's operator process
-(dev/localcluster/operator_process.py) and the tests' own GPU configuration."""
+"""What the e2e tests run the operator with: the chart's operator pod from the built image
+(dev/localcluster/operator_pod.py) with the tests' own GPU configuration, and the helpers the
+tests share."""
 
 from __future__ import annotations
 
 from kubernetes import client
 from localcluster.metricsstack.load import PRODUCT
+from localcluster.operator_pod import OperatorPod
 from localcluster.operator_process import (
     CHART,
     OPERATOR_NAMESPACE,
     RELEASE,
-    Operator,
     condition,
     free_port,
     get_llmd,
@@ -54,9 +55,19 @@ LOCAL_GPU_PROFILES = {
 }
 
 
+# What every e2e test gets as `operator`: the chart's Deployment, its pod run from the image.
+Operator = OperatorPod
+# Reconciles every 5 s rather than the chart's 60: tests wait for resyncs.
+E2E_CHART_VALUES = ("resyncSeconds=5",)
+
+
 def e2e_operator(cluster: Cluster) -> Operator:
-    """The operator as the e2e session runs it (not started)."""
-    return Operator(cluster, gpu_profiles_extra=LOCAL_GPU_PROFILES)
+    """The operator as the e2e session runs it (not installed)."""
+    return OperatorPod(
+        cluster,
+        chart_values=E2E_CHART_VALUES,
+        chart_json={f"gpuProfiles.{name}": profile for name, profile in LOCAL_GPU_PROFILES.items()},
+    )
 
 
 TEST_NAMESPACE_LABEL = "llmfleet.dev/test-namespace"  # on the PersistentVolumes a test makes

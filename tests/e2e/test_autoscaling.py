@@ -344,7 +344,7 @@ def _run(
         )
 
     with run.phase("start") as seen:
-        metrics_stack.scrape(OPERATOR_JOB, f"127.0.0.1:{operator.metrics_port}")
+        metrics_stack.scrape(OPERATOR_JOB, operator.metrics_target)
         # (Pods of an earlier test may still be draining.)
         free = wait_until(
             lambda: (n := free_gpus(core, node_runner)) >= NODE_GPUS and n,

@@ -1,20 +1,22 @@
-"""One writer: of two operator replicas (both the chart's ServiceAccount, each with a token of its
-own, told apart in the audit log) only the holder of the leader Lease writes; when it is
-SIGKILLed the standby takes the Lease, reconciles what changed meanwhile, and the children end as
-rendered, nothing twice and nothing orphaned. And the election itself against the API server:
-contention, hand-over on release, a leader whose Lease is taken stops."""
+"""One writer: of the chart's two operator pods (`replicas=2`; both the chart's ServiceAccount,
+told apart in the audit log by the pod their token is bound to) only the holder of the leader
+Lease writes; when its pod is killed the standby takes the Lease, reconciles what changed
+meanwhile, and the children end as rendered, nothing twice and nothing orphaned. And the election
+itself against the API server: contention, hand-over on release, a leader whose Lease is taken
+stops."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
 
 import pytest
 from kubernetes import client
-from localcluster.failover import kill_leader, lease_holder, writers
+from localcluster.failover import stamp
 from localcluster.supervisor import Cluster
 
 from llmfleet import API_GROUP as GROUP
@@ -28,6 +30,8 @@ from .test_resilience import TINY, children, rendered
 pytestmark = pytest.mark.cluster
 
 FAST = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.5}
+# The audit log's user.extra key naming the pod a ServiceAccount token was bound to.
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 
 
 class Candidate:
@@ -86,17 +90,19 @@ def test_a_leader_whose_lease_is_taken_gives_up_within_the_renew_deadline(
 def test_two_replicas_one_writer_and_a_killed_leader_is_replaced(
     operator: Operator, cluster: Cluster, api: client.ApiClient, namespace: str
 ) -> None:
-    standby = operator.replica("operator-b")
     custom = client.CustomObjectsApi(api)
-    try:
+    with operator.configured("replicas=2"):
+        leader = operator.leader_pod()
+        assert leader is not None
+        name = leader["metadata"]["name"]
+        (standby,) = [p for p in operator.ready_pods() if p["metadata"]["name"] != name]
+        other = standby["metadata"]["name"]
         since = utcnow()
-        standby.start(wait_leading=False)
-        code, text = standby.health()
-        assert code == 200, text
+        code, text = operator.health(standby)
+        assert code == 200, text  # Ready: a standby is healthy
         assert "standing by" in text, text
-        assert operator.leading()
-        assert not standby.leading()
-        assert lease_holder(operator).startswith(os.uname().nodename)
+        assert operator.leading(leader)
+        assert not operator.leading(standby)
 
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": "ha"}}
         custom.create_namespaced_custom_object(
@@ -108,22 +114,32 @@ def test_two_replicas_one_writer_and_a_killed_leader_is_replaced(
         want = sorted(rendered("ha", namespace, uid))
         wait_until(lambda: live(api, namespace) == want, timeout=60, what="ha reconciled")
         time.sleep(3)  # a few of the standby's Lease reads and the leader's renewals
-        both = writers(operator.writes_since(since, leases=True), operator, standby)
-        assert both[standby.name] == [], "the standby wrote while the leader ran"
-        assert set(both) == {operator.name, standby.name}
-        assert any("llmdeployments" in w for w in both[operator.name])
-        assert any(w.startswith("update leases/") for w in both[operator.name])
+        both = by_pod(operator.writes_since(since, leases=True))
+        assert both.get(other, []) == [], "the standby wrote while the leader ran"
+        assert any("llmdeployments" in w for _, w in both[name])
+        assert any(w.startswith("update leases/") for _, w in both[name])
 
-        def during_failover() -> None:
-            # Changes nobody reconciles until the standby leads: a spec change and a lost child.
-            spec = {**TINY, "engine": {**TINY["engine"], "maxModelLen": 256}}  # type: ignore[dict-item]
-            custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, "ha", {"spec": spec}
+        killed_at = utcnow()
+        operator.kill(name)
+        # Changes nobody reconciles until the standby leads: a spec change and a lost child.
+        spec = {**TINY, "engine": {**TINY["engine"], "maxModelLen": 256}}  # type: ignore[dict-item]
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "ha", {"spec": spec}
+        )
+        client.CoreV1Api(api).delete_namespaced_service("ha", namespace)
+
+        def first(of: str, leases: bool) -> datetime | None:
+            writes = by_pod(operator.writes_since(killed_at, leases=True)).get(of, [])
+            return min(
+                (t for t, w in writes if w.split(" ")[1].startswith("leases/") == leases),
+                default=None,
             )
-            client.CoreV1Api(api).delete_namespaced_service("ha", namespace)
 
-        failover = kill_leader(operator, standby, during_failover, first_write_in=namespace)
-        assert 0 < failover.lease_taken_s <= failover.first_write_s
+        wrote = wait_until(lambda: first(other, False), timeout=90, what=f"{other} writing")
+        taken = first(other, True)
+        assert taken is not None, f"{other} writes without having taken the Lease"
+        assert killed_at < taken <= wrote
+        assert operator.lease_holder().startswith(f"{other}_")
 
         def caught_up() -> bool:
             obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "ha")
@@ -138,10 +154,17 @@ def test_two_replicas_one_writer_and_a_killed_leader_is_replaced(
             [r["uid"] for r in c["metadata"]["ownerReferences"]] == [uid]
             for c in children(api, namespace)
         )
-    finally:
-        # The standby hands the Lease back (SIGTERM), so the session's operator leads at once.
-        standby.stop()
-        operator.start()
+
+
+def by_pod(events: list[dict[str, Any]]) -> dict[str, list[tuple[datetime, str]]]:
+    """Each operator pod's writes among `events`: (when, 'verb resource/name')."""
+    out: dict[str, list[tuple[datetime, str]]] = {}
+    for e in events:
+        pod = ((e["user"].get("extra") or {}).get(POD_NAME_EXTRA) or ["?"])[0]
+        ref = e.get("objectRef") or {}
+        what = f"{e['verb']} {ref.get('resource')}/{ref.get('name', '')}"
+        out.setdefault(pod, []).append((stamp(e), what))
+    return out
 
 
 def live(api: client.ApiClient, namespace: str) -> list[str]:

@@ -40,7 +40,7 @@ CLIENTS = 8
 
 @pytest.fixture(scope="module")
 def rules(metrics_stack: MetricsStack, operator: Operator) -> MetricsStack:
-    metrics_stack.scrape(OPERATOR_JOB, f"127.0.0.1:{operator.metrics_port}")
+    metrics_stack.scrape(OPERATOR_JOB, operator.metrics_target)
     observe.load_alert_rules(metrics_stack)
     return metrics_stack
 

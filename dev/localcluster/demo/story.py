@@ -16,7 +16,7 @@ from llmfleet.models.deployment import KIND
 from .. import idleengines
 from ..metricsstack import MetricsStack
 from ..operator_pod import OperatorPod
-from ..operator_process import OPERATOR_NAMESPACE, RELEASE, Operator, condition
+from ..operator_process import OPERATOR_NAMESPACE, RELEASE, condition
 from ..supervisor import REPO, Cluster, bindir
 from . import prerequisites, report
 from .serving import DemoError, chat, reach, run, wait_routing
@@ -54,15 +54,16 @@ def run_demo(cluster: Cluster, out: Out = print) -> str:
             out(run(str(Path(sys.executable).parent / "llmfleet"), "plan", "-f", str(f)))
 
     _step(out, "helm upgrade --install llmfleet charts/llmfleet")
-    # The chart's operator pod, from the image `make images` built, on the node runner's node
-    # (crun runs it: operator_pod.py). An operator the e2e tests run as a process stays.
+    # The chart's operator pod, from the image `make images` built, on the lab's system node
+    # (crun runs it: operator_pod.py). A release installed before (the e2e session's) keeps its
+    # values: the demo does not roll it.
     cluster.start_node_runner()
-    if cluster.alive("operator"):
-        out(f"operator running as a process of the tests; log: {Operator(cluster).log_path}")
-    else:
-        release = OperatorPod(cluster)
-        pod = release.install()
-        out(f"operator pod {pod['metadata']['name']} Ready on local-gpu-0; log: {release.log()}")
+    release = OperatorPod(cluster)
+    pod = release.install(reuse_values=True)
+    out(
+        f"operator pod {pod['metadata']['name']} Ready on {pod['spec']['nodeName']}; "
+        f"log: {release.log()}"
+    )
     helm = [str(bindir("helm") / "helm"), f"--kubeconfig={cluster.kubeconfig}"]
     out(run(*helm, "status", RELEASE, "--namespace", OPERATOR_NAMESPACE))
 

@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vllm-venv", type=Path, help="default: install-vllm.sh --print-path")
     p.add_argument("--node", default=NODE_NAME)
     p.add_argument("--gpus", type=int, default=4, help="GPU slots: one CPU vLLM process each")
+    p.add_argument(
+        "--system",
+        action="store_true",
+        help="a system node (no GPUs, its own taint) for the operator's pod",
+    )
     p.add_argument("--pod-network", default=POD_NETWORK, help="loopback CIDR for pod IPs")
     p.add_argument(
         "--model", action="append", default=[], metavar="NAME=DIR", help="model table entry"
@@ -50,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         node=args.node,
         gpus=args.gpus,
         pod_network=args.pod_network,
+        system=args.system,
         models=dict(m.split("=", 1) for m in args.model),
     )
     runner = Runner(cfg)

@@ -30,6 +30,9 @@ GPU_PRODUCT = "LLMFleet-CPU-Emulated"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 POD_NETWORK = "127.17.0.0/16"
+# A node for what a cluster runs beside its GPU pools (the operator's own pod): no GPUs, and a
+# taint of its own so that only pods placed here on purpose land on it (others would really run).
+SYSTEM_TAINT = {"key": "llmfleet.dev/system", "value": "true", "effect": "NoSchedule"}
 HEARTBEAT_SECONDS = 10
 LEASE_SECONDS = 40
 FIELD_MANAGER = "llmfleet-node-runner"
@@ -55,6 +58,8 @@ class Config:
     memory: str = "64Gi"
     max_pods: int = 16
     pod_network: str = POD_NETWORK  # loopback only
+    # A system node (SYSTEM_TAINT, no GPU labels or capacity) rather than a GPU node.
+    system: bool = False
     models: dict[str, str] = field(default_factory=dict)  # extra model-table entries
 
     @property
@@ -218,31 +223,37 @@ class Runner:
             "memory": c.memory,
             "pods": str(c.max_pods),
             "ephemeral-storage": "100Gi",
-            GPU_RESOURCE: str(c.gpus),
+            **({} if c.system else {GPU_RESOURCE: str(c.gpus)}),
         }
+        labels = {
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/hostname": c.node,
+            "type": "local-runner",
+        }
+        if c.system:
+            labels["llmfleet.dev/pool"] = "system"
+        else:
+            labels |= {
+                "llmfleet.dev/pool": "local",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.count": str(c.gpus),
+                "nvidia.com/gpu.product": GPU_PRODUCT,
+                "nvidia.com/gpu.memory": "16384",
+            }
         return {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {
                 "name": c.node,
                 "annotations": {FEATURES_ANNOTATION: FEATURES},
-                "labels": {
-                    "kubernetes.io/arch": "amd64",
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/hostname": c.node,
-                    "type": "local-runner",
-                    "llmfleet.dev/pool": "local",
-                    "nvidia.com/gpu.present": "true",
-                    "nvidia.com/gpu.count": str(c.gpus),
-                    "nvidia.com/gpu.product": GPU_PRODUCT,
-                    "nvidia.com/gpu.memory": "16384",
-                },
+                "labels": labels,
             },
             # Like a GPU node pool (GKE taints its GPU nodes this way): only pods that tolerate
             # nvidia.com/gpu land here, which every GPU pod the operator renders does. Untainted,
             # any CPU-only pod without a nodeSelector (benchmarks, other tests) would be run here
-            # as a real vLLM process.
-            "spec": {"taints": [GPU_TAINT]},
+            # as a real vLLM process. The system node is tainted for the same reason.
+            "spec": {"taints": [SYSTEM_TAINT if c.system else GPU_TAINT]},
             "status": {
                 "capacity": capacity,
                 "allocatable": capacity,
