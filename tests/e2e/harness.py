@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubernetes import client
 from localcluster.metricsstack.load import PRODUCT
+from localcluster.noderunner import adaptations
 from localcluster.operator_process import (
     CHART,
     OPERATOR_NAMESPACE,
@@ -24,6 +27,7 @@ __all__ = [
     "E2E_GPU_PRODUCT",
     "OPERATOR_NAMESPACE",
     "RELEASE",
+    "STAND_IN",
     "TEST_NAMESPACE_LABEL",
     "Operator",
     "bound_claim",
@@ -32,6 +36,7 @@ __all__ = [
     "free_port",
     "get_llmd",
     "helm_template",
+    "stand_in",
     "utcnow",
     "wait_until",
 ]
@@ -52,6 +57,19 @@ LOCAL_GPU_PROFILES = {
         "interconnectGBps": 10,
     }
 }
+
+
+# Engine pods with this annotation run the engine stand-in instead of vLLM (docs/cpu-adaptations.md,
+# "The engine stand-in"): for tests about the operator or the router, not about vLLM.
+STAND_IN = {adaptations.STAND_IN_ANNOTATION: adaptations.STAND_IN}
+
+
+def stand_in(body: dict[str, Any]) -> dict[str, Any]:
+    """`body`, an LLMDeployment manifest, with its engines served by the engine stand-in (started
+    in about a second) rather than vLLM; returned for chaining, e.g. `stand_in(tiny_llmd(...))`."""
+    engine = body["spec"].setdefault("engine", {})
+    engine["podAnnotations"] = {**(engine.get("podAnnotations") or {}), **STAND_IN}
+    return body
 
 
 def e2e_operator(cluster: Cluster) -> Operator:
