@@ -5,12 +5,14 @@ tests/e2e/test_engine_standin_contract.py holds it to the real vLLM."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import ClientTimeout
 from aiohttp.test_utils import TestClient, TestServer
 from localcluster.noderunner import adaptations
 from localcluster.standin.api import app
@@ -224,6 +226,28 @@ def test_the_server_counts_running_and_waiting_requests(tmp_path: Path) -> None:
     assert max(w for _, w in samples) == 3
     assert all(r + w <= 5 for r, w in samples)
     assert [b["usage"]["completion_tokens"] for b in bodies] == [20] * 5
+
+
+def test_a_client_that_goes_away_aborts_its_request(tmp_path: Path) -> None:
+    cfg = engine_config(["--model", model(tmp_path), "--max-num-seqs", "1"], GIB)
+
+    async def scenario() -> tuple[int, int, float]:
+        engine = Engine(cfg, token_s=0.01)
+        loop = asyncio.create_task(engine.run())
+        server = TestServer(app(engine), handler_cancellation=True)
+        async with TestClient(server) as http:
+            for stream in (False, True):
+                body = {"prompt": "x", "max_tokens": 400, "stream": stream}
+                with contextlib.suppress(TimeoutError):
+                    async with http.post(
+                        "/v1/completions", json=body, timeout=ClientTimeout(total=0.3)
+                    ) as r:
+                        await r.read()
+            await asyncio.sleep(0.2)
+            loop.cancel()
+            return len(engine.sched.running), engine.stats.finished["abort"], engine.sched.usage
+
+    assert asyncio.run(scenario()) == (0, 2, 0.0)
 
 
 VLLM_SERVER = ["/venv/bin/python", "-m", adaptations.VLLM_MODULE, "--model", "m", "--port", "8000"]

@@ -43,7 +43,11 @@ async def serve(cfg: EngineConfig, token_s: float, warmup_s: float) -> int:
         return 0
     engine = Engine(cfg, token_s)
     steps = asyncio.create_task(engine.run())
-    runner = web.AppRunner(app(engine), access_log=None, shutdown_timeout=CLEANUP_S)
+    # A client that goes away cancels its handler, whose requests then leave the engine, as vLLM
+    # aborts the requests of a closed connection.
+    runner = web.AppRunner(
+        app(engine), access_log=None, shutdown_timeout=CLEANUP_S, handler_cancellation=True
+    )
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port, reuse_address=True)
     try:

@@ -185,6 +185,8 @@ class Api:
                 finish[token.index] = token.finish_reason
                 if response is not None:
                     await _send(response, shapes.token_chunk(head, token, usage_chunk))
+        except ConnectionResetError:  # the client closed a stream: nobody to answer
+            return response or web.Response(status=499)
         finally:
             for seq in seqs:
                 engine.abort(seq)  # a client gone mid-request: its sequences leave the engine
