@@ -4,8 +4,11 @@ tests share."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubernetes import client
 from localcluster.metricsstack.load import PRODUCT
+from localcluster.noderunner import adaptations
 from localcluster.operator_pod import OperatorPod
 from localcluster.operator_process import (
     CHART,
@@ -25,6 +28,7 @@ __all__ = [
     "E2E_GPU_PRODUCT",
     "OPERATOR_NAMESPACE",
     "RELEASE",
+    "STAND_IN",
     "TEST_NAMESPACE_LABEL",
     "Operator",
     "bound_claim",
@@ -33,6 +37,7 @@ __all__ = [
     "free_port",
     "get_llmd",
     "helm_template",
+    "stand_in",
     "utcnow",
     "wait_until",
 ]
@@ -59,6 +64,19 @@ LOCAL_GPU_PROFILES = {
 Operator = OperatorPod
 # Reconciles every 5 s rather than the chart's 60: tests wait for resyncs.
 E2E_CHART_VALUES = ("resyncSeconds=5",)
+
+
+# Engine pods with this annotation run the engine stand-in instead of vLLM (docs/cpu-adaptations.md,
+# "The engine stand-in"): for tests about the operator or the router, not about vLLM.
+STAND_IN = {adaptations.STAND_IN_ANNOTATION: adaptations.STAND_IN}
+
+
+def stand_in(body: dict[str, Any]) -> dict[str, Any]:
+    """`body`, an LLMDeployment manifest, with its engines served by the engine stand-in (started
+    in about a second) rather than vLLM; returned for chaining, e.g. `stand_in(tiny_llmd(...))`."""
+    engine = body["spec"].setdefault("engine", {})
+    engine["podAnnotations"] = {**(engine.get("podAnnotations") or {}), **STAND_IN}
+    return body
 
 
 def e2e_operator(cluster: Cluster) -> Operator:

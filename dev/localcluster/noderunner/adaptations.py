@@ -29,6 +29,18 @@ DEFAULT_KVCACHE_GIB = "1"
 GPU_ONLY_QUANTIZATION = frozenset({"fp8", "awq", "gptq", "awq_marlin", "gptq_marlin"})
 TINY_MODEL_MAX_LEN = 2048
 
+# A vLLM server pod annotated so runs the engine stand-in (dev/localcluster/standin) in vLLM's
+# place, on the same command line. Not under llmfleet.dev/: the CRD refuses that prefix in
+# spec.engine.podAnnotations. The two settings annotations become the stand-in's environment.
+STAND_IN_ANNOTATION = "lab.llmfleet.test/engine"
+STAND_IN = "stand-in"
+STAND_IN_MODULE = "localcluster.standin"
+STAND_IN_SETTINGS = {
+    "lab.llmfleet.test/stand-in-token-seconds": "LLMFLEET_STANDIN_TOKEN_S",
+    "lab.llmfleet.test/stand-in-warm-up-seconds": "LLMFLEET_STANDIN_WARMUP_S",
+}
+LAB_PYTHONPATH = Path(__file__).resolve().parents[2]  # dev/: `localcluster` importable
+
 # (name, what it does): the list docs/cpu-adaptations.md describes, in the same order.
 ADAPTATIONS: tuple[tuple[str, str], ...] = (
     ("python", "`python3`/`python` as the command -> the vLLM virtualenv's python"),
@@ -53,6 +65,8 @@ ADAPTATIONS: tuple[tuple[str, str], ...] = (
     ("container", "a built image's container runs in crun: host network, no cgroups"),
     ("api-server", "env KUBERNETES_SERVICE_HOST/PORT -> the API server's 127.0.0.1 and port"),
     ("bind-pod-ip", "`0.0.0.0` in a built image's container args -> the pod IP"),
+    # vLLM server pods that ask for it (issue 32): the engine stand-in runs in vLLM's place.
+    ("stand-in", f"annotation `{STAND_IN_ANNOTATION}: stand-in` -> `-m {STAND_IN_MODULE}`"),
 )
 
 _VALUE_FLAGS = {
@@ -179,3 +193,24 @@ def _adapt_vllm_args(args: Sequence[str], ctx: Context) -> list[str]:
     if "--enforce-eager" not in out:
         out.append("--enforce-eager")
     return out
+
+
+def stand_in(
+    argv: Sequence[str], env: Mapping[str, str], annotations: Mapping[str, str]
+) -> tuple[list[str], dict[str, str]] | None:
+    """The argv and environment that run the engine stand-in in place of vLLM's OpenAI server
+    (`-m vllm.entrypoints.openai.api_server` -> `-m localcluster.standin`, every flag kept), for a
+    pod annotated `lab.llmfleet.test/engine: stand-in`; None for any other pod or command (the
+    batch runner, a multi-node worker's `vllm serve`)."""
+    if annotations.get(STAND_IN_ANNOTATION) != STAND_IN:
+        return None
+    module = [i for i in range(1, len(argv)) if argv[i] == VLLM_MODULE and argv[i - 1] == "-m"]
+    if not module:
+        return None
+    i = module[0]
+    out = dict(env)
+    out["PYTHONPATH"] = ":".join(filter(None, (str(LAB_PYTHONPATH), env.get("PYTHONPATH"))))
+    for key, var in STAND_IN_SETTINGS.items():
+        if key in annotations:
+            out[var] = annotations[key]
+    return [*argv[:i], STAND_IN_MODULE, *argv[i + 1 :]], out

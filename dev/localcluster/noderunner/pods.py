@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from .. import podrefs
 from . import oci, procs, volumes
-from .adaptations import VLLM_MODULE, Context, adapt_command, adapt_env
+from .adaptations import VLLM_MODULE, Context, adapt_command, adapt_env, stand_in
 from .probes import ProbeState, check
 from .volumes import PodVolumes, VolumeNotReadyError
 
@@ -353,6 +353,9 @@ class PodWorker(threading.Thread):
             [c.volumes.rewrite(expand(a, env)) for a in c.spec.get("args") or []],
             self.hooks.context(self.ip),
         )
+        annotations = self.pod["metadata"].get("annotations") or {}
+        if (engine := stand_in(argv, env, annotations)) is not None:
+            argv, env = engine
         workdir = c.spec.get("workingDir")
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.hooks.log_dir)
         self._spawn(c, argv, env, cwd)

@@ -1,0 +1,109 @@
+"""`python -m localcluster.standin <vLLM's OpenAI server flags>`: the engine stand-in (see
+__init__.py). Exits 1 where vLLM would not start; on SIGTERM drains for `--shutdown-timeout`
+seconds and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from .api import app
+from .config import EngineConfig, StartupError, engine_config
+from .engine import Engine
+
+DEFAULT_TOKEN_S = 0.02
+DEFAULT_WARMUP_S = 1.0
+CLEANUP_S = 2.0  # after the drain: responses being written, idle keep-alive connections
+
+log = logging.getLogger("standin")
+
+
+def _seconds(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    return float(value) if value else default
+
+
+async def serve(cfg: EngineConfig, token_s: float, warmup_s: float) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    # vLLM opens its port only once the engine is up: until then a probe's connection is refused.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), warmup_s)
+    if stop.is_set():
+        return 0
+    engine = Engine(cfg, token_s)
+    steps = asyncio.create_task(engine.run())
+    # A client that goes away cancels its handler, whose requests then leave the engine, as vLLM
+    # aborts the requests of a closed connection.
+    runner = web.AppRunner(
+        app(engine), access_log=None, shutdown_timeout=CLEANUP_S, handler_cancellation=True
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.host, cfg.port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as e:
+        log.error("cannot listen on %s:%d: %s", cfg.host, cfg.port, e)
+        await runner.cleanup()
+        return 1
+    log.info("Starting vLLM API server 0 on http://%s:%d", cfg.host, cfg.port)
+    log.info("Application startup complete.")
+    await stop.wait()
+    log.info("[shutdown] API server: signalling HTTP server shutdown")
+    await site.stop()  # no new connections, as vLLM's server on SIGTERM
+    deadline = time.monotonic() + cfg.shutdown_timeout
+    while not engine.sched.idle and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if not engine.sched.idle:
+        log.info("[shutdown] aborting %d requests", len(engine.sched.running))
+    engine.abort_all()
+    await runner.cleanup()
+    steps.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await steps
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="(APIServer pid=%(process)d) %(levelname)s %(asctime)s [stand-in] %(message)s",
+        stream=sys.stdout,
+    )
+    started = time.monotonic()
+    try:
+        cfg = engine_config(sys.argv[1:] if argv is None else argv)
+    except StartupError as e:
+        log.error("%s", e)
+        print(f"ValueError: {e}", file=sys.stderr)
+        return 1
+    log.info(
+        "engine stand-in, not vLLM (dev/localcluster/standin): model %s served as %s, "
+        "max_num_seqs %d, max_model_len %d, %d KV blocks of %d tokens (%d tokens, %.2f GiB)",
+        cfg.model,
+        ", ".join(cfg.served_names),
+        cfg.max_num_seqs,
+        cfg.max_model_len,
+        cfg.num_gpu_blocks,
+        cfg.block_size,
+        cfg.kv_cache_size_tokens,
+        cfg.kv_cache_memory_bytes / 1024**3,
+    )
+    token_s = _seconds("LLMFLEET_STANDIN_TOKEN_S", DEFAULT_TOKEN_S)
+    warmup_s = max(0.0, _seconds("LLMFLEET_STANDIN_WARMUP_S", DEFAULT_WARMUP_S))
+    warmup_s -= time.monotonic() - started
+    return asyncio.run(serve(cfg, token_s, warmup_s))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
