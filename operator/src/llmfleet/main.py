@@ -33,10 +33,11 @@ def _reconcile(controller: Reconciler[Any, Any], body: kopf.Body) -> None:
         ) from e
 
 
-def install() -> None:
-    """Register the handlers. Children reach their owners through the manager's view."""
+def install(registry: kopf.OperatorRegistry | None = None) -> None:
+    """Register the handlers (in kopf's default registry, or `registry`). Children reach their
+    owners through the manager's view."""
 
-    @kopf.on.startup()
+    @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -51,14 +52,14 @@ def install() -> None:
         # React to a burst of events on one object once, but without kopf's 0.1 s default wait.
         settings.batching.batch_window = 0.02
 
-    @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
-    @kopf.on.create(API_GROUP, API_VERSION, PLURAL)
-    @kopf.on.update(API_GROUP, API_VERSION, PLURAL, field="spec")
+    @kopf.on.resume(API_GROUP, API_VERSION, PLURAL, registry=registry)
+    @kopf.on.create(API_GROUP, API_VERSION, PLURAL, registry=registry)
+    @kopf.on.update(API_GROUP, API_VERSION, PLURAL, field="spec", registry=registry)
     def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         _reconcile(memo.manager.deployments, body)
 
-    @kopf.on.resume(API_GROUP, API_VERSION, BATCH_PLURAL)
-    @kopf.on.create(API_GROUP, API_VERSION, BATCH_PLURAL)
-    @kopf.on.update(API_GROUP, API_VERSION, BATCH_PLURAL, field="spec")
+    @kopf.on.resume(API_GROUP, API_VERSION, BATCH_PLURAL, registry=registry)
+    @kopf.on.create(API_GROUP, API_VERSION, BATCH_PLURAL, registry=registry)
+    @kopf.on.update(API_GROUP, API_VERSION, BATCH_PLURAL, field="spec", registry=registry)
     def reconcile_batch(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         _reconcile(memo.manager.batch, body)

@@ -7,7 +7,9 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,15 +84,25 @@ def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
     )
 
 
-def run_operator(cfg: OperatorConfig) -> None:
+def run_operator(
+    cfg: OperatorConfig,
+    stop: threading.Event | None = None,
+    registry: kopf.OperatorRegistry | None = None,
+) -> None:
+    """Run the operator until the process ends. `stop` and `registry` embed it in another
+    process (the tests' API tier runs it on a thread): setting `stop` ends it as SIGTERM ends
+    the process, a lost Lease sets `stop` instead of exiting, kopf's handlers go into `registry`
+    (whose login handlers then say who the operator is), and it returns having stopped every
+    thread and endpoint it started."""
     from llmfleet import main
 
-    if cfg.metrics_port:
-        start_http_server(cfg.metrics_port, addr=cfg.metrics_host)
-    main.install()
+    metrics = (
+        start_http_server(cfg.metrics_port, addr=cfg.metrics_host) if cfg.metrics_port else None
+    )
+    main.install(registry)
     api = api_client(cfg.kubeconfig)
     running = manager(cfg, api)
-    elector = _elector(cfg, api)
+    elector = _elector(cfg, api, stop.set if stop else _lost)
     # kopf's own endpoint, on loopback only: /healthz asks it, with the other checks.
     kopf_url = f"http://127.0.0.1:{_free_port()}/healthz"
     kopf_started: list[float] = []
@@ -106,19 +118,23 @@ def run_operator(cfg: OperatorConfig) -> None:
         )
         health.start()
     running.start_watching()
-    if elector:
-        elector.start()
-        # Standing by: watching, writing nothing. SIGTERM ends the process here as it is.
-        elector.wait_leading()
-    running.start_writing()
-    kopf_started.append(time.monotonic())
     try:
+        if elector:
+            elector.start()
+            # Standing by: watching, writing nothing. SIGTERM ends the process here as it is.
+            while not elector.wait_leading(timeout=1.0):
+                if stop is not None and stop.is_set():
+                    return
+        running.start_writing()
+        kopf_started.append(time.monotonic())
         kopf.run(
             standalone=True,
             clusterwide=not cfg.namespaces,
             namespaces=cfg.namespaces,
             liveness_endpoint=kopf_url,
             memo=kopf.Memo(manager=running),
+            registry=registry,
+            stop_flag=stop,
         )
     finally:
         # Every writer stops before the Lease is handed over, so two never overlap.
@@ -127,14 +143,19 @@ def run_operator(cfg: OperatorConfig) -> None:
             elector.release()
         if health:
             health.stop()
+        if metrics:
+            metrics[0].shutdown()
+            metrics[0].server_close()
 
 
-def _elector(cfg: OperatorConfig, api: k8s.ApiClient) -> LeaderElector | None:
+def _elector(
+    cfg: OperatorConfig, api: k8s.ApiClient, on_lost: Callable[[], None]
+) -> LeaderElector | None:
     if cfg.leader_election is None:
         return None
     from llmfleet.reconcile.leader import LeaderElector
 
-    return LeaderElector(api, cfg.leader_election, on_lost=_lost)
+    return LeaderElector(api, cfg.leader_election, on_lost=on_lost)
 
 
 def _lost() -> None:

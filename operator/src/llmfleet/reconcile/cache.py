@@ -193,6 +193,8 @@ class Informer:
         self._dyn.resources.invalidate_cache()
 
     def _pause(self, failures: int, why: str) -> None:
+        if self._stop.is_set():
+            return  # stopped: the watch ended because its connection did
         delay = min(RETRY_MAX, RETRY_MIN * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
         log.warning("watch of %s failed (%s); again in %.1fs", self.kind[1], why, delay)
         self._stop.wait(delay)
