@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(PIP_STAMP): operator/pyproject.toml operator/requirements.lock
 	python3 -m venv $(VENV)
@@ -90,8 +90,17 @@ crds: venv ## Generate the chart's CRD templates (charts/llmfleet/templates/crds
 unit: venv ## Unit tests only (no cluster)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
+.PHONY: check
+check: lint ## The quick tiers (minutes): lint, unit tests and the API tier (the API server alone, the operator in process; tests/README.md)
+	$(VENV)/bin/pytest tests/unit tests/api $(PYTEST_ARGS)
+
+.PHONY: e2e
+e2e: venv tools debian-deps vllm ## The cluster tiers: end-to-end tests on the local cluster (kwok GPU nodes, the node runner's vLLM, metrics), the operator image
+	@$(NEED_IMAGE_DEPS)
+	$(VENV)/bin/pytest tests/e2e $(PYTEST_ARGS)
+
 .PHONY: test
-test: lint tools debian-deps vllm ## Everything CI runs: lint, unit and end-to-end tests on the local cluster, the operator image
+test: lint tools debian-deps vllm ## Everything CI runs: lint, unit, API and end-to-end tests on the local cluster, the operator image
 	@$(NEED_IMAGE_DEPS)
 	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
 

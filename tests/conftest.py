@@ -1,36 +1,61 @@
-"""Fixtures shared by every test that needs the local cluster.
+"""Fixtures shared by every test that needs a cluster.
 
-`cluster` reuses a healthy running cluster (e.g. from `make cluster-up`) or starts one and stops it
-at the end of the session; each test gets a fresh namespace of its own. `metrics_stack`
+`cluster` reuses a healthy running lab cluster (e.g. from `make cluster-up`) or starts one and
+stops it at the end of the session; `--kubeconfig PATH` uses that cluster instead, and skips the
+tests marked `lab` (they need the lab itself), saying why. The API tier (tests/api) has its own
+`cluster`: the API server alone. Each test gets a fresh namespace of its own. `metrics_stack`
 (dev/localcluster/metricsstack) runs Prometheus, prometheus-adapter and kube-state-metrics
-against it and hands out the Prometheus URL: a stack already running on the cluster is reused and
-left running; one the fixture started is stopped at the end of the session (`Cluster.down()`
-stops it either way). LLMFLEET_KEEP_CLUSTER=1 keeps what the session started running.
+against the lab and hands out the Prometheus URL: a stack already running on the cluster is
+reused and left running; one the fixture started is stopped at the end of the session
+(`Cluster.down()` stops it either way). LLMFLEET_KEEP_CLUSTER=1 keeps what the session started
+running.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+from clusters import (
+    KUBECONFIG_OPTION,
+    fresh_namespace,
+    namespaces_made,
+    other_kubeconfig,
+    tier_cluster,
+)
 from kubernetes import client, config
 from localcluster.metricsstack import MetricsStack
 from localcluster.supervisor import Cluster
-from localcluster.waiting import wait_until
 
-NAMESPACE_GONE_TIMEOUT = 180.0
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        KUBECONFIG_OPTION,
+        metavar="PATH",
+        default=None,
+        help="run the cluster tests against the cluster of this kubeconfig instead of the "
+        "lab's (it is not started or stopped); tests marked `lab` skip there",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kubeconfig = other_kubeconfig(config)
+    if kubeconfig is None:
+        return
+    for item in items:
+        lab = item.get_closest_marker("lab")
+        if lab is not None:
+            why = lab.args[0] if lab.args else "the lab itself"
+            item.add_marker(
+                pytest.mark.skip(reason=f"{kubeconfig} is not the lab; this test needs {why}")
+            )
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
-    c = Cluster()
-    started = c.ensure_up()
-    yield c
-    if started and not os.environ.get("LLMFLEET_KEEP_CLUSTER"):
-        c.down()
+def cluster(pytestconfig: pytest.Config) -> Iterator[Cluster]:
+    with tier_cluster(pytestconfig, Cluster) as c:
+        yield c
 
 
 @pytest.fixture(scope="session")
@@ -40,37 +65,26 @@ def api(cluster: Cluster) -> client.ApiClient:
 
 @pytest.fixture(scope="session")
 def test_namespaces(api: client.ApiClient) -> Iterator[list[str]]:
-    """Every namespace a test made. At the end of the session each must be gone: one stuck in
-    Terminating is a bug (ours, or in how a test cleaned up) that a user would hit too."""
-    made: list[str] = []
-    yield made
-    core = client.CoreV1Api(api)
+    with namespaces_made(api) as made:
+        yield made
 
-    def left() -> list[str]:
-        live = {n.metadata.name for n in core.list_namespace().items}
-        return [n for n in made if n in live]
 
-    try:
-        wait_until(lambda: not left(), timeout=NAMESPACE_GONE_TIMEOUT, interval=2)
-    except AssertionError:
-        raise AssertionError(f"namespaces left behind: {left()}") from None
+@pytest.fixture(scope="session")
+def finish_namespace() -> Callable[[str], None]:
+    """What a test's namespace needs after its deletion: nothing where a namespace controller
+    runs (the lab's controller manager). The API tier overrides it."""
+    return lambda _name: None
 
 
 @pytest.fixture
 def namespace(
-    api: client.ApiClient, request: pytest.FixtureRequest, test_namespaces: list[str]
+    api: client.ApiClient,
+    request: pytest.FixtureRequest,
+    test_namespaces: list[str],
+    finish_namespace: Callable[[str], None],
 ) -> Iterator[str]:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"t-{slug}-{uuid.uuid4().hex[:5]}"
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    test_namespaces.append(name)
-    yield name
-    try:
-        core.delete_namespace(name, propagation_policy="Background")
-    except client.ApiException as e:
-        if e.status != 404:  # a test may delete its namespace itself
-            raise
+    with fresh_namespace(api, request.node.name, test_namespaces, finish_namespace) as name:
+        yield name
 
 
 @pytest.fixture(scope="session")

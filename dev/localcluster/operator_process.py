@@ -96,6 +96,9 @@ class Operator:
     # Times the process exited by itself and was started again.
     restarts: int = 0
     _restarts_at_start: int = field(default=0, repr=False)
+    # Whether install_identity waits for the chart's objects to be ready (helm --wait): not on
+    # a cluster without a controller manager, whose Deployments never report.
+    helm_wait: bool = True
     _intended: threading.Event = field(default_factory=threading.Event, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -150,7 +153,7 @@ class Operator:
                     for arg in ("--set-json", f"gpuProfiles.{name}={json.dumps(profile)}")
                 ),
                 *(arg for value in self.chart_values for arg in ("--set", value)),
-                "--wait",
+                *(["--wait"] if self.helm_wait else []),
             ],
             check=True,
             capture_output=True,
@@ -193,7 +196,10 @@ class Operator:
         self.credential_id = f"JTI={claims['jti']}"
         cfg = yaml.safe_load(self.cluster.kubeconfig.read_text())
         cfg["users"] = [{"name": "operator", "user": {"token": token}}]
-        cfg["contexts"][0]["context"]["user"] = "operator"
+        # The current context's cluster (a kubeconfig given with --kubeconfig may have several).
+        (context,) = [c for c in cfg["contexts"] if c["name"] == cfg["current-context"]]
+        context["context"]["user"] = "operator"
+        cfg["contexts"] = [context]
         self.kubeconfig.write_text(yaml.safe_dump(cfg))
 
     def start(self, wait_leading: bool = True) -> None:
@@ -239,25 +245,7 @@ class Operator:
             program = [sys.executable, "-m", "llmfleet.cli"]
         logf = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            [
-                *program,
-                "run",
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--metrics-host",
-                "127.0.0.1",
-                "--metrics-port",
-                str(self.metrics_port),
-                "--liveness",
-                f"http://127.0.0.1:{self.health_port}/healthz",
-                "--resync-seconds",
-                str(self.resync_seconds),
-                "--log-level",
-                "INFO",
-                "--gpu-profiles",
-                str(self.gpu_profiles),
-                *self.chart_args,
-            ],
+            [*program, *self._command()],
             stdout=logf,
             stderr=subprocess.STDOUT,
             env=env,
@@ -265,6 +253,27 @@ class Operator:
         )
         logf.close()
         (self.cluster.state_dir / f"{self.name}.pid").write_text(str(self.proc.pid))
+
+    def _command(self) -> list[str]:
+        """`llmfleet run` and its flags: the process's identity, endpoints and the chart's."""
+        return [
+            "run",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--metrics-host",
+            "127.0.0.1",
+            "--metrics-port",
+            str(self.metrics_port),
+            "--liveness",
+            f"http://127.0.0.1:{self.health_port}/healthz",
+            "--resync-seconds",
+            str(self.resync_seconds),
+            "--log-level",
+            "INFO",
+            "--gpu-profiles",
+            str(self.gpu_profiles),
+            *self.chart_args,
+        ]
 
     def leading(self) -> bool:
         return self.metric("llmfleet_operator_leader") == 1

@@ -22,6 +22,7 @@ from localcluster.operator_process import (
 )
 from localcluster.supervisor import Cluster
 from localcluster.waiting import wait_until
+from manifests import E2E_GPU_PRODUCT
 
 __all__ = [
     "CHART",
@@ -42,7 +43,6 @@ __all__ = [
     "wait_until",
 ]
 
-E2E_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3-E2E"
 # The node runner's emulated GPU as a profile with speed figures, added through the chart's
 # gpuProfiles value as a user adds their own GPU: the plans of tiny-model LLMDeployments then
 # carry a prediction, and the dashboards' measured-vs-predicted panels have both sides. The

@@ -53,7 +53,10 @@ from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster, ahead_of_
 from e2e import harness, localnode, observe
 from e2e.harness import Operator, condition
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("the node runner's vLLM engines and the lab's metrics stack"),
+]
 
 NODE_GPUS = 2  # the node runner's GPU slots: maxReplicas 3 leaves one pod Pending
 NAME = "auto"

@@ -3,7 +3,7 @@ an Indexed Job whose pods run the batch runner with the real vLLM CPU engine on 
 `local-gpu-0`; claims are directories under `<state dir>/pvcs/` (docs/cpu-adaptations.md).
 
 One job does the heavy lifting (two engines at once, one shard killed midway and restarted);
-the other tests start no engine.
+the other tests start no engine. (What needs the API server alone: tests/api/test_batchjob.py.)
 """
 
 from __future__ import annotations
@@ -14,39 +14,28 @@ import shutil
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
-from localcluster.metricsstack.load import TINY_ARCHITECTURE
+from localcluster.metricsstack.load import PRODUCT
 from localcluster.noderunner import procs
 from localcluster.supervisor import Cluster
-
-from llmfleet.models.crd import custom_resource_definition
-from llmfleet.models.resources import LLMBATCHJOB
+from manifests import batch_job, cond, create, events, status
 
 from . import localnode
 from .harness import TEST_NAMESPACE_LABEL, Operator, bound_claim, utcnow, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("the node runner (its shards run as local processes) and the audit log"),
+]
 
 NODE = "local-gpu-0"
-PRODUCT = "LLMFleet-CPU-Emulated"
-GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmbatchjobs"
 LINES = 300
 MALFORMED = {7: "{not json", 58: None, 123: None, 200: None, 299: None}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def crd(cluster: Cluster) -> None:
-    # The CRD the chart renders (the operator fixture installs it too), for the tests without it.
-    crd = custom_resource_definition(LLMBATCHJOB)
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(crd))
-    cluster.wait_established([crd["metadata"]["name"]])
 
 
 @pytest.fixture(scope="module")
@@ -80,42 +69,6 @@ def volumes(api: client.ApiClient, cluster: Cluster, namespace: str) -> Iterator
     shutil.rmtree(cluster.state_dir / "pvcs" / namespace, ignore_errors=True)
 
 
-def batch_job(name: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": {
-            "name": "llmfleet-test/tiny-llama",
-            "servedModelName": "tiny",
-            "architecture": TINY_ARCHITECTURE,
-        },
-        "gpus": {"count": 2, "memoryGiB": 16, "perNode": 4, "product": PRODUCT},
-        "engine": {"maxModelLen": 512},
-        "input": {"persistentVolumeClaim": {"claimName": "data", "path": "in/prompts.jsonl"}},
-        "output": {"persistentVolumeClaim": {"claimName": "data", "path": f"out/{name}"}},
-    }
-    body.update(spec)
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "LLMBatchJob",
-        "metadata": {"name": name},
-        "spec": body,
-    }
-
-
-def create(api: client.ApiClient, ns: str, body: dict[str, Any]) -> None:
-    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-
-
-def status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
-    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, name
-    )
-    return dict(obj.get("status") or {})
-
-
-def cond(st: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next((c for c in st.get("conditions") or [] if c["type"] == ctype), {})
-
-
 def request_line(i: int) -> str:
     """Line i (1-based): chat and completions in turn, lengths spread so results trickle in."""
     body: dict[str, Any] = {"max_tokens": 8 + (i % 12) * 10, "ignore_eos": True}
@@ -141,15 +94,6 @@ def malformed_line(i: int) -> str:
         299: {"method": "POST", "url": "/v1/completions", "body": {"prompt": "no id"}},
     }
     return MALFORMED[i] or json.dumps(shapes[i])
-
-
-def events(api: client.ApiClient, ns: str, name: str) -> list[client.CoreV1Event]:
-    items = client.CoreV1Api(api).list_namespaced_event(ns).items
-    return [
-        e
-        for e in items
-        if e.involved_object.name == name and e.involved_object.kind == "LLMBatchJob"
-    ]
 
 
 def shard_pod(api: client.ApiClient, ns: str, index: int) -> client.V1Pod | None:
@@ -238,71 +182,6 @@ def test_a_300_line_job_over_two_shards_answers_every_line_exactly_once_through_
     assert f"{LINES}/{LINES}" in table
     assert [e.reason for e in events(api, namespace, "big") if e.reason == "Complete"]
     print(f"300-line job with a kill: {time.monotonic() - started:.0f}s")
-
-
-REFUSED = {
-    "no-input": (lambda s: s.pop("input"), "spec.input: Required value"),
-    "zero-shards": (lambda s: s.update(shards=0), "spec.shards: Invalid value: 0"),
-    "input-both-claim-and-configmap": (
-        lambda s: s["input"].update(configMap={"name": "c", "key": "k"}),
-        "set exactly one of persistentVolumeClaim or configMap",
-    ),
-    "output-path-leaves-the-claim": (
-        lambda s: s["output"]["persistentVolumeClaim"].update(path="../elsewhere"),
-        "path must be relative to the claim's root and must not contain '..'",
-    ),
-}
-
-
-@pytest.mark.parametrize(("mutate", "message"), REFUSED.values(), ids=REFUSED.keys())
-def test_the_api_server_refuses_a_bad_spec_with_a_clear_message(
-    api: client.ApiClient,
-    cluster: Cluster,
-    namespace: str,
-    mutate: Callable[[dict[str, Any]], Any],
-    message: str,
-) -> None:
-    body = batch_job("bad")
-    mutate(body["spec"])
-    with pytest.raises(ApiException) as refused:
-        create(api, namespace, body)
-    assert refused.value.status == 422
-    assert message in str(refused.value.body)
-
-
-def test_the_spec_cannot_change_after_creation(
-    api: client.ApiClient, cluster: Cluster, namespace: str
-) -> None:
-    body = batch_job("fixed", gpus={"count": 1, "memoryGiB": 16, "product": "NoSuchGPU"})
-    create(api, namespace, body)
-    with pytest.raises(ApiException) as refused:
-        client.CustomObjectsApi(api).patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, "fixed", {"spec": {"shards": 3}}
-        )
-    assert "spec is immutable" in str(refused.value.body)
-
-
-def test_a_second_job_writing_the_same_output_is_refused_by_a_condition_and_an_event(
-    api: client.ApiClient, operator: Operator, namespace: str
-) -> None:
-    # Pods of these jobs find no node (no such GPU): nothing runs, the operator still decides.
-    gpus = {"count": 1, "memoryGiB": 16, "product": "NoSuchGPU"}
-    create(api, namespace, batch_job("first", gpus=gpus))
-    wait_until(lambda: status(api, namespace, "first").get("jobName"), what="first job's Job")
-    second = batch_job("second", gpus=gpus)
-    second["spec"]["output"] = batch_job("first")["spec"]["output"]
-    second["spec"]["output"]["persistentVolumeClaim"]["path"] = "out/./first/"
-    create(api, namespace, second)
-    st = wait_until(
-        lambda: (s := status(api, namespace, "second")).get("phase") == "Failed" and s,
-        what="second refused",
-    )
-    failed = cond(st, "Failed")
-    assert failed["reason"] == "OutputConflict"
-    assert "is the output of LLMBatchJob first" in failed["message"]
-    assert "jobName" not in st
-    assert [e for e in events(api, namespace, "second") if e.reason == "OutputConflict"]
-    assert status(api, namespace, "first").get("phase") != "Failed"
 
 
 def test_an_output_directory_of_another_job_fails_the_job_with_the_runners_message(

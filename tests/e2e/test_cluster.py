@@ -16,7 +16,13 @@ from localcluster.supervisor import LWS, Cluster, bindir, pinned_versions
 
 from .harness import wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab(
+        "the lab's own components (kwok's GPU nodes, its LeaderWorkerSet controller, its "
+        "pinned binaries): these tests check the lab"
+    ),
+]
 
 GPU = "nvidia.com/gpu"
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"

@@ -36,7 +36,10 @@ from localcluster.supervisor import (
 
 from .harness import wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("the node runner (real vLLM engines as local processes)"),
+]
 
 NODE = "local-gpu-0"
 PRODUCT = "LLMFleet-CPU-Emulated"

@@ -20,7 +20,10 @@ from localcluster.supervisor import RUNNER_POD_NETWORK, Cluster
 from . import localnode
 from .harness import Operator
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("the node runner and the lab's metrics stack (make demo's steps)"),
+]
 
 
 def test_the_demo_answers_at_the_endpoint_and_every_example_is_available_none_degraded(

@@ -17,7 +17,10 @@ from localcluster.supervisor import Cluster
 from . import localnode
 from .harness import Operator, condition, get_llmd
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("the node runner (the test kills real engine processes)"),
+]
 
 CRASH_TIMEOUT = 240  # vLLM's imports, the failed load, one restart on 2 cores
 

@@ -28,7 +28,10 @@ from llmfleet.render.names import DEPLOYMENT_LABEL
 
 from .harness import E2E_GPU_PRODUCT, Operator, bound_claim, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("kwok's GPU nodes (the e2e pool) and the operator's log"),
+]
 
 FUZZ_EXAMPLES = int(os.environ.get("LLMFLEET_FUZZ_EXAMPLES", "200"))
 STATUS_SECONDS = 10.0

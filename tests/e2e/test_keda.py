@@ -16,7 +16,7 @@ from localcluster.supervisor import KEDA_OPERATOR, Cluster, pinned_versions
 
 from .harness import wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.lab("the lab's KEDA and metrics stack")]
 
 GROUP, VERSION, PLURAL = keda.API_GROUP, "v1alpha1", "scaledobjects"
 # Short, so the test stays cheap: KEDA polls Prometheus every 2 s and scales to zero 5 s after

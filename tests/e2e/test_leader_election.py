@@ -27,7 +27,10 @@ from llmfleet.reconcile.leader import LeaderElectionConfig, LeaderElector
 from .harness import Operator, utcnow, wait_until
 from .test_resilience import TINY, children, rendered
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("the lab's operator pods (two replicas, one killed) and its audit log"),
+]
 
 FAST = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.5}
 # The audit log's user.extra key naming the pod a ServiceAccount token was bound to.

@@ -38,7 +38,10 @@ from .harness import (
     wait_until,
 )
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("kwok's GPU nodes, the kwok gate and the node runner"),
+]
 
 SAID_WITHIN = 20.0  # seconds from apply to the condition and the Event
 RECOVERS_WITHIN = 90.0  # from creating the object to Available / Running on kwok

@@ -18,7 +18,10 @@ from localcluster.supervisor import REPO, Cluster
 
 from .harness import Operator, condition, get_llmd, utcnow, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("kwok's GPU nodes and the lab's LeaderWorkerSet controller"),
+]
 
 PRODUCT = "NVIDIA-H100-80GB-HBM3-MULTINODE"
 # Three nodes of its own: a group of two, and a spare node for the single-node layout that

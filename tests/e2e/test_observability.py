@@ -22,7 +22,7 @@ from localcluster.supervisor import Cluster
 from . import observe
 from .harness import Operator
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.lab("kwok's GPU nodes and the lab's metrics stack")]
 
 
 @pytest.fixture(scope="module")

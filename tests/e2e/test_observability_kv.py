@@ -28,7 +28,7 @@ from localcluster.supervisor import Cluster
 from e2e import localnode, observe
 from e2e.harness import Operator
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.lab("the node runner and the lab's metrics stack")]
 
 STARTUP_TIMEOUT = 300
 # vLLM's CPU attention wants blocks of a multiple of 32 tokens: 41 blocks (one is vLLM's null

@@ -20,7 +20,10 @@ from localcluster.waiting import wait_until
 
 from .harness import E2E_GPU_PRODUCT, Operator, condition
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("the lab's system node, where the operator pod runs from its image"),
+]
 
 IMAGE_UID = 65532  # the image's user, the chart's runAsUser
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"

@@ -51,7 +51,7 @@ from llmfleet.planner import PlanError, plan
 from . import localnode
 from .harness import Operator, condition, get_llmd, stand_in, utcnow
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.lab("the node runner's vLLM engines")]
 
 STARTUP_TIMEOUT = 300  # a vLLM engine (and the stand-in) starting on 2 shared cores
 GIB = 1024**3

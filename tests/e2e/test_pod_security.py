@@ -29,7 +29,7 @@ from .harness import (
     wait_until,
 )
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.lab("kwok's GPU nodes, on which the pods run")]
 
 COMPONENT = "app.kubernetes.io/component"
 RESTRICTED = {

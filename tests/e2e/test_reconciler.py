@@ -1,52 +1,45 @@
 """What every kind's reconcile shares (llmfleet.reconcile.base), against the real API server: an
 error is counted once however the reconcile started, and nothing is kept for a resource once it
 is gone. The controllers run in this process (their bookkeeping is what is checked), beside the
-session's operator, which reconciles the same objects to the same result."""
+session's operator, which reconciles the same objects to the same result. The errors come from a
+ResourceQuota, which the controller manager's quota controller enforces (and the operator runs as
+another process, so this process's metrics are the controllers' alone): not in the API tier,
+which has tests/api/test_reconciler.py."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from localcluster.metricsstack.load import GROUP, TINY_ARCHITECTURE, VERSION, wait_until
+from localcluster.metricsstack.load import wait_until
+from localcluster.supervisor import Cluster
+from manifests import create, custom, delete
 from prometheus_client import REGISTRY
 
-from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
+from llmfleet.models.crd import custom_resource_definition
 from llmfleet.models.deployment import PLURAL
-from llmfleet.reconcile.batchjob import BatchJobController
+from llmfleet.models.resources import LLMDEPLOYMENT
 from llmfleet.reconcile.controller import Controller
 from llmfleet.reconcile.resync import Resyncer
 
 pytestmark = pytest.mark.cluster
 
+
+@pytest.fixture(scope="module", autouse=True)
+def crd(cluster: Cluster) -> None:
+    # The CRD the chart renders (the operator fixture installs it too): these tests run without.
+    crd = custom_resource_definition(LLMDEPLOYMENT)
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(crd))
+    cluster.wait_established([crd["metadata"]["name"]])
+
+
 CHAT_SPEC = {
     "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
     "gpus": {"count": 2, "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"},
 }
-BATCH_SPEC = {
-    "model": {"name": "/models/tiny-llama", "architecture": TINY_ARCHITECTURE},
-    "engine": {"maxModelLen": 512},
-    "shards": 2,
-    "input": {"configMap": {"name": "prompts", "key": "prompts.jsonl"}},
-    "output": {"persistentVolumeClaim": {"claimName": "results", "path": "run-1"}},
-}
-
-
-def create(api: client.ApiClient, ns: str, plural: str, kind: str, name: str, spec: Any) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": kind,
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, plural, body)
-
-
-def delete(api: client.ApiClient, ns: str, plural: str, name: str) -> None:
-    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, ns, plural, name)
 
 
 def refuse_deployments(api: client.ApiClient, ns: str) -> None:
@@ -94,7 +87,7 @@ def test_a_refused_apply_is_counted_once_per_reconcile(
     api: client.ApiClient, namespace: str
 ) -> None:
     refuse_deployments(api, namespace)
-    create(api, namespace, PLURAL, "LLMDeployment", "chat", CHAT_SPEC)
+    create(api, namespace, custom("LLMDeployment", "chat", CHAT_SPEC))
     controller = Controller(api)
     before = errors(namespace)
     resync_once(controller, namespace)
@@ -107,7 +100,7 @@ def test_nothing_is_kept_for_a_resource_once_it_is_gone(
     api: client.ApiClient, namespace: str
 ) -> None:
     refuse_deployments(api, namespace)
-    create(api, namespace, PLURAL, "LLMDeployment", "chat", CHAT_SPEC)
+    create(api, namespace, custom("LLMDeployment", "chat", CHAT_SPEC))
     controller = Controller(api)
     with pytest.raises(ApiException):
         controller.reconcile_by_name(namespace, "chat")
@@ -117,15 +110,3 @@ def test_nothing_is_kept_for_a_resource_once_it_is_gone(
     controller.reconcile_by_name(namespace, "chat")
     assert (controller._refusals, controller._locks, controller._queued) == ({}, {}, set())
     assert errors(namespace)[1] == 0  # the resource's error series went with it
-
-
-def test_a_batch_job_that_is_gone_is_no_longer_polled(
-    api: client.ApiClient, namespace: str
-) -> None:
-    create(api, namespace, BATCH_PLURAL, "LLMBatchJob", "tiny", BATCH_SPEC)
-    controller = BatchJobController(api, scraper=lambda _ip: None)
-    controller.reconcile_by_name(namespace, "tiny")
-    assert controller.active() == [(namespace, "tiny")]
-    delete(api, namespace, BATCH_PLURAL, "tiny")
-    controller.reconcile_by_name(namespace, "tiny")
-    assert (controller.active(), controller._locks, controller._queued) == ([], {}, set())

@@ -30,7 +30,10 @@ from llmfleet.render.names import DEPLOYMENT_LABEL, MANAGED_BY
 
 from .harness import Operator, utcnow, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("the lab's API server (the test restarts it) and kwok's GPU nodes"),
+]
 
 COUNT = 20
 TINY = {

@@ -34,7 +34,10 @@ from llmfleet.models.deployment import PLURAL
 from . import localnode
 from .harness import Operator, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("the node runner (vLLM engines and the vLLM Router as local processes)"),
+]
 
 NODE = "local-gpu-0"
 NAME = "routed"

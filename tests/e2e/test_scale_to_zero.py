@@ -29,7 +29,10 @@ from localcluster.supervisor import Cluster
 from e2e import localnode
 from e2e.harness import Operator, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("the node runner and the lab's KEDA and metrics stack"),
+]
 
 NODE_GPUS = 1
 IDLE_SECONDS = 30  # the smallest idleSeconds the API takes

@@ -9,7 +9,10 @@ from __future__ import annotations
 import pytest
 from localcluster.upgrade import own_cluster, upgrade
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.lab("a lab cluster of its own (the node runner serves through the upgrade)"),
+]
 
 
 def test_helm_upgrade_from_the_previous_release_keeps_serving_and_upgrades_the_crds() -> None:

@@ -1,7 +1,7 @@
 """The tree keeps what ships, what helps develop and what verifies apart: imports run
-tests -> dev -> operator, never back, and the README's layout names every top-level folder.
-Inside the operator the planner stays a lower layer than what reads its Plans, in modules of
-one job each."""
+tests -> dev -> operator, never back (and within tests, e2e -> api, never back: the API tier
+runs without the lab), and the README's layout names every top-level folder. Inside the
+operator the planner stays a lower layer than what reads its Plans, in modules of one job each."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "operator" / "src"
 # Top-level import names of each part (dev/ and tests/ are put on the path as folders).
 DEV_PACKAGES = {p.name for p in (REPO / "dev").iterdir() if (p / "__init__.py").exists()}
-TEST_PACKAGES = {"e2e", "unit", "conftest", "tests"}
+TESTS = REPO / "tests"
+# Top-level import names of the tests (tests/ is on the path as a folder too): its packages (the
+# tiers) and modules (the conftest and what the tiers share).
+TEST_PACKAGES = {
+    p.stem for p in TESTS.iterdir() if (p / "__init__.py").exists() or p.suffix == ".py"
+} | {"unit", "tests"}
 # (folder under operator/src, package it never imports): the planner turns a spec into a Plan
 # and knows nothing of what renders, applies or prints it.
 LOWER_LAYERS = [
@@ -60,10 +65,12 @@ def imported_modules(path: Path) -> set[str]:
         ("operator/src", DEV_PACKAGES | TEST_PACKAGES),
         ("dev", TEST_PACKAGES),
         ("bench", TEST_PACKAGES),
+        ("tests/api", {"e2e"}),
     ],
 )
 def test_imports_never_run_back(part: str, forbidden: set[str]) -> None:
     assert {"localcluster", "dashboards"} <= DEV_PACKAGES
+    assert {"api", "e2e", "conftest", "clusters", "manifests"} <= TEST_PACKAGES
     offenders = {
         str(f.relative_to(REPO)): sorted(imported(f) & forbidden)
         for f in (REPO / part).rglob("*.py")

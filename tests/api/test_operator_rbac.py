@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client, config
-
-from .harness import Operator
+from localcluster.operator_process import Operator
 
 pytestmark = pytest.mark.cluster
 

@@ -1,0 +1,86 @@
+"""LLMBatchJob against the API server alone: what admission refuses, and what the operator
+decides before any pod runs (no pod ever runs here; tests/e2e/test_batchjob.py runs them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from localcluster.operator_process import Operator
+from localcluster.supervisor import Cluster
+from localcluster.waiting import wait_until
+from manifests import batch_job, cond, create, events, status
+
+from llmfleet import API_GROUP as GROUP
+from llmfleet import API_VERSION as VERSION
+from llmfleet.models.batchjob import PLURAL
+
+pytestmark = pytest.mark.cluster
+
+
+REFUSED = {
+    "no-input": (lambda s: s.pop("input"), "spec.input: Required value"),
+    "zero-shards": (lambda s: s.update(shards=0), "spec.shards: Invalid value: 0"),
+    "input-both-claim-and-configmap": (
+        lambda s: s["input"].update(configMap={"name": "c", "key": "k"}),
+        "set exactly one of persistentVolumeClaim or configMap",
+    ),
+    "output-path-leaves-the-claim": (
+        lambda s: s["output"]["persistentVolumeClaim"].update(path="../elsewhere"),
+        "path must be relative to the claim's root and must not contain '..'",
+    ),
+}
+
+
+@pytest.mark.parametrize(("mutate", "message"), REFUSED.values(), ids=REFUSED.keys())
+def test_the_api_server_refuses_a_bad_spec_with_a_clear_message(
+    api: client.ApiClient,
+    cluster: Cluster,
+    namespace: str,
+    mutate: Callable[[dict[str, Any]], Any],
+    message: str,
+) -> None:
+    body = batch_job("bad")
+    mutate(body["spec"])
+    with pytest.raises(ApiException) as refused:
+        create(api, namespace, body)
+    assert refused.value.status == 422
+    assert message in str(refused.value.body)
+
+
+def test_the_spec_cannot_change_after_creation(
+    api: client.ApiClient, cluster: Cluster, namespace: str
+) -> None:
+    body = batch_job("fixed", gpus={"count": 1, "memoryGiB": 16, "product": "NoSuchGPU"})
+    create(api, namespace, body)
+    with pytest.raises(ApiException) as refused:
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "fixed", {"spec": {"shards": 3}}
+        )
+    assert "spec is immutable" in str(refused.value.body)
+
+
+def test_a_second_job_writing_the_same_output_is_refused_by_a_condition_and_an_event(
+    api: client.ApiClient, operator: Operator, namespace: str
+) -> None:
+    # Pods of these jobs would find no node (no such GPU): nothing runs, the operator still decides.
+    gpus = {"count": 1, "memoryGiB": 16, "product": "NoSuchGPU"}
+    create(api, namespace, batch_job("first", gpus=gpus))
+    wait_until(lambda: status(api, namespace, "first").get("jobName"), what="first job's Job")
+    second = batch_job("second", gpus=gpus)
+    second["spec"]["output"] = batch_job("first")["spec"]["output"]
+    second["spec"]["output"]["persistentVolumeClaim"]["path"] = "out/./first/"
+    create(api, namespace, second)
+    st = wait_until(
+        lambda: (s := status(api, namespace, "second")).get("phase") == "Failed" and s,
+        what="second refused",
+    )
+    failed = cond(st, "Failed")
+    assert failed["reason"] == "OutputConflict"
+    assert "is the output of LLMBatchJob first" in failed["message"]
+    assert "jobName" not in st
+    assert [e for e in events(api, namespace, "second") if e.reason == "OutputConflict"]
+    assert status(api, namespace, "first").get("phase") != "Failed"

@@ -1,0 +1,127 @@
+"""LLMDeployment against the API server alone: what admission refuses, and what the operator
+writes for what it admits (no pod ever runs here; tests/e2e/test_llmdeployment.py runs them)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client
+from localcluster.operator_process import Operator, condition, get_llmd
+from localcluster.supervisor import Cluster
+from localcluster.waiting import wait_until
+from manifests import H100, apply, deployments, llmd
+
+pytestmark = pytest.mark.cluster
+
+# Each bad manifest is refused by the API server (schema/CEL), the message naming the field.
+# (Those only the planner can tell: tests/e2e/test_llmdeployment.py.)
+MALFORMED: list[tuple[str, dict[str, Any], str]] = [
+    ("count-as-string", {"gpus": {**H100, "count": "eight"}}, "spec.gpus.count"),
+    ("unknown-dtype", {"model": {"name": "x/y", "dtype": "int4"}}, "spec.model.dtype"),
+    ("unknown-strategy", {"strategy": "Sideways"}, "spec.strategy"),
+    ("zero-gpus", {"gpus": {**H100, "count": 0}}, "spec.gpus.count"),
+    ("count-not-filling-nodes", {"gpus": {**H100, "count": 12}}, "spec.gpus.count"),
+    (
+        "min-above-max",
+        {"autoscaling": {"minReplicas": 4, "maxReplicas": 2}},
+        "spec.autoscaling.maxReplicas",
+    ),
+    ("reserved-extra-arg", {"engine": {"extraArgs": ["--port", "9000"]}}, "spec.engine.extraArgs"),
+    (
+        "product-not-a-label-value",
+        {"gpus": {**H100, "product": "NVIDIA H100"}},
+        "spec.gpus.product",
+    ),
+    ("model-name-with-a-space", {"model": {"name": "my model"}}, "spec.model.name"),
+    (
+        "pod-label-the-service-selects-by",
+        {"engine": {"podLabels": {"app.kubernetes.io/component": "x"}}},
+        "spec.engine.podLabels",
+    ),
+    (
+        "pod-annotation-key-with-a-space",
+        {"engine": {"podAnnotations": {"cost center": "ml"}}},
+        "spec.engine.podAnnotations",
+    ),
+    ("model-id-not-ascii", {"model": {"name": "org/modèle"}}, "spec.model.name"),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "field"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_manifest_is_refused_naming_the_field(
+    cluster: Cluster, namespace: str, case: str, spec: dict[str, Any], field: str
+) -> None:
+    name = f"bad-{case}"[:50]
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        apply(cluster, namespace, llmd(name, **spec))
+    assert field in err.value.stderr, err.value.stderr
+
+
+BAD_NAMES = {
+    "longer-than-56": "a" * 57,
+    "starts-with-a-digit": "1chat",
+    "has-a-dot": "chat.v1",
+}
+
+
+@pytest.mark.parametrize("name", BAD_NAMES.values(), ids=BAD_NAMES.keys())
+def test_a_name_its_children_could_not_carry_is_refused_at_admission(
+    cluster: Cluster, namespace: str, name: str
+) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        apply(cluster, namespace, llmd(name))
+    assert "metadata.name must be at most 56 characters" in err.value.stderr, err.value.stderr
+
+
+def test_the_longest_name_allowed_gets_every_child_including_the_router(
+    operator: Operator, api: client.ApiClient, cluster: Cluster, namespace: str
+) -> None:
+    name = "n" * 56
+    apply(cluster, namespace, llmd(name, autoscaling={"minReplicas": 1, "maxReplicas": 3}))
+    wait_until(
+        lambda: (
+            client.CoreV1Api(api)
+            .list_namespaced_service(namespace, field_selector=f"metadata.name={name}-router")
+            .items
+        ),
+        timeout=60,
+        what="the router's Service",
+    )
+    assert condition(get_llmd(api, namespace, name), "Degraded").get("reason") != "ApplyRefused"
+
+
+def test_extra_args_that_weaken_the_endpoint_are_allowed_with_one_warning(
+    operator: Operator, api: client.ApiClient, cluster: Cluster, namespace: str
+) -> None:
+    weak = ["--trust-remote-code", "--allowed-local-media-path", "/data"]
+    apply(cluster, namespace, llmd("weak", engine={"extraArgs": weak}))
+
+    def warnings() -> list[str]:
+        return [
+            e.message
+            for e in client.CoreV1Api(api)
+            .list_namespaced_event(namespace, field_selector="involvedObject.name=weak")
+            .items
+            if e.type == "Warning" and e.reason == "EndpointWeakened"
+        ]
+
+    (message,) = wait_until(warnings, timeout=60, what="a Warning Event EndpointWeakened")
+    assert "--trust-remote-code" in message
+    assert "--allowed-local-media-path" in message
+    (engine,) = deployments(api, namespace)
+    container = engine.spec.template.spec.containers[0]
+    assert "--trust-remote-code" in (container.args or [])  # allowed, as asked
+    time.sleep(12)  # two resyncs of the operator (every 5 s): the warning is not repeated
+    assert len(warnings()) == 1
+
+
+def test_kubectl_explain_describes_the_fields(cluster: Cluster) -> None:
+    out = cluster.kubectl("explain", "llmd.spec.gpus")
+    for field in ("count", "memoryGiB", "perNode", "product"):
+        assert field in out
+    assert "tensor" in out.lower()
+    # A field new in 0.2.0: the chart (tests/api/conftest.py) installed the current CRD.
+    assert "rolls" in cluster.kubectl("explain", "llmd.spec.engine.podLabels")

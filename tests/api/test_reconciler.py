@@ -1,0 +1,39 @@
+"""What every kind's reconcile shares (llmfleet.reconcile.base), against the API server: nothing
+is kept for a resource once it is gone. The controller runs in this test (its bookkeeping is what
+is checked), beside the tier's operator, which reconciles the same objects to the same result.
+(The errors a ResourceQuota causes need the controller manager: tests/e2e/test_reconciler.py.)"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+from localcluster.metricsstack.load import TINY_ARCHITECTURE
+from manifests import create, custom, delete
+
+from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
+from llmfleet.reconcile.batchjob import BatchJobController
+
+pytestmark = pytest.mark.cluster
+
+BATCH_SPEC = {
+    "model": {"name": "/models/tiny-llama", "architecture": TINY_ARCHITECTURE},
+    "engine": {"maxModelLen": 512},
+    "shards": 2,
+    "input": {"configMap": {"name": "prompts", "key": "prompts.jsonl"}},
+    "output": {"persistentVolumeClaim": {"claimName": "results", "path": "run-1"}},
+}
+
+
+def test_a_batch_job_that_is_gone_is_no_longer_polled(
+    api: client.ApiClient, namespace: str
+) -> None:
+    create(api, namespace, custom("LLMBatchJob", "tiny", BATCH_SPEC))
+    controller = BatchJobController(api, scraper=lambda _ip: None)
+    try:
+        controller.reconcile_by_name(namespace, "tiny")
+        assert controller.active() == [(namespace, "tiny")]
+        delete(api, namespace, BATCH_PLURAL, "tiny")
+        controller.reconcile_by_name(namespace, "tiny")
+        assert (controller.active(), controller._locks, controller._queued) == ([], {}, set())
+    finally:
+        controller.view.stop()  # its own watches: they would outlive the tier's API server
