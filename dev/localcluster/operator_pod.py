@@ -97,6 +97,30 @@ class OperatorPod:
     def username(self) -> str:
         return f"system:serviceaccount:{self.namespace}:{self.release}"
 
+    @property
+    def resync_seconds(self) -> float:
+        """The period of its resync: the chart's `resyncSeconds`, as installed."""
+        values = json.loads(
+            subprocess.run(
+                [
+                    str(bindir("helm") / "helm"),
+                    f"--kubeconfig={self.cluster.kubeconfig}",
+                    "get",
+                    "values",
+                    self.release,
+                    "--namespace",
+                    self.namespace,
+                    "--all",
+                    "--output",
+                    "json",
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
+        return float(values["resyncSeconds"])
+
     def install(
         self, timeout: float = READY_TIMEOUT, *, reuse_values: bool = False
     ) -> dict[str, Any]:
