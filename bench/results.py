@@ -27,6 +27,17 @@ FIGURES: dict[str, tuple[str, str]] = {
         "`make cluster-up` with components built (fresh state)",
         "s",
     ),
+    "make_check_s": (
+        "`make check` warm (lint, unit tests, the API tier: etcd and kube-apiserver with the "
+        "operator in process), median of 3",
+        "s",
+    ),
+    "make_check_s_max": ("… the slowest of the 3", "s"),
+    "make_test_warm_s": (
+        "`make test` warm from a clean clone (`.ci/run`: lint, unit, API tier, e2e on the local "
+        "cluster with real vLLM and the engine stand-in), tools, vLLM and base image cached",
+        "s",
+    ),
     "reconcile_p50_ms": ("Apply → children created, p50 over 50 LLMDeployments", "ms"),
     "reconcile_p99_ms": ("Apply → children created, p99 over 50 LLMDeployments", "ms"),
     "reconcile_500_total_s": (

@@ -12,6 +12,7 @@ from bench import results
 
 # Each module has `run() -> dict[str, float]`. gpu_model needs no GPU: it reads the GPU runs
 # committed under bench/gpu/. images builds the images from a cold cache (needs root or Docker).
+# testloop times `make check` (and `make test` with LLMFLEET_BENCH_MAKE_TEST=1).
 BENCHMARKS = (
     "cluster",
     "reconcile",
@@ -24,6 +25,7 @@ BENCHMARKS = (
     "router_prefix",
     "gpu_model",
     "images",
+    "testloop",
 )
 
 
