@@ -79,6 +79,14 @@ def _chart_image() -> str:
     return f"{values['image']['repository']}:{chart['appVersion']}"
 
 
+@dataclass(frozen=True)
+class Mark:
+    """A leading operator pod and how much it had logged (OperatorPod.mark)."""
+
+    pod_uid: str
+    log_size: int
+
+
 @dataclass
 class OperatorPod:
     """One release of the chart whose operator runs as a pod on `local-system-0`."""
@@ -90,8 +98,6 @@ class OperatorPod:
     chart_values: tuple[str, ...] = ()
     # Chart values set as JSON (`--set-json`), e.g. gpuProfiles.<name>={...}.
     chart_json: dict[str, Any] = field(default_factory=dict)
-    # The pod that led at the last install/start, and its container's restarts then.
-    _started: tuple[str, int] | None = field(default=None, repr=False)
 
     @property
     def username(self) -> str:
@@ -185,7 +191,6 @@ class OperatorPod:
         pod: dict[str, Any] = wait_until(
             self._leading_pod, timeout=timeout, interval=1, what=f"{self.release} pod leading"
         )
-        self._started = (pod["metadata"]["uid"], _restarts(pod))
         return pod
 
     def kill(self, pod_name: str | None = None) -> None:
@@ -214,12 +219,30 @@ class OperatorPod:
                 "--grace-period=0", "--force", "--wait=false",
             )  # fmt: skip
 
-    def steady(self) -> bool:
-        """The pod that led at `start` still leads, its container never restarted since."""
-        pod = self.leader_pod()
-        if pod is None or self._started is None:
-            return False
-        return (pod["metadata"]["uid"], _restarts(pod)) == self._started
+    def mark(self) -> Mark:
+        """Where the leading pod stands now, for `exits_since`."""
+        pod: dict[str, Any] = wait_until(
+            self._leading_pod, timeout=LEADING_TIMEOUT, interval=1, what="a leading pod"
+        )
+        log = self._log_of(pod)
+        return Mark(pod["metadata"]["uid"], log.stat().st_size if log.exists() else 0)
+
+    def exits_since(self, mark: Mark) -> list[str]:
+        """Why the operator's container exited since `mark`: for each exit, the last line it
+        logged before it ("pod replaced" when another pod leads now)."""
+        pod = self.leader_pod() or self.ready_pod()
+        if pod is None or pod["metadata"]["uid"] != mark.pod_uid:
+            return ["pod replaced"]
+        with self._log_of(pod).open("rb") as f:
+            f.seek(mark.log_size)
+            text = f.read().decode(errors="replace")
+        exits, last = [], ""
+        for line in text.splitlines():
+            if "node-runner: operator exited" in line:
+                exits.append(last)
+            elif line.strip():
+                last = line
+        return exits
 
     @contextlib.contextmanager
     def configured(self, *chart_values: str) -> Iterator[None]:
@@ -372,14 +395,11 @@ class OperatorPod:
             capture_output=True,
         )
 
+    def _log_of(self, pod: dict[str, Any]) -> Path:
+        return self.cluster.state_dir / "pods" / f"{self.namespace}_{pod['metadata']['name']}.log"
+
     def log(self) -> Path:
         """The node runner's log of the operator pod (its container's output)."""
         pods = [p for p in [self.leader_pod() or self.ready_pod()] if p] or self.pods()
         name = pods[0]["metadata"]["name"] if pods else "none"
         return self.cluster.state_dir / "pods" / f"{self.namespace}_{name}.log"
-
-
-def _restarts(pod: dict[str, Any]) -> int:
-    return sum(
-        c.get("restartCount", 0) for c in (pod.get("status") or {}).get("containerStatuses") or []
-    )

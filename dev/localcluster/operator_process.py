@@ -95,7 +95,6 @@ class Operator:
     source: Path | None = None
     # Times the process exited by itself and was started again.
     restarts: int = 0
-    _restarts_at_start: int = field(default=0, repr=False)
     # Whether install_identity waits for the chart's objects to be ready (helm --wait): not on
     # a cluster without a controller manager, whose Deployments never report.
     helm_wait: bool = True
@@ -208,7 +207,6 @@ class Operator:
         a container (an operator that lost its Lease exits on purpose)."""
         self._intended.set()
         self.cluster.stop(self.name)
-        self._restarts_at_start = self.restarts
         self._spawn()
         self._intended = threading.Event()
         threading.Thread(target=self._restart_on_exit, args=(self._intended,), daemon=True).start()
@@ -350,11 +348,6 @@ class Operator:
         return signals.audit_writes(
             self.cluster.state_dir, self.username, since, namespace, leases=leases
         )
-
-    def steady(self) -> bool:
-        """Running, and not restarted since `start` (a crash would have restarted it)."""
-        alive = self.proc is not None and self.proc.poll() is None
-        return alive and self.restarts == self._restarts_at_start
 
 
 def credential(event: dict[str, Any]) -> str:

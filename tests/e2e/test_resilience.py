@@ -101,6 +101,7 @@ def test_after_an_api_server_restart_mid_reconcile_twenty_resources_converge_exa
     cluster: Cluster, api: client.ApiClient, namespace: str, operator: Operator
 ) -> None:
     custom = client.CustomObjectsApi(api)
+    mark = operator.mark()
 
     def create(i: int) -> None:
         body = {
@@ -125,7 +126,11 @@ def test_after_an_api_server_restart_mid_reconcile_twenty_resources_converge_exa
         wait_until(done, timeout=180, interval=1, what="convergence after the restart")
     except AssertionError as e:
         raise AssertionError(f"{e}; still: {missing[0]}") from None
-    assert operator.steady(), "the operator restarted"  # reported, not crashed
+    # Reported, not crashed. An API server away for longer than the renew deadline (8 s; a
+    # graceful stop and a start under load take about that) makes the leader exit on purpose, as
+    # controller-runtime's does, and its container restart: that exit, and no other, is allowed.
+    exits = operator.exits_since(mark)
+    assert all("leader Lease lost" in why for why in exits), exits
 
     # The view's watches are live again: a child deleted by hand comes back, and a new resource
     # gets its children.
