@@ -27,13 +27,11 @@ from typing import Any
 from . import operator_signals as signals
 from . import systemnode
 from .noderunner.oci import Runtime, find_image
+from .operator_image import operator_image
 from .operator_process import CHART, CRDS, OPERATOR_NAMESPACE, RELEASE
-from .supervisor import REPO, Cluster, bindir
+from .supervisor import Cluster, bindir
 from .waiting import wait_until
 
-BUILD_IMAGES = REPO / "dev" / "images" / "build.sh"
-# A cold build of the operator image took about 2 minutes here; warm, its stamp makes it a no-op.
-BUILD_TIMEOUT = 900
 # The pod's first start unpacks the image (~15 s) before its probes run (initialDelay 10 s).
 READY_TIMEOUT = 180
 # A new pod leads once the Lease of the one it replaced expired (--lease-duration, 10 s by default)
@@ -41,42 +39,6 @@ READY_TIMEOUT = 180
 LEADING_TIMEOUT = 120
 HEALTH_PORT_NAME = "health"
 METRICS_PORT_NAME = "metrics"
-
-
-def operator_image(build: bool = True) -> tuple[str, Path]:
-    """The built operator image's reference and archive (`make images`; built here if `build`
-    and its stamp is stale)."""
-    if build:
-        out = subprocess.run(
-            [str(BUILD_IMAGES), "operator"],
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"make images failed:\n{out.stderr[-4000:]}")
-    archive = Path(
-        subprocess.run(
-            [str(BUILD_IMAGES), "--print-path", "operator"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
-    with_tag = _chart_image()
-    if find_image(with_tag, archive.parent) is None:
-        raise RuntimeError(f"{archive} does not hold {with_tag}: run make images")
-    return with_tag, archive
-
-
-def _chart_image() -> str:
-    """The image `helm install` runs by default: repository:appVersion."""
-    import yaml
-
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    return f"{values['image']['repository']}:{chart['appVersion']}"
 
 
 @dataclass(frozen=True)
