@@ -71,11 +71,27 @@ E2E_CHART_VALUES = ("resyncSeconds=5",)
 STAND_IN = {adaptations.STAND_IN_ANNOTATION: adaptations.STAND_IN}
 
 
-def stand_in(body: dict[str, Any]) -> dict[str, Any]:
+def stand_in(
+    body: dict[str, Any],
+    token_seconds: float | None = None,
+    warm_up_seconds: float | None = None,
+) -> dict[str, Any]:
     """`body`, an LLMDeployment manifest, with its engines served by the engine stand-in (started
-    in about a second) rather than vLLM; returned for chaining, e.g. `stand_in(tiny_llmd(...))`."""
+    in about a second) rather than vLLM; returned for chaining, e.g. `stand_in(tiny_llmd(...))`.
+
+    `token_seconds`: one engine step (a token for each running request), default 0.02 s;
+    `warm_up_seconds`: how long the engine keeps its port closed after it starts, default 1 s,
+    for a test that must see an engine starting as vLLM's 35-90 s would show it."""
     engine = body["spec"].setdefault("engine", {})
-    engine["podAnnotations"] = {**(engine.get("podAnnotations") or {}), **STAND_IN}
+    settings = {
+        key: str(value)
+        for key, value in (
+            (adaptations.STAND_IN_TOKEN_SECONDS, token_seconds),
+            (adaptations.STAND_IN_WARM_UP_SECONDS, warm_up_seconds),
+        )
+        if value is not None
+    }
+    engine["podAnnotations"] = {**(engine.get("podAnnotations") or {}), **STAND_IN, **settings}
     return body
 
 

@@ -8,8 +8,9 @@ must agree: `/health` before and after start, `/v1/models`, the JSON keys (not t
 completions and chat completions, streamed or not, and of the errors; every `vllm:` family the
 stand-in serves (type, help, label names and values, buckets); every `vllm:` series the operator,
 the chart and the lab read; `vllm:cache_config_info` label for label (PlanVerified's figure); the
-queue gauges under more requests than `--max-num-seqs`. A vLLM that renames a metric, a label or
-a key fails here, naming it.
+queue gauges under more requests than `--max-num-seqs`; SIGTERM with requests in flight (the port
+closes, they finish, exit 0: a pod scaled down). A vLLM that renames a metric, a label or a key
+fails here, naming it.
 """
 
 from __future__ import annotations
@@ -361,3 +362,54 @@ def test_more_requests_than_max_num_seqs_wait_alike(servers: dict[str, Server]) 
         assert waiting >= (clients - MAX_NUM_SEQS) / 2, s.name
         counted = (after[0] - before[0], after[1] - before[1])
         assert counted == (clients * tokens, clients), (s.name, "tokens and requests done")
+
+
+# Last: it stops both servers.
+def test_sigterm_closes_the_port_and_drains_in_flight_requests_alike(
+    servers: dict[str, Server],
+) -> None:
+    """SIGTERM with requests in flight, on the operator's `--shutdown-timeout`: the port closes at
+    once, the requests finish in full, the process exits 0. What a pod scaled down does between
+    the router dropping it and its end (test_router.py, test_autoscaling.py)."""
+    tokens = 500
+    body = {"prompt": "Drain", "max_tokens": tokens, "ignore_eos": True}
+
+    def stop(s: Server) -> dict[str, Any]:
+        with ThreadPoolExecutor(MAX_NUM_SEQS) as pool:
+            futures = [
+                pool.submit(http, f"{s.url}/v1/completions", body) for _ in range(MAX_NUM_SEQS)
+            ]
+            deadline = time.monotonic() + 60
+            while queue(s.url)[0] < MAX_NUM_SEQS and time.monotonic() < deadline:
+                time.sleep(0.02)
+            s.proc.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            time.sleep(0.5)
+            seen = {
+                "/health while draining": http(f"{s.url}/health")[0],
+                "requests in flight then": not any(f.done() for f in futures),
+            }
+            answers = [f.result() for f in futures]
+        drained = time.monotonic() - stopped
+        seen["answers"] = [answered(code, text) for code, _, text in answers]
+        seen["exit code"] = s.proc.wait(120)
+        print(f"\n{s.name}: requests done {drained:.1f}s after SIGTERM; {seen}")
+        return seen
+
+    real, stand_in = stop(servers["vllm"]), stop(servers["stand-in"])
+    assert real == {
+        "/health while draining": 0,
+        "requests in flight then": True,
+        "answers": [(200, tokens, "length")] * MAX_NUM_SEQS,
+        "exit code": 0,
+    }
+    assert stand_in == real
+
+
+def answered(code: int, text: str) -> tuple[Any, ...]:
+    """(status, completion tokens, finish reason) of a completion; (status, the body's start)
+    otherwise."""
+    if code != 200:
+        return code, text[:200]
+    answer = json.loads(text)
+    return code, answer["usage"]["completion_tokens"], answer["choices"][0]["finish_reason"]

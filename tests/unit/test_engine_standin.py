@@ -7,7 +7,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +256,96 @@ def test_a_client_that_goes_away_aborts_its_request(tmp_path: Path) -> None:
             return len(engine.sched.running), engine.stats.finished["abort"], engine.sched.usage
 
     assert asyncio.run(scenario()) == (0, 2, 0.0)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as r:
+        answer: dict[str, Any] = json.load(r)
+        return answer
+
+
+def health(url: str) -> int:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            return int(r.status)
+    except OSError:
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("shutdown_timeout", "finish_reason"),
+    [("30", "length"), ("0", "abort")],
+    ids=["drains within --shutdown-timeout", "--shutdown-timeout 0 cuts requests short"],
+)
+def test_sigterm_closes_the_port_then_drains_or_aborts_in_flight_requests(
+    tmp_path: Path, shutdown_timeout: str, finish_reason: str
+) -> None:
+    """As vLLM 0.32 on SIGTERM: no new connection, the requests in flight finish within
+    --shutdown-timeout (0: they end at once, finish_reason abort), then exit 0. The operator
+    renders --shutdown-timeout so that a pod scaled down drains (test_autoscaling.py,
+    test_router.py)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    flags = ["--model", model(tmp_path), "--host", "127.0.0.1", "--port", str(port)]
+    flags += ["--max-num-seqs", "2", "--shutdown-timeout", shutdown_timeout]
+    env = {
+        **os.environ,
+        **GIB,
+        "PYTHONPATH": str(REPO / "dev"),
+        "LLMFLEET_STANDIN_TOKEN_S": "0.01",
+        "LLMFLEET_STANDIN_WARMUP_S": "0",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localcluster.standin", *flags],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while health(url) != 200:
+            assert proc.poll() is None, "the stand-in exited"
+            assert time.monotonic() < deadline, "the stand-in did not start"
+            time.sleep(0.05)
+        with ThreadPoolExecutor(2) as pool:
+            body = {"prompt": "Drain", "max_tokens": 200}
+            requests = [pool.submit(post, f"{url}/v1/completions", body) for _ in range(2)]
+            while gauge(url, "vllm:num_requests_running") < 2:
+                assert time.monotonic() < deadline, "the requests did not start"
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+            assert health(url) == 0  # the port closed at once
+            if finish_reason == "length":  # draining: the requests still run (2 s each)
+                assert not any(r.done() for r in requests)
+            answers = [r.result() for r in requests]
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    got = [(a["usage"]["completion_tokens"], a["choices"][0]["finish_reason"]) for a in answers]
+    assert {reason for _, reason in got} == {finish_reason}, got
+    if finish_reason == "length":
+        assert [tokens for tokens, _ in got] == [200, 200]
+    else:
+        assert all(tokens < 200 for tokens, _ in got), got
+
+
+def gauge(url: str, name: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+        page = r.read().decode()
+    found = re.search(rf"^{re.escape(name)}{{[^}}]*}} (\S+)$", page, re.M)
+    return float(found.group(1)) if found else 0.0
 
 
 VLLM_SERVER = ["/venv/bin/python", "-m", adaptations.VLLM_MODULE, "--model", "m", "--port", "8000"]

@@ -35,9 +35,11 @@ TINY_MODEL_MAX_LEN = 2048
 STAND_IN_ANNOTATION = "lab.llmfleet.test/engine"
 STAND_IN = "stand-in"
 STAND_IN_MODULE = "localcluster.standin"
+STAND_IN_TOKEN_SECONDS = "lab.llmfleet.test/stand-in-token-seconds"
+STAND_IN_WARM_UP_SECONDS = "lab.llmfleet.test/stand-in-warm-up-seconds"
 STAND_IN_SETTINGS = {
-    "lab.llmfleet.test/stand-in-token-seconds": "LLMFLEET_STANDIN_TOKEN_S",
-    "lab.llmfleet.test/stand-in-warm-up-seconds": "LLMFLEET_STANDIN_WARMUP_S",
+    STAND_IN_TOKEN_SECONDS: "LLMFLEET_STANDIN_TOKEN_S",
+    STAND_IN_WARM_UP_SECONDS: "LLMFLEET_STANDIN_WARMUP_S",
 }
 LAB_PYTHONPATH = Path(__file__).resolve().parents[2]  # dev/: `localcluster` importable
 
