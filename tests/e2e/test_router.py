@@ -1,9 +1,16 @@
 """The vLLM Router in front of a multi-replica LLMDeployment, end to end on the local cluster: the
 operator (as the chart's ServiceAccount) renders the router, the node runner runs it for real
-(`vllm-router` with Kubernetes discovery, as the Role the operator rendered) in front of real vLLM
-engines on `local-gpu-0`, and OpenAI-client traffic through it reaches every ready engine,
-follows a scale-up and a scale-down without a router restart, and survives an engine killed
-mid-load. See docs/router.md.
+(`vllm-router` with Kubernetes discovery, as the Role the operator rendered) in front of engines
+on `local-gpu-0`, and OpenAI-client traffic through it reaches every ready engine, follows a
+scale-up and a scale-down without a router restart, and survives an engine killed mid-load. See
+docs/router.md.
+
+The engines are the engine stand-in (dev/localcluster/standin, docs/cpu-adaptations.md item 20):
+what this test checks is the router and the operator (discovery, balancing, draining, retries),
+not vLLM, and the stand-in serves vLLM's API, /health and /metrics (held to the pinned vLLM by
+tests/e2e/test_engine_standin_contract.py, its drain on SIGTERM included). It is up in seconds
+where a vLLM engine takes 35-90 s. A chat completion through the router to a real vLLM is
+test_demo.py's (tests/README.md, "Real vLLM or the stand-in").
 
 The engine Service has no endpoints here (pod IPs are loopback, there is no kube-proxy), so the
 clients dial the router pod's IP, as they would dial the router Service in a real cluster.
@@ -32,7 +39,7 @@ from llmfleet import API_VERSION as VERSION
 from llmfleet.models.deployment import PLURAL
 
 from . import localnode
-from .harness import Operator, wait_until
+from .harness import Operator, stand_in, wait_until
 
 pytestmark = [
     pytest.mark.cluster,
@@ -44,8 +51,11 @@ NAME = "routed"
 ENGINES = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"
 ROUTERS = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=router"
 NODE_GPUS = 4  # 3 engines at most, and one slot to spare for an engine being replaced
-STARTUP_TIMEOUT = 300  # vLLM engines on 2 shared cores: ~40-90 s each
+STARTUP_TIMEOUT = 120  # the stand-in: Ready at the startup probe after its 1 s warm-up
 MAX_TOKENS = 24
+# A stand-in engine step: a request of MAX_TOKENS takes 1.2 s, so the 90 requests (4 at a time)
+# of the scale-down and the kill take about 30 s and are still running when the engine is killed.
+TOKEN_SECONDS = 0.05
 
 # Runs with the vLLM virtualenv's python (it has the `openai` package). The client's own retries
 # are off, so every failure the router lets through is counted.
@@ -67,7 +77,7 @@ with cf.ThreadPoolExecutor(conc) as ex:
 
 
 def llmd(gpus: int) -> dict[str, Any]:
-    return {
+    body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "LLMDeployment",
         "metadata": {"name": NAME},
@@ -90,6 +100,7 @@ def llmd(gpus: int) -> dict[str, Any]:
             "autoscaling": {"enabled": False},
         },
     }
+    return stand_in(body, token_seconds=TOKEN_SECONDS)
 
 
 @pytest.fixture(scope="module")
@@ -267,6 +278,7 @@ def test_router_balances_follows_scaling_and_hides_a_lost_engine(
     survivors = sorted(ready_ips(core, namespace, ENGINES) - {victim.status.pod_ip})
     killed = next(p for p in live_pods(core, namespace, ENGINES) if p.status.pod_ip == survivors[0])
     time.sleep(3)
+    assert loader.is_alive(), "the load ended before the kill"
     runner = procs.runner_id(NODE, cluster.state_dir)
     procs.kill_all(procs.marker(runner, killed.metadata.uid))  # SIGKILL, as an OOM kill
     print(f"killed engine {killed.metadata.name} ({survivors[0]})")
