@@ -1,5 +1,5 @@
-"""Queue-depth autoscaling end to end, on the production metrics path: real vLLM engines (the node
-runner's `local-gpu-0`), Prometheus discovering and scraping them, prometheus-adapter serving
+"""Queue-depth autoscaling end to end, on the production metrics path: engines on the node
+runner's `local-gpu-0`, Prometheus discovering and scraping them, prometheus-adapter serving
 `custom.metrics.k8s.io` through the aggregation layer, and the HPA controller of
 kube-controller-manager scaling the Deployment the operator made. Clients call the vLLM Router
 the operator puts in front of the engines (the local cluster's Services get no endpoints for
@@ -13,6 +13,17 @@ the load stops it scales back down, and the pod it removes finishes the requests
 before it exits. Each behaviour is a test of its own over what the scenario saw, so one failure
 does not hide the others (a phase that does not come true fails its tests and the later ones,
 naming it).
+
+The engines are the engine stand-in (dev/localcluster/standin, docs/cpu-adaptations.md item 20):
+what this scenario checks is the metrics path, the HPA, the operator's status, the router and
+the chart's dashboards and alerts, not vLLM. The stand-in keeps vLLM's queue (at most
+--max-num-seqs running, the rest waiting), its /metrics families and labels and its drain on
+SIGTERM, which tests/e2e/test_engine_standin_contract.py holds to the pinned vLLM; it keeps its
+port closed for WARM_UP_SECONDS after it starts, as vLLM does while it loads, so a new engine is
+seen starting (not Ready, status readyReplicas behind) as with vLLM's 35-90 s. The same metric
+path from a real vLLM: test_demo.py (its tiny-local HPA reads a real engine's queue) and
+test_dataplane.py (the real queue gauge under more requests than --max-num-seqs); see
+tests/README.md, "Real vLLM or the stand-in".
 """
 
 from __future__ import annotations
@@ -51,7 +62,7 @@ from localcluster.sampler import read as sampler_read
 from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster, ahead_of_workloads
 
 from e2e import harness, localnode, observe
-from e2e.harness import Operator, condition
+from e2e.harness import Operator, condition, stand_in
 
 pytestmark = [
     pytest.mark.cluster,
@@ -64,7 +75,7 @@ SELECTOR = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"
 ROUTERS = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=router"
 ROUTER_METRICS_PORT = 29000
 # Alerts this run provokes for real: the queue stays above target at maxReplicas while the third
-# pod is Pending for lack of GPUs, each new engine is not Ready while vLLM starts, and queued
+# pod is Pending for lack of GPUs, each new engine is not Ready while it starts, and queued
 # requests wait far longer than the 2 s TTFT objective. The others fire on faults
 # test_observability.py provokes.
 PROVOKED = (
@@ -80,10 +91,14 @@ TARGET_QUEUE_DEPTH = 2
 MAX_NUM_SEQS = 2
 LOAD_CONCURRENCY = 10  # 1 pod: 2 running, 8 waiting -> 4x the target
 # Long enough that the engine serves a request more slowly than a client sends the next one (96
-# tokens took ~0.3 s here: the queue emptied between the clients' requests and the HPA saw it
-# come and go).
+# tokens took ~0.3 s on vLLM here: the queue emptied between the clients' requests and the HPA
+# saw it come and go). On the stand-in, 320 engine steps of TOKEN_SECONDS: 3.2 s a request.
 MAIN_TOKENS = 320
-STARTUP_TIMEOUT = 300  # a vLLM engine on 2 busy cores: ~40-90 s
+TOKEN_SECONDS = 0.01
+# The stand-in's closed port after its start: long enough that the new engine is still starting
+# when the scale-up's status (3 replicas, 1 ready) is read, as a vLLM engine would be.
+WARM_UP_SECONDS = 30
+STARTUP_TIMEOUT = 150  # the stand-in's warm-up, then the startup probe (every 10 s)
 
 
 @pytest.fixture(scope="module")
@@ -365,6 +380,7 @@ def _run(
             targetQueueDepth=TARGET_QUEUE_DEPTH,
             scaleDownStabilizationSeconds=20,
         )
+        stand_in(body, token_seconds=TOKEN_SECONDS, warm_up_seconds=WARM_UP_SECONDS)
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
         first = wait_until(ready_names, STARTUP_TIMEOUT, 1, "the first engine pod Ready")[0]
         print(f"first engine Ready at +{time.monotonic() - t0:.0f}s")
