@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +24,8 @@ import pytest
 from aiohttp import ClientTimeout
 from aiohttp.test_utils import TestClient, TestServer
 from localcluster.noderunner import adaptations
-from localcluster.standin.api import app
+from localcluster.standin import shapes
+from localcluster.standin.api import DRAINING_MESSAGE, app
 from localcluster.standin.config import StartupError, engine_config
 from localcluster.standin.engine import Engine
 from localcluster.standin.metrics import render
@@ -286,11 +288,12 @@ def health(url: str) -> int:
     [("30", "length"), ("0", "abort")],
     ids=["drains within --shutdown-timeout", "--shutdown-timeout 0 cuts requests short"],
 )
-def test_sigterm_closes_the_port_then_drains_or_aborts_in_flight_requests(
+def test_sigterm_drains_or_aborts_in_flight_requests_then_closes_the_port(
     tmp_path: Path, shutdown_timeout: str, finish_reason: str
 ) -> None:
-    """As vLLM 0.32 on SIGTERM: no new connection, the requests in flight finish within
-    --shutdown-timeout (0: they end at once, finish_reason abort), then exit 0. The operator
+    """As vLLM 0.32 on SIGTERM: the requests in flight finish within --shutdown-timeout (0: they
+    end at once, finish_reason abort) while the port stays open, /health answers 200 and a new
+    completion fails with vLLM's 500; then the port closes and the process exits 0. The operator
     renders --shutdown-timeout so that a pod scaled down drains (test_autoscaling.py,
     test_router.py)."""
     port = free_port()
@@ -310,6 +313,7 @@ def test_sigterm_closes_the_port_then_drains_or_aborts_in_flight_requests(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    late: tuple[int, dict[str, Any]] | None = None
     try:
         deadline = time.monotonic() + 30
         while health(url) != 200:
@@ -324,11 +328,13 @@ def test_sigterm_closes_the_port_then_drains_or_aborts_in_flight_requests(
                 time.sleep(0.01)
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.2)
-            assert health(url) == 0  # the port closed at once
-            if finish_reason == "length":  # draining: the requests still run (2 s each)
+            if finish_reason == "length":  # draining (2 s a request): still listening
                 assert not any(r.done() for r in requests)
+                assert health(url) == 200
+                late = post_error(f"{url}/v1/completions", {"prompt": "Late", "max_tokens": 5})
             answers = [r.result() for r in requests]
         assert proc.wait(30) == 0
+        assert health(url) == 0  # the port closed
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -337,8 +343,18 @@ def test_sigterm_closes_the_port_then_drains_or_aborts_in_flight_requests(
     assert {reason for _, reason in got} == {finish_reason}, got
     if finish_reason == "length":
         assert [tokens for tokens, _ in got] == [200, 200]
+        assert late == (500, shapes.error(500, DRAINING_MESSAGE, None))
     else:
         assert all(tokens < 200 for tokens, _ in got), got
+
+
+def post_error(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """(status, JSON body) of a request that fails."""
+    try:
+        post(url, body)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+    raise AssertionError(f"{url} answered {body}")
 
 
 def gauge(url: str, name: str) -> float:

@@ -22,8 +22,10 @@ the real pinned vLLM, on one command line):
   waiting in arrival order; KV blocks allocated per request, and the newest running request
   preempted when they run out; one token per running request per engine step, a step taking
   LLMFLEET_STANDIN_TOKEN_S seconds (default 0.02);
-- SIGTERM: the port closes, requests in flight finish within `--shutdown-timeout` (0: they end at
-  once, cut short, as vLLM's abort mode), then the process exits 0;
+- SIGTERM: requests in flight finish within `--shutdown-timeout` (0: they end at once, cut
+  short, as vLLM's abort mode) while the port stays open, `/health` answers 200 and a new
+  completion fails with vLLM's 500 ("cannot schedule new futures after shutdown"); then the port
+  closes and the process exits 0;
 - a model directory without config.json, or a KV cache too small for one request of
   `--max-model-len`, ends the process at start with exit code 1, as vLLM's start fails.
 

@@ -1,6 +1,6 @@
 """`python -m localcluster.standin <vLLM's OpenAI server flags>`: the engine stand-in (see
 __init__.py). Exits 1 where vLLM would not start; on SIGTERM drains for `--shutdown-timeout`
-seconds and exits 0."""
+seconds, still listening, and exits 0."""
 
 from __future__ import annotations
 
@@ -59,14 +59,19 @@ async def serve(cfg: EngineConfig, token_s: float, warmup_s: float) -> int:
     log.info("Starting vLLM API server 0 on http://%s:%d", cfg.host, cfg.port)
     log.info("Application startup complete.")
     await stop.wait()
-    log.info("[shutdown] API server: signalling HTTP server shutdown")
-    await site.stop()  # no new connections, as vLLM's server on SIGTERM
+    # As vLLM 0.32: the HTTP server keeps listening (/health 200) while the engine drains, new
+    # generation requests fail (api.py), and the port closes only once the engine has stopped.
+    engine.draining = True
+    mode = "abort" if cfg.shutdown_timeout == 0 else "drain"
+    log.info("[shutdown] API server: stopping engine client mode=%s", mode)
     deadline = time.monotonic() + cfg.shutdown_timeout
     while not engine.sched.idle and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     if not engine.sched.idle:
         log.info("[shutdown] aborting %d requests", len(engine.sched.running))
     engine.abort_all()
+    log.info("[shutdown] API server: signalling HTTP server shutdown")
+    await site.stop()
     await runner.cleanup()
     steps.cancel()
     with contextlib.suppress(asyncio.CancelledError):

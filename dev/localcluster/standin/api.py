@@ -21,6 +21,9 @@ DEFAULT_COMPLETION_TOKENS = 16
 # prometheus_client 0.26's text format (the 0.0.4 format, under its 1.0.0 name), what vLLM
 # answers whatever the client accepts.
 METRICS_CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
+# What vLLM 0.32 answers (500) to a generation request while it drains after SIGTERM: its
+# tokenizer's thread pool is already shut down.
+DRAINING_MESSAGE = "cannot schedule new futures after shutdown"
 _WORD = re.compile(r"\w+|[^\w\s]")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -144,6 +147,8 @@ class Api:
         model = body.get("model")
         if model is not None and model not in self.cfg.served_names:
             raise ApiError(404, f"The model `{model}` does not exist.", "model")
+        if self.engine.draining:
+            raise ApiError(500, DRAINING_MESSAGE)
         return body
 
     async def _generate(

@@ -43,6 +43,7 @@ class Engine:
         self.stats = Stats(cfg)
         self._outputs: dict[int, tuple[asyncio.Queue[Token], int]] = {}
         self._wake = asyncio.Event()
+        self.draining = False  # SIGTERM: the requests in flight finish, no new one is taken
 
     def submit(
         self, prompt_tokens: int, max_tokens: int, out: asyncio.Queue[Token], index: int
