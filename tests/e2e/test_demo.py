@@ -1,7 +1,11 @@
 """`make demo`, end to end: the same `run()` (dev/localcluster/demo) on the test cluster. What a
 user who runs it notices: the tiny model answers a chat request at the endpoint its status names
 (its vLLM Router), every GPU example is Available (or its status says why not), none is
-Degraded, and the last screen shows each LLMDeployment with its conditions."""
+Degraded, and the last screen shows each LLMDeployment with its conditions.
+
+The tiny model runs on real vLLM (no engine stand-in): this is the suite's chat completion
+through the router to a real engine, and its HPA reading a real engine's queue through
+Prometheus and prometheus-adapter (tests/README.md, "Real vLLM or the stand-in")."""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.load import GROUP, PLURAL, VERSION, delete_llmd
 from localcluster.operator_process import condition
 from localcluster.supervisor import RUNNER_POD_NETWORK, Cluster
+
+from llmfleet.render.autoscaling import QUEUE_METRIC
 
 from . import localnode
 from .harness import Operator
@@ -40,6 +46,9 @@ def test_the_demo_answers_at_the_endpoint_and_every_example_is_available_none_de
             items = client.CustomObjectsApi(api).list_namespaced_custom_object(
                 GROUP, VERSION, demo.DEMO_NAMESPACE, PLURAL
             )["items"]
+            local_hpa = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(
+                demo.LOCAL_NAME, demo.DEMO_NAMESPACE
+            )
         finally:
             print("\n".join(shown))
             with contextlib.suppress(client.ApiException):  # (not applied: the demo failed)
@@ -69,6 +78,11 @@ def test_the_demo_answers_at_the_endpoint_and_every_example_is_available_none_de
     # The demo makes the claim and Secrets the 70B example names: nothing keeps it waiting.
     assert condition(llmds["llama-3-1-70b"], "Available")["status"] == "True"
     assert "Available=True EnginesReady" in blocks[demo.LOCAL_NAME]
+    # Its HPA scales on the real engine's queue: read through Prometheus and prometheus-adapter.
+    active = [c for c in local_hpa.status.conditions or [] if c.type == "ScalingActive"]
+    assert [c.status for c in active] == ["True"], active
+    read = [m.pods.metric.name for m in local_hpa.status.current_metrics or [] if m.pods]
+    assert read == [QUEUE_METRIC], local_hpa.status.current_metrics
     # The offline plans, and the request through the router's pod.
     assert "LLMDeployment llama-3-1-70b" in text
     prefix = RUNNER_POD_NETWORK.split(".0.0/")[0]
