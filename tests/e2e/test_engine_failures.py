@@ -1,7 +1,11 @@
 """An engine that cannot start shows in status: the real vLLM CPU engine on the node runner's
 emulated GPU node, asked to load a model that is not there, exits at start and is restarted with
 a back-off (CrashLoopBackOff); the LLMDeployment says Degraded=True EngineCrashLoop with the
-engine's last words."""
+engine's last words.
+
+Real vLLM on purpose (no engine stand-in): the last words the operator reads and classifies
+(not out of memory here) are vLLM's own, which a stand-in would only imitate (tests/README.md,
+"Real vLLM or the stand-in")."""
 
 from __future__ import annotations
 

@@ -2,6 +2,10 @@
 requests preempted; LLMFleetKVCacheNearlyFull and LLMFleetHighPreemptionRate seen firing in the
 tests' Prometheus (rules loaded with `for` set to 0, expressions unchanged), and the dashboard
 panels showing the same.
+
+Real vLLM on purpose (no engine stand-in): the cache filling up and the preemptions are vLLM's
+own block accounting under pressure, which the contract test does not hold the stand-in to
+(tests/README.md, "Real vLLM or the stand-in").
 """
 
 from __future__ import annotations
