@@ -371,7 +371,7 @@ def test_sigterm_drains_in_flight_requests_alike(servers: dict[str, Server]) -> 
     a completion sent meanwhile gets, that each in flight finishes in full, and the exit code.
     What a pod scaled down does between the router dropping it and its end (test_router.py,
     test_autoscaling.py)."""
-    clients, tokens = 8, 500
+    clients, tokens = MAX_NUM_SEQS + 2, 500  # two running and two waiting when SIGTERM comes
     body = {"prompt": "Drain", "max_tokens": tokens, "ignore_eos": True}
 
     def stop(s: Server) -> dict[str, Any]:
