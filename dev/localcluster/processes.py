@@ -34,9 +34,10 @@ def ahead_of_workloads(cmd: list[str], **popen: Any) -> subprocess.Popen[bytes]:
     it within its session. A nice -10 process in a session of its own then got no more CPU than
     the node runner's session of busy engines at nice 10: a sampler at nice -10 went 5 s without
     running while the engines' model processes took 80 % of both cores."""
-    proc = subprocess.Popen(
-        ["nice", "-n", str(CONTROL_PLANE_NICE), *cmd], start_new_session=True, **popen
-    )
+    # `nice -n` adds to the caller's own nice: from a caller that runs niced itself (a test run
+    # under `nice`), the adjustment that lands on CONTROL_PLANE_NICE.
+    adjustment = CONTROL_PLANE_NICE - os.getpriority(os.PRIO_PROCESS, 0)
+    proc = subprocess.Popen(["nice", "-n", str(adjustment), *cmd], start_new_session=True, **popen)
     # Popen returns after the child's setsid and exec, so this is the new session's group.
     # No file without autogroup support; EPERM without CAP_SYS_NICE (then, like `nice`, it
     # runs as it is).
