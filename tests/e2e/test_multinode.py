@@ -189,7 +189,8 @@ def test_without_the_leaderworkerset_api_it_waits_planned_false_then_is_created(
         assert operator.exits_since(mark) == [], "the operator restarted"  # reported, not crashed
     # Installed again: the operator finds the API on its next look and creates the group.
     wait_until(lambda: lws_list(api, namespace), timeout=60, what="the LeaderWorkerSet created")
-    assert planned()["status"] == "True"
+    # The reconcile that created it writes status after it (one apply, then one status write).
+    wait_until(lambda: planned()["status"] == "True", timeout=30, what="Planned=True")
     with operator.log_path.open("rb") as log:
         log.seek(log_start)
         assert b"Traceback" not in log.read()
