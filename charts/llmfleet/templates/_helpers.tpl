@@ -173,6 +173,11 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
+# LoRA: the engine pods' readiness gate (llmfleet.dev/adapters-loaded), set once the operator has
+# loaded the LLMDeployment's adapters into the engine, so a new pod gets traffic only then.
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
 # Events on the LLMDeployments (kopf posts core/v1 events; events.k8s.io for newer clients).
 # list: the kubelet's FailedMount Events on an LLMBatchJob's pod that waits for its volumes (a
 # missing input ConfigMap is said nowhere else), read by involvedObject.uid. No watch, no Secrets.

@@ -616,7 +616,10 @@ class PodWorker(threading.Thread):
 
     def _publish(self, force_not_ready: bool = False) -> None:
         statuses = [self._container_status(c) for c in self.containers]
-        ready = not force_not_ready and all(s["ready"] for s in statuses)
+        containers_ready = not force_not_ready and all(s["ready"] for s in statuses)
+        # As the kubelet: a pod with readiness gates is Ready only once every gate's condition,
+        # which another controller writes into status, is True as well.
+        ready = containers_ready and gates_pass(self.pod)
         if all(c.finished for c in self.containers):
             codes = [(c.last_terminated or {}).get("exitCode", 0) for c in self.containers]
             phase = "Succeeded" if all(x == 0 for x in codes) else "Failed"
@@ -635,7 +638,7 @@ class PodWorker(threading.Thread):
                 self._condition("PodReadyToStartContainers", True),
                 self._condition("Initialized", True),
                 self._condition("Ready", ready),
-                self._condition("ContainersReady", ready),
+                self._condition("ContainersReady", containers_ready),
                 self._condition("PodScheduled", True),
             ],
             "containerStatuses": statuses,
@@ -647,6 +650,13 @@ class PodWorker(threading.Thread):
             self.last_status = status
         except Exception as e:  # the API may be briefly away; the next tick retries
             log.warning("%s/%s: status update failed: %s", self.ns, self.pod_name, e)
+
+
+def gates_pass(pod: Mapping[str, Any]) -> bool:
+    gates = [str(g.get("conditionType")) for g in pod["spec"].get("readinessGates") or []]
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    true = {str(c.get("type")) for c in conditions if c.get("status") == "True"}
+    return all(g in true for g in gates)
 
 
 _MAP_REF = re.compile(r"^metadata\.(annotations|labels)\['([^']+)'\]$")

@@ -43,7 +43,7 @@ TINY_MODEL_NAMES = ("llmfleet-test/tiny-llama", "/models/tiny-llama")
 FEATURES_ANNOTATION = "llmfleet.dev/node-runner-features"
 FEATURES = (
     "volumes,termination-message,llmfleet-pythonpath,fieldref-metadata-maps,router,oci-containers,"
-    "kubelet-refusals,engine-stand-in"
+    "kubelet-refusals,engine-stand-in,readiness-gates"
 )
 
 

@@ -113,6 +113,18 @@ class Measured(ApiModel):
     )
 
 
+class AdapterStatus(ApiModel):
+    """One LoRA adapter of spec.adapters, as the engines hold it."""
+
+    name: str = Field(description="The adapter's name (spec.adapters[].name).")
+    engines: int = Field(ge=0, description="Engines that serve it now.")
+    of: int = Field(ge=0, description="Engines with LoRA that answer the operator.")
+    error: str | None = Field(
+        default=None,
+        description="Why an engine could not load it (vLLM's words), while it cannot.",
+    )
+
+
 class LLMDeploymentStatus(ApiModel):
     """Observed state of an LLMDeployment."""
 
@@ -123,7 +135,11 @@ class LLMDeploymentStatus(ApiModel):
     )
     conditions: tuple[Condition, ...] = Field(
         default=(),
-        description="Current conditions (Planned, Available, Progressing), one per type.",
+        description=(
+            "Current conditions, one per type: Planned, Available, Progressing, "
+            "ScalingLimited, Degraded, PlanVerified; ScaledToZero with minReplicas 0; "
+            "AdaptersReady with LoRA."
+        ),
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],
@@ -161,6 +177,13 @@ class LLMDeploymentStatus(ApiModel):
     )
     gpus: int | None = Field(
         default=None, ge=0, description="GPUs requested by the desired pods, in total."
+    )
+    adapters: tuple[AdapterStatus, ...] | None = Field(
+        default=None,
+        description=(
+            "Per LoRA adapter of spec.adapters, how many engines serve it and why any could "
+            "not load it (condition AdaptersReady sums it up); absent without LoRA."
+        ),
     )
 
 

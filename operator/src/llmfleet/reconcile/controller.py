@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from llmfleet import metrics as m
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
@@ -15,6 +16,8 @@ from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, weakening_args
+from llmfleet.reconcile.adapter_status import AdapterReport, adapter_report
+from llmfleet.reconcile.adapters import AdapterSync, Wanted, gates_to_open, lora_engines
 from llmfleet.reconcile.apply import ApplyResult, ref
 from llmfleet.reconcile.base import Reconciler, generation
 from llmfleet.reconcile.cache import ChildView
@@ -30,7 +33,7 @@ from llmfleet.render.leaderworkerset import (
     LWS_KIND,
     engine_kind,
 )
-from llmfleet.render.names import DEPLOYMENT_LABEL, HTTP_PORT
+from llmfleet.render.names import ADAPTERS_GATE, DEPLOYMENT_LABEL, ENGINE_CONTAINER, HTTP_PORT
 from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_name, router_url
 from llmfleet.render.scaledobject import KEDA_API_VERSION, SCALED_OBJECT_KIND, keda_hpa_name
 from llmfleet.render.service import endpoint_url
@@ -56,6 +59,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         self.network_policy = network_policy  # None: the engines get no NetworkPolicy
         self.keda_prometheus_url = keda_prometheus_url  # for scale to zero; "" refuses it
         self.kv_cache = EngineKVCache(HTTP_PORT)
+        self.adapters = AdapterSync(HTTP_PORT)
 
     def plan(self, spec: LLMDeploymentSpec) -> Plan:
         planned = plan(spec, self.profiles)
@@ -115,6 +119,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
     def forget(self, namespace: str, name: str) -> None:
         m.forget(namespace, name)
         self.kv_cache.forget(namespace, name)
+        self.adapters.forget(namespace, name)
 
     def counted(self, namespace: str, name: str, outcome: str, seconds: float) -> None:
         m.RECONCILE_DURATION.observe(seconds)
@@ -195,6 +200,9 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             kv_cache_tokens=self.kv_cache.measure(ns, name, reporting_engines(pods, template)),
             router=live.get(f"Deployment/{router_name(name)}"),
             blockers=blocked,
+            adapters=self._sync_adapters(
+                ns, name, spec, planned, pods=pods, generation=generation(body)
+            ),
         )
         new = ready_status(
             old=old_status,
@@ -217,6 +225,32 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         _publish_conditions(ns, name, new)
         m.observe_engine_startups(ns, name, observed.pods)
         return result
+
+    def _sync_adapters(
+        self,
+        ns: str,
+        name: str,
+        spec: LLMDeploymentSpec,
+        planned: Plan,
+        *,
+        pods: tuple[dict[str, Any], ...],
+        generation: int,
+    ) -> AdapterReport | None:
+        """Loads spec.adapters into each engine that answers, unloads the rest, and opens the
+        readiness gate of each engine that has them; None without LoRA."""
+        if planned.lora is None:
+            return None
+        wanted = tuple(Wanted(a.name, a.source) for a in spec.adapters)
+        outcomes = self.adapters.sync(ns, name, wanted, lora_engines(pods, ENGINE_CONTAINER))
+        core = k8s.CoreV1Api(self.api)
+        for pod in gates_to_open(pods, outcomes):
+            gate = {"type": ADAPTERS_GATE, "status": "True", "reason": "AdaptersLoaded"}
+            try:
+                core.patch_namespaced_pod_status(pod, ns, {"status": {"conditions": [gate]}})
+            except ApiException as e:
+                if e.status != 404:  # a pod that is gone needs no gate
+                    raise
+        return adapter_report(wanted, outcomes, generation)
 
     def _announce(
         self,

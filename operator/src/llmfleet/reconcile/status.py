@@ -9,6 +9,7 @@ from typing import Any
 
 from llmfleet.models.status import Condition, LLMDeploymentStatus, Measured
 from llmfleet.planner import Plan
+from llmfleet.reconcile.adapter_status import AdapterReport
 from llmfleet.reconcile.causes import Blocker, describe
 from llmfleet.reconcile.conditions import (
     FALSE,
@@ -41,6 +42,8 @@ class Observed:
     scaled_object: dict[str, Any] | None = None
     # Why pods cannot run, as the scheduler and the kubelet say it, attributed to spec fields.
     blockers: tuple[Blocker, ...] = ()
+    # LoRA: what the engines hold of spec.adapters (None without LoRA).
+    adapters: AdapterReport | None = None
 
 
 def _unschedulable(pods: tuple[dict[str, Any], ...]) -> list[tuple[str, str]]:
@@ -463,6 +466,8 @@ def ready_status(
 
     measured = min(observed.kv_cache_tokens) if observed.kv_cache_tokens else None
     conds.append(plan_verified(measured, plan.kv_cache_tokens_per_replica, g))
+    if observed.adapters is not None:
+        conds.append(observed.adapters.condition)
 
     return LLMDeploymentStatus(
         observed_generation=g,
@@ -475,4 +480,5 @@ def ready_status(
         gpus=desired * plan.gpus_per_replica,
         endpoint=endpoint,
         measured=None if measured is None else Measured(kv_cache_tokens=measured),
+        adapters=None if observed.adapters is None else observed.adapters.statuses,
     )

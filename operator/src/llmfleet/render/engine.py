@@ -15,6 +15,7 @@ from llmfleet.render.modelpod import (
     resources,
 )
 from llmfleet.render.names import (
+    ADAPTERS_GATE,
     COMPONENT_ENGINE,
     COMPONENT_ENGINE_WORKER,
     ENGINE_CONTAINER,
@@ -47,8 +48,11 @@ SHUTDOWN_TIMEOUT_SECONDS = TERMINATION_GRACE_SECONDS - PRESTOP_SLEEP_SECONDS - 2
 PROBE_PERIOD_SECONDS = 10
 
 
-def _env(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
+def _env(spec: LLMDeploymentSpec, plan: Plan) -> list[dict[str, Any]]:
     env = model_env(spec.model, spec.engine, on_gpus=spec.gpus is not None)
+    if plan.lora is not None:
+        # The operator loads and unloads spec.adapters in the running engine (docs/lora.md).
+        env.append({"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"})
     if spec.engine.api_key_secret_ref is not None:
         ref = spec.engine.api_key_secret_ref
         env.append(
@@ -127,7 +131,7 @@ def engine_pod_template(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "command": list(command),
         "args": args,
-        "env": _env(spec),
+        "env": _env(spec, plan),
         "resources": resources(spec.engine, plan),
         "volumeMounts": mounts,
         "securityContext": {
@@ -154,6 +158,9 @@ def engine_pod_template(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
+    if serving and plan.lora is not None:
+        # A new engine gets traffic only once the operator has loaded the adapters into it.
+        pod_spec["readinessGates"] = [{"conditionType": ADAPTERS_GATE}]
     if plan.gpus_per_replica:
         pod_spec["tolerations"] = [
             {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},

@@ -12,6 +12,8 @@ from llmfleet.planner import Plan
 
 MANAGED_BY = "llmfleet"
 ENGINE_CONTAINER = "vllm"  # the engine pod's one container
+# LoRA: the engine pods' readiness gate, True once the operator loaded the adapters (docs/lora.md).
+ADAPTERS_GATE = "llmfleet.dev/adapters-loaded"
 DEPLOYMENT_LABEL = "llmfleet.dev/deployment"
 LAYOUT_LABEL = "llmfleet.dev/layout"
 COMPONENT_LABEL = "app.kubernetes.io/component"

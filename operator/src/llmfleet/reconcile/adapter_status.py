@@ -1,0 +1,81 @@
+"""status.adapters and the AdaptersReady condition, from what each engine holds after a sync."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llmfleet.models.status import AdapterStatus, Condition
+from llmfleet.reconcile.adapters import EngineOutcome, Wanted
+from llmfleet.reconcile.conditions import FALSE, TRUE, UNKNOWN, condition
+
+ADAPTERS_READY = "AdaptersReady"
+# How a refusal reads in status when vLLM's own words do not name the field to change.
+_HINTS = (
+    ("max_lora_rank", "raise spec.engine.lora.maxRank"),
+    ("No adapter found", "spec.adapters[].source names nothing the engine can read"),
+    ("doesn't contain tensors", "no adapter_model.safetensors or .bin at the source"),
+)
+
+
+def _hinted(why: str) -> str:
+    for needle, hint in _HINTS:
+        if needle in why:
+            return f"{why} ({hint})"
+    return why
+
+
+@dataclass(frozen=True)
+class AdapterReport:
+    """What status says of the adapters: one entry per wanted adapter, and the condition."""
+
+    statuses: tuple[AdapterStatus, ...]
+    condition: Condition
+
+
+def adapter_report(
+    wanted: Sequence[Wanted], outcomes: Sequence[EngineOutcome], generation: int
+) -> AdapterReport:
+    answering = [o for o in outcomes if o.complete or o.loaded or o.failed]
+    total = len(answering)
+    statuses = []
+    failed: list[str] = []
+    loading: list[str] = []
+    for w in wanted:
+        serving = sum(1 for o in answering if w.name in o.loaded)
+        errors = sorted({o.failed[w.name] for o in answering if w.name in o.failed})
+        error = _hinted(errors[0]) if errors else None
+        statuses.append(AdapterStatus(name=w.name, engines=serving, of=total, error=error))
+        if error is not None:
+            failed.append(f"{w.name} on {total - serving} of {total} engines: {error}")
+        elif serving < total:
+            loading.append(f"{w.name} ({serving} of {total} engines)")
+    g = generation
+    if failed:
+        others = len(wanted) - len(failed)
+        cond = condition(
+            ADAPTERS_READY,
+            FALSE,
+            "AdapterLoadFailed",
+            "; ".join(failed) + f"; the other {others} adapter(s) serve",
+            g,
+        )
+    elif total == 0:
+        cond = condition(
+            ADAPTERS_READY,
+            UNKNOWN,
+            "NoEngine",
+            f"no engine answers yet; its {len(wanted)} adapter(s) load when one does",
+            g,
+        )
+    elif loading:
+        cond = condition(ADAPTERS_READY, FALSE, "AdaptersLoading", "; ".join(loading), g)
+    else:
+        cond = condition(
+            ADAPTERS_READY,
+            TRUE,
+            "AdaptersLoaded",
+            f"{len(wanted)} adapter(s) loaded on each of {total} engine(s)",
+            g,
+        )
+    return AdapterReport(statuses=tuple(statuses), condition=cond)

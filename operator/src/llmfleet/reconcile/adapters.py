@@ -1,0 +1,266 @@
+"""LoRA adapters in the running engines: the LLMDeployment's `spec.adapters` loaded into, and
+removed from, each vLLM engine through vLLM's runtime LoRA API, without restarting a pod.
+
+Why the runtime API (`POST /v1/load_lora_adapter`, `/v1/unload_lora_adapter`; the engines run
+with VLLM_ALLOW_RUNTIME_LORA_UPDATING) rather than vLLM's LoRA resolver plugins: a resolver loads
+an adapter on the first request that names it, so a broken adapter is found by a user's request
+and never by status, and nothing ever unloads one. Here the operator knows, per engine, what is
+loaded and what failed and why (docs/lora.md).
+
+What each engine holds is remembered per pod uid and container restart count: a restarted engine
+has lost its adapters, so it counts as new. A new engine is asked `/v1/models` once (a new leader
+finds what its predecessor loaded), then only told what changed. A failed load is retried after
+RETRY_SECONDS, or at once when its source changes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from llmfleet.reconcile.kvcache import metrics_url
+from llmfleet.render.names import ADAPTERS_GATE
+
+log = logging.getLogger(__name__)
+
+ENABLE_LORA_FLAG = "--enable-lora"
+LIST_TIMEOUT_SECONDS = 3.0
+# A Hugging Face id is downloaded by the engine while the call waits.
+LOAD_TIMEOUT_SECONDS = 120.0
+RETRY_SECONDS = 60.0
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# vLLM wraps a worker's refusal: "Call to add_lora method failed: Worker failed with error
+# '<why>', please check the stack trace above for the root cause".
+_WORKER_ERROR = re.compile(r"failed with error '(.*)', please check", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    name: str
+    source: str
+
+
+class EngineApi(Protocol):
+    def adapters(self, ip: str, port: int) -> dict[str, str] | None:
+        """Loaded adapters, name -> source, or None when the engine does not answer."""
+
+    def load(self, ip: str, port: int, name: str, source: str) -> str | None:
+        """None when loaded, else why not."""
+
+    def unload(self, ip: str, port: int, name: str) -> str | None:
+        """None when unloaded (or not loaded), else why not."""
+
+
+def _base(ip: str, port: int) -> str | None:
+    url = metrics_url(ip, port)
+    return None if url is None else url.removesuffix("/metrics")
+
+
+def _call(url: str, body: Mapping[str, Any] | None, timeout: float) -> tuple[int, str]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json"} if data else {}
+    )
+    try:
+        with _OPENER.open(request, timeout=timeout) as r:
+            return int(r.status), r.read(1 << 20).decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(1 << 20).decode("utf-8", errors="replace")
+
+
+def _why(status: int, text: str) -> str:
+    try:
+        message = str(json.loads(text)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = text.strip()[:300] or f"HTTP {status}"
+    inner = _WORKER_ERROR.search(message)
+    return (inner.group(1) if inner else message).strip()
+
+
+class HttpEngineApi:
+    def adapters(self, ip: str, port: int) -> dict[str, str] | None:
+        base = _base(ip, port)
+        if base is None:
+            return None
+        try:
+            status, text = _call(f"{base}/v1/models", None, LIST_TIMEOUT_SECONDS)
+            models = json.loads(text)["data"] if status == 200 else None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.debug("cannot list the adapters of %s: %s", base, e)
+            return None
+        if not isinstance(models, list):
+            return None
+        # vLLM lists each adapter with its base as `parent` and its path as `root`.
+        return {str(m["id"]): str(m.get("root") or "") for m in models if m.get("parent")}
+
+    def load(self, ip: str, port: int, name: str, source: str) -> str | None:
+        base = _base(ip, port)
+        if base is None:
+            return f"no address {ip!r}"
+        body = {"lora_name": name, "lora_path": source}
+        try:
+            status, text = _call(f"{base}/v1/load_lora_adapter", body, LOAD_TIMEOUT_SECONDS)
+        except OSError as e:
+            return f"the engine did not answer: {e}"
+        if status == 200 or (status == 400 and "already been loaded" in text):
+            return None
+        if status in (401, 403):
+            return "the engine refused the operator's call (an API key guards it)"
+        return _why(status, text)
+
+    def unload(self, ip: str, port: int, name: str) -> str | None:
+        base = _base(ip, port)
+        if base is None:
+            return f"no address {ip!r}"
+        try:
+            status, text = _call(
+                f"{base}/v1/unload_lora_adapter", {"lora_name": name}, LIST_TIMEOUT_SECONDS
+            )
+        except OSError as e:
+            return f"the engine did not answer: {e}"
+        return None if status in (200, 404) else _why(status, text)
+
+
+@dataclass
+class _Engine:
+    loaded: dict[str, str] = field(default_factory=dict)  # name -> source
+    failed: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # -> source, why, at
+
+
+@dataclass(frozen=True)
+class EngineOutcome:
+    """One engine after a sync: what it serves, what it could not load and why, and whether
+    every wanted adapter was tried (its readiness gate may open)."""
+
+    pod: str
+    loaded: frozenset[str]
+    failed: Mapping[str, str]
+    complete: bool
+
+
+def lora_engines(pods: Iterable[dict[str, Any]], container_name: str) -> list[dict[str, Any]]:
+    """Engine pods that serve with LoRA on and whose vLLM answers: not being deleted, with an IP,
+    containers ready (not Ready: the adapters gate holds that until they are loaded), and
+    `--enable-lora` on the engine container (a previous layout's pods included: they serve)."""
+    out = []
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if meta.get("deletionTimestamp") or not status.get("podIP"):
+            continue
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        if conditions.get("ContainersReady") != "True":
+            continue
+        containers = (pod.get("spec") or {}).get("containers") or []
+        engine = next((c for c in containers if c.get("name") == container_name), None)
+        if engine is None or ENABLE_LORA_FLAG not in (engine.get("args") or ()):
+            continue
+        out.append(pod)
+    return out
+
+
+def _key(pod: dict[str, Any]) -> tuple[str, int]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
+    return str(pod["metadata"]["uid"]), restarts
+
+
+class AdapterSync:
+    """Per LLMDeployment, the adapters each engine holds; `sync` converges them on the spec."""
+
+    def __init__(self, port: int, api: EngineApi | None = None) -> None:
+        self._port = port
+        self._api: EngineApi = api or HttpEngineApi()
+        self._lock = threading.Lock()
+        self._engines: dict[tuple[str, str], dict[tuple[str, int], _Engine]] = {}
+
+    def sync(
+        self, namespace: str, name: str, wanted: Sequence[Wanted], pods: Sequence[dict[str, Any]]
+    ) -> tuple[EngineOutcome, ...]:
+        key = (namespace, name)
+        with self._lock:
+            known = self._engines.get(key, {})
+            engines = {_key(p): known.get(_key(p)) for p in pods}
+        todo = [(p, engines[_key(p)]) for p in pods]
+        if not todo:
+            outcomes: list[EngineOutcome] = []
+            fresh: dict[tuple[str, int], _Engine] = {}
+        else:
+            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+                results = list(pool.map(lambda t: self._converge(t[0], t[1], wanted), todo))
+            outcomes = [o for o, _ in results]
+            fresh = {_key(p): e for (p, _), (_, e) in zip(todo, results, strict=True) if e}
+        with self._lock:
+            self._engines[key] = fresh
+        return tuple(sorted(outcomes, key=lambda o: o.pod))
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._engines.pop((namespace, name), None)
+
+    def _converge(
+        self, pod: dict[str, Any], engine: _Engine | None, wanted: Sequence[Wanted]
+    ) -> tuple[EngineOutcome, _Engine | None]:
+        pod_name, ip = str(pod["metadata"]["name"]), str(pod["status"]["podIP"])
+        if engine is None:
+            listed = self._api.adapters(ip, self._port)
+            if listed is None:  # not answering yet: nothing known, nothing tried
+                return EngineOutcome(pod_name, frozenset(), {}, complete=False), None
+            engine = _Engine(loaded=listed)
+        want = {w.name: w.source for w in wanted}
+        now = time.monotonic()
+        for adapter, source in sorted(engine.loaded.items()):
+            if want.get(adapter) != source and self._api.unload(ip, self._port, adapter) is None:
+                del engine.loaded[adapter]
+        engine.failed = {
+            a: f for a, f in engine.failed.items() if want.get(a) == f[0] and a not in engine.loaded
+        }
+        for adapter, source in sorted(want.items()):
+            if adapter in engine.loaded:
+                continue
+            if adapter in engine.failed and now - engine.failed[adapter][2] < RETRY_SECONDS:
+                continue
+            why = self._api.load(ip, self._port, adapter, source)
+            if why is None:
+                engine.loaded[adapter] = source
+                engine.failed.pop(adapter, None)
+            else:
+                log.info(
+                    "engine %s: adapter %s (%s) did not load: %s", pod_name, adapter, source, why
+                )
+                engine.failed[adapter] = (source, why, now)
+        outcome = EngineOutcome(
+            pod=pod_name,
+            loaded=frozenset(a for a in engine.loaded if a in want),
+            failed={a: f[1] for a, f in engine.failed.items()},
+            complete=all(a in engine.loaded or a in engine.failed for a in want),
+        )
+        return outcome, engine
+
+
+def gates_to_open(pods: Iterable[dict[str, Any]], outcomes: Iterable[EngineOutcome]) -> list[str]:
+    """Names of the pods whose adapters gate is not yet True and whose engine has tried every
+    wanted adapter (an adapter that fails to load is reported in status; it does not keep the
+    pod out of service for the others)."""
+    done = {o.pod for o in outcomes if o.complete}
+    out = []
+    for pod in pods:
+        gates = [
+            g.get("conditionType") for g in (pod.get("spec") or {}).get("readinessGates") or []
+        ]
+        if ADAPTERS_GATE not in gates or pod["metadata"]["name"] not in done:
+            continue
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if not any(
+            c.get("type") == ADAPTERS_GATE and c.get("status") == "True" for c in conditions
+        ):
+            out.append(str(pod["metadata"]["name"]))
+    return sorted(out)
