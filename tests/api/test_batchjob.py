@@ -32,6 +32,10 @@ REFUSED = {
         lambda s: s["output"]["persistentVolumeClaim"].update(path="../elsewhere"),
         "path must be relative to the claim's root and must not contain '..'",
     ),
+    "engine-lora": (
+        lambda s: s.setdefault("engine", {}).update(lora={}),
+        "engine.lora is for an LLMDeployment's spec.adapters",
+    ),
 }
 
 

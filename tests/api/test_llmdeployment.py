@@ -47,6 +47,31 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
         "spec.engine.podAnnotations",
     ),
     ("model-id-not-ascii", {"model": {"name": "org/modèle"}}, "spec.model.name"),
+    (
+        "adapter-names-twice",
+        {"adapters": [{"name": "sql", "source": "org/a"}, {"name": "sql", "source": "/b"}]},
+        'spec.adapters: Invalid value: "object": adapters must have unique names',
+    ),
+    (
+        "adapter-named-as-the-base",
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": "chat"},
+            "adapters": [{"name": "chat", "source": "org/a"}],
+        },
+        'spec.adapters: Invalid value: "object": adapters must not be named as the base',
+    ),
+    (
+        "adapter-from-s3",
+        {"adapters": [{"name": "sql", "source": "s3://bucket/sql"}]},
+        "spec.adapters[0].source",
+    ),
+    (
+        "lora-cpu-cache-below-the-default-slots",
+        {"engine": {"lora": {"maxCpuAdapters": 2}}},
+        'spec.engine.lora.maxCpuAdapters: Invalid value: "object": maxCpuAdapters must be '
+        "at least maxAdapters",
+    ),
+    ("lora-rank-vllm-refuses", {"engine": {"lora": {"maxRank": 24}}}, "spec.engine.lora.maxRank"),
 ]
 
 
@@ -118,6 +143,28 @@ def test_extra_args_that_weaken_the_endpoint_are_allowed_with_one_warning(
     assert len(warnings()) == 1
 
 
+def test_adapters_are_admitted_and_the_engines_start_with_lora(
+    operator: Operator, api: client.ApiClient, cluster: Cluster, namespace: str
+) -> None:
+    adapters = [
+        {"name": "sql", "source": "org/sql-lora"},
+        {"name": "support", "source": "/models/adapters/support"},
+    ]
+    apply(cluster, namespace, llmd("lora", engine={"lora": {"maxAdapters": 2}}, adapters=adapters))
+
+    engines = wait_until(
+        lambda: deployments(api, namespace), timeout=60, what="the engine Deployments"
+    )
+    for engine in engines:
+        args = engine.spec.template.spec.containers[0].args or []
+        assert "--enable-lora" in args
+        assert args[args.index("--max-loras") + 1 : args.index("--max-loras") + 4] == [
+            "2",
+            "--max-lora-rank",
+            "16",
+        ]
+
+
 def test_kubectl_explain_describes_the_fields(cluster: Cluster) -> None:
     out = cluster.kubectl("explain", "llmd.spec.gpus")
     for field in ("count", "memoryGiB", "perNode", "product"):
@@ -125,3 +172,6 @@ def test_kubectl_explain_describes_the_fields(cluster: Cluster) -> None:
     assert "tensor" in out.lower()
     # A field new in 0.2.0: the chart (tests/api/conftest.py) installed the current CRD.
     assert "rolls" in cluster.kubectl("explain", "llmd.spec.engine.podLabels")
+    assert "OpenAI" in cluster.kubectl("explain", "llmd.spec.adapters.name")
+    lora = " ".join(cluster.kubectl("explain", "llmd.spec.engine.lora").split())
+    assert "restarts the engines once" in lora

@@ -202,7 +202,7 @@ def test_the_crd_is_served_with_a_short_name_status_and_progress_columns() -> No
 def test_the_crd_says_in_cel_what_the_models_check() -> None:
     schema = crd_version()["schema"]["openAPIV3Schema"]["properties"]["spec"]
     rules = [r["rule"] for r in schema["x-kubernetes-validations"]]
-    assert rules == ["self == oldSelf"]
+    assert rules == ["self == oldSelf", "!has(self.engine) || !has(self.engine.lora)"]
     source = schema["properties"]["input"]
     assert source["x-kubernetes-validations"][0]["rule"] == (
         "has(self.persistentVolumeClaim) != has(self.configMap)"

@@ -119,6 +119,9 @@ def cel_rules_in_schema() -> dict[str, list[str]]:
         pytest.param(".spec", "autoscaling.minReplicas 0 needs the router", id="zero-router"),
         pytest.param(".spec.model.architecture", "numKeyValueHeads must", id="gqa"),
         pytest.param(".spec.engine", "extraArgs must not set", id="reserved-flags"),
+        pytest.param(".spec", "adapters must have unique names", id="adapter-names-unique"),
+        pytest.param(".spec", "adapters must not be named as", id="adapter-not-the-base"),
+        pytest.param(".spec.engine.lora", "maxCpuAdapters must be at least", id="lora-cache"),
     ],
 )
 def test_cross_field_rules_reach_the_api_server(path: str, message_start: str) -> None:
@@ -137,6 +140,10 @@ def test_cross_field_rules_reach_the_api_server(path: str, message_start: str) -
         "self.gpus",
         "self.extraArgs",
         "self.requests",
+        "self.adapters",
+        "self.maxCpuAdapters",
+        "self.maxAdapters",
+        "self.model.servedModelName",
     ],
 )
 def test_cel_rules_guard_optional_fields_with_has(optional: str) -> None:

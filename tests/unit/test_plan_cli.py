@@ -195,3 +195,19 @@ def test_unusable_input_exits_2(
 def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "-f", str(tmp_path / "absent.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_table_shows_the_lora_reserve_only_with_lora(capsys: pytest.CaptureFixture[str]) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-8b-lora.yaml"
+    assert main(["plan", "-f", str(example)]) == 0
+    with_lora = capsys.readouterr().out
+    assert main(["plan", "-f", str(LLAMA_70B)]) == 0
+    without = capsys.readouterr().out
+
+    assert re.search(
+        r"LoRA: +up to 4 adapters of rank <= 16 at once: 0\.35 GiB of buffers per GPU; "
+        r"CPU cache of 8: 0\.63 GiB per pod",
+        with_lora,
+    )
+    assert "--enable-lora" in with_lora
+    assert "LoRA" not in without

@@ -18,6 +18,7 @@ from llmfleet.models import KIND, LLMDeploymentSpec, field_problems
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles, parse_gpu_profiles
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import group_args
+from llmfleet.planner.memory import round_up
 
 EXIT_INVALID = 2
 OUTPUT_FORMATS = ("table", "json", "yaml")
@@ -107,6 +108,11 @@ def _gib(value: float) -> str:
     return f"{value:.2f} GiB" if value >= 0.01 or value == 0 else f"{value * 1024:.1f} MiB"
 
 
+def _gib_up(value: float) -> str:
+    # Rounded up, as the plan's reason gives reserves.
+    return _gib(round_up(value) if value >= 0.01 else value)
+
+
 def _fail(message: str) -> int:
     print(f"llmfleet plan: {message}", file=sys.stderr)
     return EXIT_INVALID
@@ -192,6 +198,8 @@ def _table(item: _Planned) -> str:
         )
         if q.max_concurrency_within_slo is not None:
             rows.append(("Within SLO", f"up to {q.max_concurrency_within_slo} sequences per pod"))
+    if p.lora is not None:
+        rows.append(("LoRA", _lora(p)))
     if p.cpu_memory_gib is not None:
         rows.append(("Memory request", f"{p.cpu_memory_gib} GiB"))
     if p.node_selector:
@@ -206,6 +214,17 @@ def _table(item: _Planned) -> str:
     lines += ["", "  vLLM args:"]
     lines += [f"    {' '.join(group.tokens)}" for group in group_args(p.vllm_args)]
     return "\n".join(lines) + "\n"
+
+
+def _lora(p: Plan) -> str:
+    lora = p.lora
+    assert lora is not None
+    where = "per GPU" if p.gpus_per_replica else "in host memory"
+    return (
+        f"up to {lora.max_adapters} adapters of rank <= {lora.max_rank} at once: "
+        f"{_gib_up(lora.gpu_gib_per_gpu)} of buffers {where}; CPU cache of "
+        f"{lora.max_cpu_adapters}: {_gib_up(lora.cpu_gib_per_pod)} per pod"
+    )
 
 
 def _candidate_table(p: Plan) -> str:

@@ -183,6 +183,15 @@ class LLMBatchJobSpec(ApiModel):
             ),
             holds=lambda _: True,
         ),
+        CelRule(
+            rule="!has(self.engine) || !has(self.engine.lora)",
+            message=(
+                "engine.lora is for an LLMDeployment's spec.adapters: an LLMBatchJob runs the "
+                "base model only, so leave it unset"
+            ),
+            holds=lambda job: job.engine.lora is None,
+            field="engine.lora",
+        ),
     )
 
     model: ModelSpec = Field(description="The model to run, as in LLMDeployment.")

@@ -3,9 +3,10 @@
 Figures come from each model's published config.json on the Hugging Face Hub
 (num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim or hidden_size /
 num_attention_heads, max_position_embeddings; vocab_size and tie_word_embeddings for the models
-whose hidden_size is heads x head_dim) and parameter counts from the model cards or the Hub's
-safetensors metadata. For multimodal Gemma 3 the text_config figures are used and the
-parameter count includes the vision tower, which vLLM also loads.
+whose hidden_size is heads x head_dim; intermediate_size (OPT: ffn_dim) for every model, and
+hidden_size where it is not heads x head_dim, for the LoRA buffers) and parameter counts from
+the model cards or the Hub's safetensors metadata. For multimodal Gemma 3 the text_config
+figures are used and the parameter count includes the vision tower, which vLLM also loads.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def _arch(  # noqa: PLR0917
     max_pos: int,
     vocab: int | None = None,
     tied: bool = False,
+    *,
+    inter: int,
+    hidden: int | None = None,
 ) -> ModelArchitecture:
     return ModelArchitecture(
         parameters_billions=params_b,
@@ -39,34 +43,36 @@ def _arch(  # noqa: PLR0917
         max_position_embeddings=max_pos,
         vocab_size=vocab,
         tie_word_embeddings=tied,
+        hidden_size=hidden,
+        intermediate_size=inter,
     )
 
 
-_LLAMA_3_70B = _arch(70.6, 80, 64, 8, 128, 131072, 128256)
+_LLAMA_3_70B = _arch(70.6, 80, 64, 8, 128, 131072, 128256, inter=28672)
 
 _ENTRIES: dict[str, ModelArchitecture] = {
     # meta-llama: Llama 3.1 / 3.2 / 3.3 config.json (rope-scaled to 128k context).
-    "meta-llama/Llama-3.1-8B": _arch(8.03, 32, 32, 8, 128, 131072, 128256),
+    "meta-llama/Llama-3.1-8B": _arch(8.03, 32, 32, 8, 128, 131072, 128256, inter=14336),
     "meta-llama/Llama-3.1-70B": _LLAMA_3_70B,
-    "meta-llama/Llama-3.1-405B": _arch(405.9, 126, 128, 8, 128, 131072, 128256),
-    "meta-llama/Llama-3.2-1B": _arch(1.24, 16, 32, 8, 64, 131072, 128256, tied=True),
-    "meta-llama/Llama-3.2-3B": _arch(3.21, 28, 24, 8, 128, 131072, 128256, tied=True),
+    "meta-llama/Llama-3.1-405B": _arch(405.9, 126, 128, 8, 128, 131072, 128256, inter=53248),
+    "meta-llama/Llama-3.2-1B": _arch(1.24, 16, 32, 8, 64, 131072, 128256, tied=True, inter=8192),
+    "meta-llama/Llama-3.2-3B": _arch(3.21, 28, 24, 8, 128, 131072, 128256, tied=True, inter=8192),
     "meta-llama/Llama-3.3-70B-Instruct": _LLAMA_3_70B,
     # Qwen2.5: the Instruct config.json's 32768 (longer contexts need YaRN rope scaling).
-    "Qwen/Qwen2.5-7B": _arch(7.62, 28, 28, 4, 128, 32768, 152064),
-    "Qwen/Qwen2.5-32B": _arch(32.8, 64, 40, 8, 128, 32768, 152064),
-    "Qwen/Qwen2.5-72B": _arch(72.7, 80, 64, 8, 128, 32768, 152064),
-    "mistralai/Mistral-7B-v0.3": _arch(7.25, 32, 32, 8, 128, 32768, 32768),
+    "Qwen/Qwen2.5-7B": _arch(7.62, 28, 28, 4, 128, 32768, 152064, inter=18944),
+    "Qwen/Qwen2.5-32B": _arch(32.8, 64, 40, 8, 128, 32768, 152064, inter=27648),
+    "Qwen/Qwen2.5-72B": _arch(72.7, 80, 64, 8, 128, 32768, 152064, inter=29568),
+    "mistralai/Mistral-7B-v0.3": _arch(7.25, 32, 32, 8, 128, 32768, 32768, inter=14336),
     # Gemma 3 interleaves sliding-window layers; sizing every layer as global attention
     # overestimates its KV cache, which errs on the safe side.
-    "google/gemma-3-4b-it": _arch(4.3, 34, 8, 4, 256, 131072),
-    "google/gemma-3-12b-it": _arch(12.2, 48, 16, 8, 256, 131072),
-    "google/gemma-3-27b-it": _arch(27.4, 62, 32, 16, 128, 131072),
+    "google/gemma-3-4b-it": _arch(4.3, 34, 8, 4, 256, 131072, inter=10240, hidden=2560),
+    "google/gemma-3-12b-it": _arch(12.2, 48, 16, 8, 256, 131072, inter=15360, hidden=3840),
+    "google/gemma-3-27b-it": _arch(27.4, 62, 32, 16, 128, 131072, inter=21504, hidden=5376),
     # OPT: multi-head attention (KV heads = heads), head_dim = hidden_size / heads.
-    "facebook/opt-125m": _arch(0.125, 12, 12, 12, 64, 2048),
-    "facebook/opt-13b": _arch(12.9, 40, 40, 40, 128, 2048),
-    "facebook/opt-66b": _arch(65.7, 64, 72, 72, 128, 2048),
-    "facebook/opt-175b": _arch(175.0, 96, 96, 96, 128, 2048),
+    "facebook/opt-125m": _arch(0.125, 12, 12, 12, 64, 2048, inter=3072),
+    "facebook/opt-13b": _arch(12.9, 40, 40, 40, 128, 2048, inter=20480),
+    "facebook/opt-66b": _arch(65.7, 64, 72, 72, 128, 2048, inter=36864),
+    "facebook/opt-175b": _arch(175.0, 96, 96, 96, 128, 2048, inter=49152),
 }
 
 # Keyed by lower-cased id: Hub ids are case-insensitive.

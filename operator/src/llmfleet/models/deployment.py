@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from llmfleet.models.adapters import MAX_ADAPTERS, AdapterSpec
 from llmfleet.models.autoscaling import AutoscalingSpec
 from llmfleet.models.base import ApiModel, CelRule
 from llmfleet.models.engine import EngineSpec
@@ -38,6 +39,15 @@ NAME_RULE = {
 
 Strategy = Literal["Auto", "SinglePod", "MultiPod", "MultiNode"]
 Objective = Literal["Throughput", "Latency"]
+
+
+# vLLM's flag, in either spelling, that turns LoRA on without spec.engine.lora.
+_ENABLE_LORA_FLAGS = ("--enable-lora", "--enable_lora")
+
+
+def _adapter_names_unique(spec: LLMDeploymentSpec) -> bool:
+    names = [adapter.name for adapter in spec.adapters]
+    return len(set(names)) == len(names)
 
 
 def _max_model_len_within_context(spec: LLMDeploymentSpec) -> bool:
@@ -111,6 +121,31 @@ class LLMDeploymentSpec(ApiModel):
             holds=lambda s: s.autoscaling.min_replicas != 0 or s.router.enabled is not False,
             field="router.enabled",
         ),
+        CelRule(
+            rule=(
+                "!has(self.adapters) || "
+                "self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))"
+            ),
+            message=(
+                "adapters must have unique names: the name is what clients put in the OpenAI "
+                "API model field to pick the adapter"
+            ),
+            holds=_adapter_names_unique,
+            field="adapters",
+        ),
+        CelRule(
+            rule=(
+                "!has(self.adapters) || self.adapters.all(a, a.name != "
+                "(has(self.model.servedModelName) ? self.model.servedModelName : "
+                "self.model.name))"
+            ),
+            message=(
+                "adapters must not be named as the base model is served (model.servedModelName, "
+                "else model.name): clients pick the base model or an adapter by that name"
+            ),
+            holds=lambda s: all(a.name != s.served_model_name for a in s.adapters),
+            field="adapters",
+        ),
     )
 
     model: ModelSpec = Field(description="The model to serve.")
@@ -161,6 +196,17 @@ class LLMDeploymentSpec(ApiModel):
         default_factory=EngineSpec,
         description="vLLM server settings; unset fields are derived by the planner.",
     )
+    adapters: tuple[AdapterSpec, ...] = Field(
+        default=(),
+        max_length=MAX_ADAPTERS,
+        description=(
+            "LoRA adapters of the model, each served under its own name beside the base model. "
+            "The operator loads them into the running engines, so adding or removing one "
+            "restarts nothing, except the first added or the last removed while "
+            "spec.engine.lora is unset (vLLM turns LoRA on or off only at start). How many run "
+            f"at once, and their highest rank: spec.engine.lora. At most {MAX_ADAPTERS}."
+        ),
+    )
     autoscaling: AutoscalingSpec = Field(
         default_factory=AutoscalingSpec,
         description="Queue-depth autoscaling of the planned pods.",
@@ -171,3 +217,19 @@ class LLMDeploymentSpec(ApiModel):
             "The vLLM Router in front of the engine pods; its Service is the endpoint in status."
         ),
     )
+
+    @property
+    def served_model_name(self) -> str:
+        """The name clients use for the base model."""
+        return self.model.served_model_name or self.model.name
+
+    @property
+    def lora_enabled(self) -> bool:
+        """Whether the engines run with LoRA (vLLM --enable-lora): spec.engine.lora set,
+        adapters listed, or --enable-lora among spec.engine.extraArgs."""
+        flags = (arg.split("=", 1)[0] for arg in self.engine.extra_args)
+        return (
+            self.engine.lora is not None
+            or bool(self.adapters)
+            or any(flag in _ENABLE_LORA_FLAGS for flag in flags)
+        )

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
+from llmfleet.models.adapters import LoraSpec
 from llmfleet.models.base import ApiModel, CelRule
 from llmfleet.models.defaults import (
     DEFAULT_CPU_KV_CACHE_GIB,
@@ -183,8 +184,9 @@ class EngineSpec(ApiModel):
         description=(
             "Arguments appended verbatim to vLLM's command line. A flag given here (as "
             "--flag value or --flag=value) replaces the derived flag of the same name; "
-            "numeric overrides of --max-model-len, --gpu-memory-utilization, --max-num-seqs "
-            "and --max-num-batched-tokens are also used by the planner."
+            "numeric overrides of --max-model-len, --gpu-memory-utilization, --max-num-seqs, "
+            "--max-num-batched-tokens, --max-loras, --max-lora-rank and --max-cpu-loras are "
+            "also used by the planner, and --enable-lora turns LoRA on as engine.lora does."
         ),
     )
     api_key_secret_ref: SecretKeyRef | None = Field(
@@ -202,6 +204,16 @@ class EngineSpec(ApiModel):
         description=(
             "CPU-only serving (no spec.gpus): KV cache size in GiB, passed as "
             "VLLM_CPU_KVCACHE_SPACE. Ignored with GPUs. Default 4."
+        ),
+    )
+    lora: LoraSpec | None = Field(
+        default=None,
+        description=(
+            "Room for LoRA adapters (spec.adapters) in every engine; unset fields are derived. "
+            "LoRA is on when this is set or spec.adapters is not empty. vLLM fixes that at "
+            "start, so set it to keep LoRA on while there are no adapters: without it, adding "
+            "the first adapter or removing the last restarts the engines once. Adding or "
+            "removing other adapters restarts nothing. LLMDeployment only."
         ),
     )
     resources: ContainerResources | None = Field(

@@ -88,12 +88,33 @@ class ModelArchitecture(ApiModel):
             "tie_word_embeddings): one vocabulary matrix instead of two."
         ),
     )
+    hidden_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "Width of the residual stream (config.json hidden_size). Sizes the LoRA buffers; "
+            "unset, numAttentionHeads x headDim (which the activation reserve always uses)."
+        ),
+    )
+    intermediate_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description=(
+            "Width of the MLP (config.json intermediate_size). Sizes the LoRA buffers; unset, "
+            "derived from parametersBillions as a gated (Llama-style) MLP's width, which errs "
+            "high when vocabSize is unset."
+        ),
+    )
 
 
-# A Hugging Face repo id, an absolute path, or an s3:// or gs:// URI; never whitespace.
-MODEL_NAME_PATTERN = (
-    r"^([A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?|/[^\s]*|(s3|gs)://[^\s]+)$"
-)
+# One segment of a Hugging Face repo id; also what an adapter may be called.
+NAME_SEGMENT_PATTERN = r"[A-Za-z0-9][-A-Za-z0-9_.]*"
+# A Hugging Face repo id (`name` or `org/name`) or an absolute path; never whitespace.
+LOCAL_OR_HUB_PATTERN = rf"{NAME_SEGMENT_PATTERN}(/{NAME_SEGMENT_PATTERN})?|/[^\s]*"
+# ... or an s3:// or gs:// URI, which vLLM streams weights from.
+MODEL_NAME_PATTERN = rf"^({LOCAL_OR_HUB_PATTERN}|(s3|gs)://[^\s]+)$"
 
 
 class ModelSpec(ApiModel):

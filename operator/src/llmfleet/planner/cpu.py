@@ -12,6 +12,7 @@ from llmfleet.planner.candidates import concurrency_for
 from llmfleet.planner.engine_args import ArgGroup
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.explain import explain_cpu_batching, plural, precision
+from llmfleet.planner.lora import explain_lora, lora_plan
 from llmfleet.planner.memory import GIB, kv_bytes_per_token_per_gpu, kv_tokens_in, weights_gib
 from llmfleet.planner.pod_settings import shm_size_gib, startup_budget
 from llmfleet.planner.result import Plan
@@ -40,7 +41,10 @@ def plan_cpu(
             f"{needed:g} or lower spec.engine.maxModelLen to {max(16, tokens)} or less",
         )
     total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
-    memory = math.ceil(total_weights + cache_gib + CPU_RUNTIME_GIB)
+    lora = lora_plan(arch, settings.lora, tensor_parallel_size=1)
+    # vLLM's CPU backend keeps the LoRA buffers in host memory, beside its cache of adapters.
+    lora_gib = 0.0 if lora is None else lora.gpu_gib_per_gpu + lora.cpu_gib_per_pod
+    memory = math.ceil(total_weights + cache_gib + CPU_RUNTIME_GIB + lora_gib)
     max_num_seqs = concurrency_for(tokens, settings.workload, settings.max_num_seqs)
     sequences = tokens // length
     reason = (
@@ -49,8 +53,11 @@ def plan_cpu(
         f"memory; the {cache_gib:g} GiB KV cache (engine.cpuKVCacheGiB) holds {tokens:,} "
         f"tokens, {plural(sequences, 'sequence')} of {length:,} tokens. "
         f"Suggested memory request: {memory} GiB (weights + KV cache + {CPU_RUNTIME_GIB} GiB "
-        f"runtime). {explain_cpu_batching(settings, max_num_seqs, tokens)}"
+        f"runtime{' + LoRA' if lora else ''}). "
+        f"{explain_cpu_batching(settings, max_num_seqs, tokens)}"
     )
+    if lora is not None:
+        reason += " " + explain_lora(lora, on_gpus=False)
     min_replicas, max_replicas = autoscaling_bounds(spec, 1)
     return Plan(
         strategy="SinglePod",
@@ -74,4 +81,5 @@ def plan_cpu(
         startup_budget_seconds=startup_budget(total_weights),
         cpu_memory_gib=memory,
         target_queue_depth=target_queue_depth(spec, max_num_seqs),
+        lora=lora,
     )

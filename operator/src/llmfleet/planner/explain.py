@@ -44,7 +44,8 @@ def explain_sizing(
         f"({arch.parameters_billions:g}B parameters) and {kv_kib:g} KiB of KV cache per token. "
         f"Each {gpus.memory_gib:g} GiB GPU gives vLLM {chosen.budget_gib:.2f} GiB "
         f"(gpuMemoryUtilization {settings.gpu_memory_utilization:g}), {chosen.reserve_gib:.2f} "
-        f"GiB of it kept for activations and the runtime."
+        f"GiB of it kept for activations and the runtime"
+        + (f" and {chosen.lora_gib:.2f} GiB for LoRA buffers." if chosen.lora_gib else ".")
     )
 
 

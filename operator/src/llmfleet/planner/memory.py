@@ -153,6 +153,7 @@ class GpuFit:
     reserve_gib: float
     kv_cache_gib: float
     kv_tokens: int
+    lora_gib: float = 0.0  # vLLM's LoRA buffers, allocated with the weights
 
     def sequences(self, max_model_len: int) -> int:
         """Full-length sequences the KV cache holds at once."""
@@ -169,16 +170,18 @@ def fit_on_gpu(
     max_num_batched_tokens: int,
     tensor_parallel_size: int,
     pipeline_parallel_size: int = 1,
+    lora_gib: float = 0.0,
 ) -> GpuFit:
     """One GPU of a replica of `tensor_parallel_size` x `pipeline_parallel_size` GPUs: its shard
-    of its stage's layers (the deepest stage: the one that fills first)."""
+    of its stage's layers (the deepest stage: the one that fills first), and `lora_gib` of LoRA
+    buffers."""
     budget = budget_gib(memory_gib, gpu_memory_utilization)
     stage_share = layers_per_stage(arch, pipeline_parallel_size) / arch.num_layers
     weights = round_up(weights_gib(arch, dtype, quantization) * stage_share / tensor_parallel_size)
     reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens))
-    kv_cache = round_down(budget - weights - reserve)
+    kv_cache = round_down(budget - weights - reserve - lora_gib)
     per_token = kv_bytes_per_token_per_gpu(
         arch, dtype, tensor_parallel_size, pipeline_parallel_size
     )
     tokens = kv_tokens_in(kv_cache, per_token)
-    return GpuFit(tensor_parallel_size, budget, weights, reserve, kv_cache, tokens)
+    return GpuFit(tensor_parallel_size, budget, weights, reserve, kv_cache, tokens, lora_gib)

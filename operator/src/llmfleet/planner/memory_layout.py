@@ -146,16 +146,17 @@ def does_not_fit(
     widest = max(size for size in sizes if size <= gpus.count)
     fit = fits[widest]
     one_sequence = kv_bytes_per_token_per_gpu(arch, spec.model.dtype, widest) * length / GIB
-    needed = fit.weights_gib + fit.reserve_gib + one_sequence
+    needed = fit.weights_gib + fit.reserve_gib + fit.lora_gib + one_sequence
+    lora = f"+ {fit.lora_gib:.2f} GiB of LoRA buffers " if fit.lora_gib else ""
     model = (
         f"{spec.model.name} ({weights_gib(arch, spec.model.dtype, spec.model.quantization):.1f} "
         f"GiB of {precision(spec)} weights)"
     )
     numbers = (
         f"at tensor-parallel size {widest} each GPU needs {fit.weights_gib:.2f} GiB of weights "
-        f"+ {fit.reserve_gib:.2f} GiB runtime reserve + {one_sequence:.2f} GiB of KV cache for "
-        f"one {length}-token sequence = {needed:.2f} GiB, but vLLM may use {fit.budget_gib:.2f} "
-        f"GiB ({usable_gib(gpus.memory_gib):.2f} GiB that CUDA reports of "
+        f"+ {fit.reserve_gib:.2f} GiB runtime reserve {lora}+ {one_sequence:.2f} GiB of KV "
+        f"cache for one {length}-token sequence = {needed:.2f} GiB, but vLLM may use "
+        f"{fit.budget_gib:.2f} GiB ({usable_gib(gpus.memory_gib):.2f} GiB that CUDA reports of "
         f"{gpus.memory_gib:g} GiB x gpuMemoryUtilization "
         f"{settings.gpu_memory_utilization:g})"
     )
@@ -175,7 +176,8 @@ def does_not_fit(
         # Only where some KV cache is left: with none, a shorter context frees nothing (the
         # activation reserve follows maxNumBatchedTokens, not maxModelLen).
         options.append(f"spec.engine.maxModelLen {fit.kv_tokens} or less")
-    batched = batched_tokens_within(arch, fit.budget_gib - fit.weights_gib - one_sequence)
+    room = fit.budget_gib - fit.weights_gib - fit.lora_gib - one_sequence
+    batched = batched_tokens_within(arch, room)
     if settings.max_num_seqs is not None:
         batched = batched if batched >= settings.max_num_seqs else 0
     if 0 < batched < settings.max_num_batched_tokens:

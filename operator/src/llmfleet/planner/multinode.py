@@ -18,6 +18,7 @@ from llmfleet.planner.explain import (
     plural,
     precision,
 )
+from llmfleet.planner.lora import explain_lora, lora_plan
 from llmfleet.planner.memory import layers_per_stage, weights_gib
 from llmfleet.planner.placement import Gpus
 from llmfleet.planner.pod_settings import node_selector, shm_size_gib, startup_budget
@@ -78,7 +79,8 @@ def plan_multinode(  # noqa: PLR0917
             f"{count} GPUs even over "
             f"{depths[-1]} nodes: at TP={tp} x PP={depths[-1]} each GPU needs "
             f"{deepest.weights_gib:.2f} GiB of weights + {deepest.reserve_gib:.2f} GiB reserve "
-            f"and one {length}-token sequence, but vLLM may use {deepest.budget_gib:.2f} GiB; "
+            + (f"+ {deepest.lora_gib:.2f} GiB of LoRA buffers " if deepest.lora_gib else "")
+            + f"and one {length}-token sequence, but vLLM may use {deepest.budget_gib:.2f} GiB; "
             "add nodes (spec.gpus.count)"
             + (", use fp8 (spec.model.quantization)" if spec.model.quantization == "none" else "")
             + " or a shorter spec.engine.maxModelLen",
@@ -107,6 +109,9 @@ def plan_multinode(  # noqa: PLR0917
             ),
         )
     )
+    lora = lora_plan(arch, settings.lora, tensor_parallel_size=tp, pipeline_parallel_size=pp)
+    if lora is not None:
+        reason += " " + explain_lora(lora)
     return Plan(
         strategy="MultiNode",
         replicas=replicas,
@@ -155,6 +160,7 @@ def plan_multinode(  # noqa: PLR0917
             for depth in depths
         ),
         target_queue_depth=target_queue_depth(spec, seqs),
+        lora=lora,
     )
 
 

@@ -13,6 +13,9 @@ Rules, in the order they apply:
   spec.slo or the objective. SinglePod allows only TP = gpus.count, MultiPod at least two pods.
   GPUs without performance constants fall back to memory rules: Throughput takes the smallest
   size holding MIN_CONCURRENT_SEQUENCES full-length sequences, Latency the widest.
+* LoRA (spec.engine.lora or spec.adapters): vLLM's adapter buffers come off each GPU before the
+  KV cache (see `lora`); a spec that plans without them but not with them is refused naming
+  spec.engine.lora, with the settings that would fit.
 * Derived vLLM settings: maxModelLen = min(8192, maxPositionEmbeddings); maxNumBatchedTokens =
   vLLM's own defaults by GPU size (16384 from 70 GiB, else 8192; Latency smaller), at least
   maxNumSeqs -- vLLM always prefills in chunks, so it may be below maxModelLen.
@@ -24,10 +27,15 @@ vLLM's flags, `choice` and `memory_layout` choose among layouts, `explain` words
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llmfleet.models.deployment import LLMDeploymentSpec
+from llmfleet.models.model_spec import ModelArchitecture
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.planner.cpu import plan_cpu
-from llmfleet.planner.engine_args import group_args
+from llmfleet.planner.engine_args import ArgGroup, group_args
+from llmfleet.planner.errors import PlanError
+from llmfleet.planner.lora import lora_does_not_fit
 from llmfleet.planner.memory import GpuFit
 from llmfleet.planner.multinode import plan_multinode
 from llmfleet.planner.parallelism import tensor_parallel_sizes
@@ -55,6 +63,27 @@ def plan(spec: LLMDeploymentSpec, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) 
     gpus = resolve_gpus(spec.gpus, profiles)
     chunks = LARGE_GPU_BATCHED_TOKENS if gpus.memory_gib >= LARGE_GPU_GIB else SMALL_BATCHED_TOKENS
     settings = engine_settings(spec, arch, extra, chunks)
+    try:
+        return _plan_on_gpus(spec, gpus, arch, settings, extra)
+    except PlanError as error:
+        if settings.lora is None:
+            raise
+        refusal = error
+    # Blame LoRA, with its numbers, where the spec would plan without it.
+    try:
+        without = _plan_on_gpus(spec, gpus, arch, replace(settings, lora=None), extra)
+    except PlanError:
+        raise refusal from None
+    raise lora_does_not_fit(spec, arch, settings.lora, settings.max_model_len, without)
+
+
+def _plan_on_gpus(
+    spec: LLMDeploymentSpec,
+    gpus: Gpus,
+    arch: ModelArchitecture,
+    settings: Settings,
+    extra: tuple[ArgGroup, ...],
+) -> Plan:
     sizes = tensor_parallel_sizes(arch, gpus.per_node)
     fits = {size: gpu_fit(spec, gpus, arch, settings, size) for size in sizes}
     if _spans_nodes(spec, gpus, settings, sizes, fits):

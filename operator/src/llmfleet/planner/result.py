@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from llmfleet.models.base import ApiModel
 from llmfleet.models.status import PlannedStrategy, PlanSummary, Prediction
+from llmfleet.planner.memory import GIB
 
 
 class Candidate(ApiModel):
@@ -24,6 +25,32 @@ class Candidate(ApiModel):
     predicted: Prediction | None = Field(default=None, description="Predicted speed of one pod.")
     chosen: bool = Field(default=False, description="The layout the planner chose.")
     verdict: str = Field(description="Why it was chosen, or why it lost.")
+
+
+class LoraPlan(ApiModel):
+    """vLLM's LoRA settings and the memory they take, fixed whatever the adapter list holds."""
+
+    max_adapters: int = Field(ge=1, description="vLLM --max-loras: adapters in one batch.")
+    max_rank: int = Field(ge=1, description="vLLM --max-lora-rank: the highest adapter rank.")
+    max_cpu_adapters: int = Field(
+        ge=1, description="vLLM --max-cpu-loras: adapters each worker keeps in host memory."
+    )
+    gpu_bytes_per_gpu: int = Field(
+        alias="gpuBytesPerGPU",
+        ge=0,
+        description="vLLM's LoRA buffers on each GPU (in host memory on CPU), bytes.",
+    )
+    cpu_bytes_per_pod: int = Field(
+        ge=0, description="The CPU cache of adapters of all of a pod's workers, bytes."
+    )
+
+    @property
+    def gpu_gib_per_gpu(self) -> float:
+        return self.gpu_bytes_per_gpu / GIB
+
+    @property
+    def cpu_gib_per_pod(self) -> float:
+        return self.cpu_bytes_per_pod / GIB
 
 
 class Plan(ApiModel):
@@ -104,6 +131,17 @@ class Plan(ApiModel):
     tolerations: tuple[dict[str, Any], ...] = Field(
         default=(), description="Tolerations of the engine pods from the GPU profile."
     )
+    lora: LoraPlan | None = Field(
+        default=None, description="LoRA settings and memory; None when LoRA is off."
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_lora(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Plans without LoRA serialise as they did before LoRA existed.
+        data: dict[str, Any] = handler(self)
+        if self.lora is None:
+            data.pop("lora", None)
+        return data
 
     def summary(self) -> PlanSummary:
         """The part of the plan the operator publishes in status.plan."""

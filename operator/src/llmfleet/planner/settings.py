@@ -18,6 +18,7 @@ from llmfleet.planner.engine_args import (
     parse_int_override,
 )
 from llmfleet.planner.errors import PlanError
+from llmfleet.planner.lora import LoraSettings, buffer_gib, lora_args, lora_settings
 from llmfleet.planner.memory import GpuFit, fit_on_gpu
 from llmfleet.planner.placement import Gpus
 
@@ -39,6 +40,7 @@ class Settings:
     max_num_seqs: int | None
     max_num_batched_tokens: int
     workload: Workload
+    lora: LoraSettings | None = None
 
 
 def architecture(spec: LLMDeploymentSpec) -> ModelArchitecture:
@@ -107,6 +109,7 @@ def engine_settings(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=batched,
         workload=workload,
+        lora=lora_settings(spec, extra),
     )
 
 
@@ -129,6 +132,7 @@ def gpu_fit(
         max_num_batched_tokens=settings.max_num_batched_tokens,
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline,
+        lora_gib=buffer_gib(arch, settings.lora, tensor_parallel_size, pipeline),
     )
 
 
@@ -160,4 +164,5 @@ def vllm_args(
     derived.append(("--max-num-seqs", (str(max_num_seqs),)))
     derived.append(("--max-num-batched-tokens", (str(settings.max_num_batched_tokens),)))
     derived.append(("--scheduling-policy", (spec.engine.scheduling_policy,)))
+    derived.extend(lora_args(settings.lora))
     return merge_args(derived, extra)

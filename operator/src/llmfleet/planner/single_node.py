@@ -9,6 +9,7 @@ from llmfleet.planner.autoscaling import autoscaling_bounds, target_queue_depth
 from llmfleet.planner.choice import choose, evaluate, to_candidate
 from llmfleet.planner.engine_args import ArgGroup
 from llmfleet.planner.explain import explain_batching, explain_sizing, explain_smaller_sizes
+from llmfleet.planner.lora import explain_lora, lora_plan
 from llmfleet.planner.memory import GpuFit, weights_gib
 from llmfleet.planner.memory_layout import choose_layout
 from llmfleet.planner.placement import Gpus
@@ -42,6 +43,9 @@ def plan_single_node(
             explain_batching(settings, chosen, spec.slo is not None),
         )
     )
+    lora = lora_plan(arch, settings.lora, tensor_parallel_size=tp)
+    if lora is not None:
+        reason += " " + explain_lora(lora)
     replicas = chosen.replicas
     min_replicas, max_replicas = autoscaling_bounds(spec, replicas)
     total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
@@ -70,4 +74,5 @@ def plan_single_node(
         predicted=chosen.prediction,
         candidates=tuple(to_candidate(spec, c, chosen, why) for c in candidates),
         target_queue_depth=target_queue_depth(spec, chosen.max_num_seqs),
+        lora=lora,
     )

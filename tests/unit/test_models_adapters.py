@@ -1,0 +1,137 @@
+"""spec.adapters and spec.engine.lora: what a manifest may say, refused with the field named
+as the API server names it (tests/api/test_llmdeployment.py has the API server's side)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from llmfleet.models import LLMBatchJobSpec, LLMDeploymentSpec, field_problems
+
+MODEL = {"name": "meta-llama/Llama-3.1-8B-Instruct"}
+
+
+def adapter(name: str = "sql", source: str = "org/sql-lora") -> dict[str, str]:
+    return {"name": name, "source": source}
+
+
+def problems(spec: dict[str, Any]) -> list[str]:
+    with pytest.raises(ValidationError) as caught:
+        LLMDeploymentSpec.model_validate({"model": MODEL, **spec})
+    return [str(problem) for problem in field_problems(caught.value)]
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["org/sql-lora", "sql-lora", "/models/adapters/sql", "/mnt/cache/org--sql/snapshots/abc"],
+    ids=["hub-org-name", "hub-name", "claim-path", "snapshot-path"],
+)
+def test_adapter_sources_vllm_can_load_are_accepted(source: str) -> None:
+    spec = LLMDeploymentSpec.model_validate({"model": MODEL, "adapters": [adapter(source=source)]})
+
+    assert spec.adapters[0].source == source
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        pytest.param(adapter(source="s3://bucket/sql"), "spec.adapters[0].source", id="s3"),
+        pytest.param(adapter(source="gs://bucket/sql"), "spec.adapters[0].source", id="gs"),
+        pytest.param(adapter(source="org/a/b"), "spec.adapters[0].source", id="three-segments"),
+        pytest.param(adapter(source="adapters/sql x"), "spec.adapters[0].source", id="space"),
+        pytest.param(adapter(source="relative/../x"), "spec.adapters[0].source", id="dotdot"),
+        pytest.param(adapter(name="org/sql"), "spec.adapters[0].name", id="name-with-slash"),
+        pytest.param(adapter(name="-sql"), "spec.adapters[0].name", id="name-leading-dash"),
+        pytest.param(adapter(name="s" * 129), "spec.adapters[0].name", id="name-too-long"),
+        pytest.param({"name": "sql"}, "spec.adapters[0].source", id="no-source"),
+        pytest.param({**adapter(), "revision": "v2"}, "spec.adapters[0].revision", id="revision"),
+    ],
+)
+def test_malformed_adapters_are_refused_naming_the_field(bad: dict[str, str], field: str) -> None:
+    found = problems({"adapters": [bad]})
+
+    assert any(problem.startswith(f"{field}:") for problem in found), found
+
+
+@pytest.mark.parametrize(
+    ("spec", "message_start"),
+    [
+        pytest.param(
+            {"adapters": [adapter(), adapter(source="/other")]},
+            "spec.adapters: adapters must have unique names",
+            id="duplicate-names",
+        ),
+        pytest.param(
+            {"model": {**MODEL, "servedModelName": "chat"}, "adapters": [adapter(name="chat")]},
+            "spec.adapters: adapters must not be named as the base model is served",
+            id="named-as-the-served-name",
+        ),
+        pytest.param(
+            {"model": {"name": "chat"}, "adapters": [adapter(name="chat")]},
+            "spec.adapters: adapters must not be named as the base model is served",
+            id="named-as-the-model",
+        ),
+        pytest.param(
+            {"adapters": [adapter(name=f"a{i}") for i in range(65)]},
+            "spec.adapters: ",
+            id="more-than-64",
+        ),
+        pytest.param(
+            {"engine": {"lora": {"maxAdapters": 8, "maxCpuAdapters": 4}}},
+            "spec.engine.lora.maxCpuAdapters: maxCpuAdapters must be at least maxAdapters",
+            id="cpu-cache-below-slots",
+        ),
+        pytest.param(
+            {"engine": {"lora": {"maxCpuAdapters": 2}}},
+            "spec.engine.lora.maxCpuAdapters: maxCpuAdapters must be at least maxAdapters "
+            "(default 4)",
+            id="cpu-cache-below-default-slots",
+        ),
+        pytest.param(
+            {"engine": {"lora": {"maxRank": 24}}}, "spec.engine.lora.maxRank", id="odd-rank"
+        ),
+        pytest.param(
+            {"engine": {"lora": {"maxAdapters": 65}}},
+            "spec.engine.lora.maxAdapters",
+            id="too-many-slots",
+        ),
+    ],
+)
+def test_cross_field_rules_refuse_naming_the_field(
+    spec: dict[str, Any], message_start: str
+) -> None:
+    found = problems(spec)
+
+    assert any(problem.startswith(message_start) for problem in found), found
+
+
+@pytest.mark.parametrize(
+    ("spec", "enabled"),
+    [
+        pytest.param({}, False, id="neither"),
+        pytest.param({"engine": {"lora": {}}}, True, id="engine-lora"),
+        pytest.param({"adapters": [adapter()]}, True, id="adapters"),
+        pytest.param({"engine": {"extraArgs": ["--enable_lora"]}}, True, id="extra-arg"),
+        pytest.param({"engine": {"extraArgs": ["--max-loras", "2"]}}, False, id="other-flags"),
+    ],
+)
+def test_lora_is_enabled_by_engine_lora_adapters_or_the_flag(
+    spec: dict[str, Any], enabled: bool
+) -> None:
+    assert LLMDeploymentSpec.model_validate({"model": MODEL, **spec}).lora_enabled is enabled
+
+
+def test_a_batch_job_refuses_engine_lora() -> None:
+    job = {
+        "model": MODEL,
+        "engine": {"lora": {}},
+        "input": {"configMap": {"name": "in", "key": "in.jsonl"}},
+        "output": {"persistentVolumeClaim": {"claimName": "out", "path": "out.jsonl"}},
+    }
+    with pytest.raises(ValidationError) as caught:
+        LLMBatchJobSpec.model_validate(job)
+
+    (problem,) = field_problems(caught.value)
+    assert str(problem).startswith("spec.engine.lora: engine.lora is for an LLMDeployment's")
