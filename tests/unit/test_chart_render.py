@@ -239,6 +239,7 @@ EXPECTED_RULES = {
         "delete",
     },
     ("", "pods"): {"get", "list", "watch"},
+    ("", "pods/status"): {"patch"},
     ("llmfleet.dev", "llmbatchjobs"): {"get", "list", "watch", "patch"},
     ("llmfleet.dev", "llmbatchjobs/status"): {"get", "patch"},
     ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
