@@ -3,10 +3,12 @@ are generated from it: every figure in bench/README.md, five headline figures in
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -167,6 +169,38 @@ FIGURES: dict[str, tuple[str, str]] = {
     "router_prefix_round_robin_ttft_p50_s": ("… round_robin: TTFT p50", "s"),
     "router_prefix_round_robin_ttft_p99_s": ("… round_robin: TTFT p99", "s"),
     "router_prefix_round_robin_hit_rate": ("… round_robin: prefix-cache hit rate", ""),
+    "lora_throughput_ratio_8": (
+        "LoRA: requests spread evenly over 8 runtime-loaded rank-8 adapters ÷ the base model on "
+        "an engine without --enable-lora, output tok/s (vLLM 0.32.0 CPU, tiny model, 96 "
+        "streamed requests of 32 tokens at concurrency 8, --max-loras 8; the arms interleaved, "
+        "median of 10 cycles, 2026-11-25)",
+        "x",
+    ),
+    "lora_throughput_ratio_4": ("… over 4 adapters ÷ no --enable-lora", "x"),
+    "lora_throughput_ratio_1": ("… all to 1 adapter ÷ no --enable-lora", "x"),
+    "lora_enabled_throughput_ratio": (
+        "… the base model on the LoRA engine ÷ no --enable-lora (what enabling LoRA alone costs)",
+        "x",
+    ),
+    "lora_ttft_p99_ratio_8": ("… TTFT p99, 8 adapters ÷ no --enable-lora", "x"),
+    "lora_tokens_per_s_off": ("… output tok/s, engine without --enable-lora", "tok/s"),
+    "lora_tokens_per_s_base": ("… output tok/s, LoRA engine, base model only", "tok/s"),
+    "lora_tokens_per_s_1": ("… output tok/s, 1 adapter", "tok/s"),
+    "lora_tokens_per_s_4": ("… output tok/s, 4 adapters", "tok/s"),
+    "lora_tokens_per_s_8": ("… output tok/s, 8 adapters", "tok/s"),
+    "lora_ttft_p50_s_off": ("… TTFT p50, engine without --enable-lora", "s"),
+    "lora_ttft_p50_s_base": ("… TTFT p50, LoRA engine, base model only", "s"),
+    "lora_ttft_p50_s_1": ("… TTFT p50, 1 adapter", "s"),
+    "lora_ttft_p50_s_4": ("… TTFT p50, 4 adapters", "s"),
+    "lora_ttft_p50_s_8": ("… TTFT p50, 8 adapters", "s"),
+    "lora_ttft_p99_s_off": (
+        "… TTFT p99 (of 96 the next-to-worst), engine without --enable-lora",
+        "s",
+    ),
+    "lora_ttft_p99_s_base": ("… TTFT p99, LoRA engine, base model only", "s"),
+    "lora_ttft_p99_s_1": ("… TTFT p99, 1 adapter", "s"),
+    "lora_ttft_p99_s_4": ("… TTFT p99, 4 adapters", "s"),
+    "lora_ttft_p99_s_8": ("… TTFT p99, 8 adapters", "s"),
     "gpu_kv_error_max_pct": (
         "Planner KV-cache tokens vs vLLM's, worst of 9 engines (2 shapes, utilization 0.8/0.9/"
         "0.95, context 8k/16k/32k; H100 80GB HBM3 and H200, vLLM 0.26.0, 2026-11-23)",
@@ -359,3 +393,47 @@ def write_tables(data: dict[str, Any]) -> None:
     """Every figure into bench/README.md, the headline figures into README.md."""
     write_between_markers(BENCH_README, table(data))
     write_between_markers(FRONT_README, headlines(data))
+
+
+Runs = list[dict[str, Any]]
+
+
+def raw_runs_main(
+    prog: str,
+    doc: str,
+    raw: Path,
+    *,
+    repeat: tuple[str, int, str],
+    measure: Callable[[int], Runs],
+    plot: Callable[[Runs], None],
+    summarize: Callable[[Runs], dict[str, float]],
+) -> int:
+    """The command line of a benchmark that keeps its raw runs in `raw` (one JSON object a line):
+    measure (`repeat`: the option, its default, what it counts) or, with --summarize, read the
+    runs back; then plot, summarize and record the figures as `make bench` does."""
+    flag, default, what = repeat
+    p = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    p.add_argument(
+        flag,
+        type=int,
+        default=default,
+        dest="repeat",
+        metavar="N",
+        help=f"{what} (default {default})",
+    )
+    p.add_argument(
+        "--summarize",
+        action="store_true",
+        help=f"measure nothing: figures and plot from {raw.name}",
+    )
+    args = p.parse_args()
+    if args.summarize:
+        measured = [json.loads(line) for line in raw.read_text().splitlines() if line]
+    else:
+        measured = measure(args.repeat)
+    plot(measured)
+    figures = summarize(measured)
+    write_tables(save(figures))
+    for k, v in sorted(figures.items()):
+        print(f"   {k} = {v:.3f}")
+    return 0

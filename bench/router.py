@@ -232,9 +232,15 @@ def _engines(
     workdir: Path,
     *,
     max_model_len: int = 512,
+    max_num_seqs: int = SKEW_MAX_NUM_SEQS,
     extra_args: tuple[str, ...] = (),
     extra_env: dict[str, str] | None = None,
+    args_by_engine: tuple[tuple[str, ...], ...] = (),
 ) -> list[str]:
+    """`count` engines started at once, their URLs once every one answers /health; each gets
+    `extra_args` and, where given, its own entry of `args_by_engine`."""
+    if args_by_engine and len(args_by_engine) != count:
+        raise ValueError(f"args_by_engine has {len(args_by_engine)} entries for {count} engines")
     urls = []
     servers: list[subprocess.Popen[bytes]] = []
     marks: dict[str, int] = {}
@@ -256,13 +262,14 @@ def _engines(
             "--max-model-len",
             str(max_model_len),
             "--max-num-seqs",
-            str(SKEW_MAX_NUM_SEQS),
+            str(max_num_seqs),
             "--enforce-eager",
             "--host",
             HOST,
             "--port",
             str(port),
             *extra_args,
+            *(args_by_engine[i] if args_by_engine else ()),
         ]
         server = stack.enter_context(_process(argv, workdir / f"engine-{i}.log", env))
         servers.append(server)

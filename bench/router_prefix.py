@@ -32,7 +32,6 @@ Raw runs go to bench/router_prefix_runs.jsonl, the plot to bench/plots/router_pr
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -326,24 +325,15 @@ def run(runs: int = RUNS) -> dict[str, float]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="bench.router_prefix", description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=RUNS, help=f"runs per policy (default {RUNS})")
-    p.add_argument(
-        "--summarize",
-        action="store_true",
-        help=f"measure nothing: figures and plot from {RAW.name}",
+    return results.raw_runs_main(
+        "bench.router_prefix",
+        __doc__ or "",
+        RAW,
+        repeat=("--runs", RUNS, "runs per policy"),
+        measure=measure,
+        plot=plot,
+        summarize=summarize,
     )
-    args = p.parse_args()
-    if args.summarize:
-        measured = [json.loads(line) for line in RAW.read_text().splitlines() if line]
-        plot(measured)
-        figures = summarize(measured)
-    else:
-        figures = run(args.runs)
-    results.write_tables(results.save(figures))
-    for k, v in sorted(figures.items()):
-        print(f"   {k} = {v:.3f}")
-    return 0
 
 
 if __name__ == "__main__":

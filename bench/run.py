@@ -23,6 +23,7 @@ BENCHMARKS = (
     "batch",
     "router",
     "router_prefix",
+    "lora",
     "gpu_model",
     "images",
     "testloop",
