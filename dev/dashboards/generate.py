@@ -101,6 +101,10 @@ def _quantiles(histogram: str) -> tuple[Query, ...]:
 # --- LLMFleet / LLMDeployment ----------------------------------------------------------------
 
 _WAITING_PER_POD = f"sum by (pod) ({q.engine(q.VLLM_WAITING)})"
+# vllm:lora_requests_info keeps every label set it ever had, each at the time it was last current
+# (vLLM restamps the current one at every scheduler step): only recent stamps are in use now.
+_LORA_RUNNING = q.engine(q.VLLM_LORA_INFO, 'running_lora_adapters!=""')
+LORA_RECENT_SECONDS = 30
 _HPA_TARGET = q.hpa(
     "kube_horizontalpodautoscaler_spec_target_metric",
     f'metric_name="{q.HPA_QUEUE_METRIC}", metric_target_type="average"',
@@ -128,6 +132,22 @@ LLMDEPLOYMENT_ROWS = (
                 "Requests in each engine pod's running batch (vllm:num_requests_running): the "
                 "live batch size, bounded by --max-num-seqs.",
                 (Query(f"sum by (pod) ({q.engine(q.VLLM_RUNNING)})", "{{pod}}"),),
+            ),
+            Panel(
+                "LoRA adapters with requests",
+                "LoRA only (docs/lora.md): for each set of adapters with requests running in "
+                "one engine's batch, how many engines run that set now, from "
+                "vllm:lora_requests_info (its running_lora_adapters label; vLLM stamps the "
+                "series with the time while requests run). vLLM 0.32 counts no requests per "
+                "adapter; status.adapters says which engines hold which adapters.",
+                (
+                    Query(
+                        f"count by (running_lora_adapters) ((time() - {_LORA_RUNNING}) "
+                        f"< {LORA_RECENT_SECONDS})",
+                        "{{running_lora_adapters}}",
+                    ),
+                ),
+                no_value="no adapter in use",
             ),
             Panel(
                 "Replicas: desired, current, ready",

@@ -23,6 +23,8 @@ VLLM_TTFT = "vllm:time_to_first_token_seconds"
 VLLM_ITL = "vllm:inter_token_latency_seconds"
 VLLM_E2E = "vllm:e2e_request_latency_seconds"
 VLLM_ITERATION_TOKENS = "vllm:iteration_tokens_total"
+# Served only by engines with --enable-lora (docs/lora.md).
+VLLM_LORA_INFO = "vllm:lora_requests_info"
 
 # Names vLLM deprecated (hidden or removed in the v1 engine); nothing of ours may use them.
 DEPRECATED_METRICS = (

@@ -19,6 +19,8 @@ ALERT_FOR = "0s"  # fire at the first evaluation that holds; the shipped rules w
 # provokes their fault and checks they show it.
 FAULT_ONLY = {
     "Reconcile errors by reason": "test_observability.py: a ResourceQuota refuses the HPA",
+    # Engines serve it only with LoRA on; test_lora.py checks the series on the real vLLM.
+    "LoRA adapters with requests": "test_lora.py: engines with --enable-lora",
 }
 
 

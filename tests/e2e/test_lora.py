@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 import yaml
+from dashboards.promql import VLLM_LORA_INFO
 from kubernetes import client
 from localcluster.metricsstack.load import delete_llmd, free_gpus, tiny_llmd
 from localcluster.routerapi import ROUTER_PORT, routed_engines
 from localcluster.supervisor import REPO, Cluster
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
@@ -81,6 +83,18 @@ def complete(router_ip: str, model: str) -> tuple[int, str]:
 def listed(ip: str, port: int) -> set[str]:
     with urllib.request.urlopen(f"http://{ip}:{port}/v1/models", timeout=10) as r:
         return {str(m["id"]) for m in json.load(r)["data"]}
+
+
+def lora_info(ip: str) -> list[dict[str, str]]:
+    """The label sets of the engine's vllm:lora_requests_info."""
+    with urllib.request.urlopen(f"http://{ip}:{HTTP_PORT}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return [
+        dict(sample.labels)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == VLLM_LORA_INFO
+    ]
 
 
 def llmd(api: client.ApiClient, namespace: str) -> dict[str, Any]:
@@ -171,6 +185,10 @@ def test_adapters_change_in_running_engines_without_a_restart(
         assert complete(rip, "sql")[0] == 200
         sql_text = complete(rip, "sql")[1]
         assert sql_text != base_text, "the adapter's weights served"
+        # What the dashboard's LoRA panel reads: the engine names the adapter it just ran.
+        info = lora_info(engine.status.pod_ip)
+        assert {"max_lora", "running_lora_adapters", "waiting_lora_adapters"} <= info[0].keys()
+        assert any("sql" in i["running_lora_adapters"].split(",") for i in info)
 
         # --- A second adapter, added to the running engine.
         set_adapters(api, namespace, [sql, chat])
