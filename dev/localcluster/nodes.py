@@ -146,11 +146,17 @@ def start_runner(procs: Processes, api: Api, gpus: int, pod_network: str, timeou
             f"--gpus={gpus}",
             f"--pod-network={pod_network}",
         )
+    return wait_ready(procs, api, RUNNER, RUNNER_NODE, timeout)
+
+
+def wait_ready(procs: Processes, api: Api, name: str, node: str, timeout: float) -> str:
+    """Wait until the runner started under `name` has its `node` Ready; return the node's name.
+    RuntimeError if the runner exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        procs.check(RUNNER)
+        procs.check(name)
         with contextlib.suppress(subprocess.CalledProcessError):
-            if ready(json.loads(api.kubectl("get", "node", RUNNER_NODE, "-o", "json"))):
-                return RUNNER_NODE
+            if ready(json.loads(api.kubectl("get", "node", node, "-o", "json"))):
+                return node
         time.sleep(0.5)
-    raise TimeoutError(f"node {RUNNER_NODE} not Ready after {timeout}s; see {procs.log(RUNNER)}")
+    raise TimeoutError(f"node {node} not Ready after {timeout}s; see {procs.log(name)}")

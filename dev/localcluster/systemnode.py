@@ -9,12 +9,9 @@ pool outlives a GPU pool's scale-down. This node has no GPUs and a taint of its 
 
 from __future__ import annotations
 
-import contextlib
-import json
 import subprocess
-import time
-from pathlib import Path
 
+from . import nodes
 from .noderunner.runner import SYSTEM_TAINT
 from .supervisor import CLUSTER_INDEX, REPO, Cluster
 
@@ -44,18 +41,4 @@ def start_system_node(cluster: Cluster, timeout: float = 120) -> str:
             "--gpus=0",
             f"--pod-network={POD_NETWORK}",
         )
-    pidfile = cluster.state_dir / f"{NAME}.pid"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        # (not alive(): right after the fork its command line is still ours)
-        if not Path(f"/proc/{pidfile.read_text().strip()}").exists():
-            raise RuntimeError(f"{NODE} exited; see {cluster.state_dir / (NAME + '.log')}")
-        with contextlib.suppress(subprocess.CalledProcessError):
-            got = json.loads(cluster.kubectl("get", "node", NODE, "-o", "json"))
-            if any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in got["status"].get("conditions", [])
-            ):
-                return NODE
-        time.sleep(0.5)
-    raise TimeoutError(f"node {NODE} not Ready after {timeout}s; see {NAME}.log")
+    return nodes.wait_ready(cluster.procs, cluster.api, NAME, NODE, timeout)
