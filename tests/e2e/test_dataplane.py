@@ -3,7 +3,8 @@ vLLM's OpenAI server on the CPU, from the pod's own command and args, bound to t
 IP; readiness follows the real /health; deletion drains in-flight requests.
 
 The first run installs vLLM for CPU (dev/dataplane/install-vllm.sh: ~6 GB, a few minutes);
-later runs reuse it. Each test starts a vLLM process (~35-90 s on 2 cores).
+later runs reuse it. A vLLM process takes ~35-90 s to start on 2 cores, so the first three tests
+share one engine; the last starts one on a cluster of its own and waits only for its process.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clusters import fresh_namespace
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster.noderunner import procs
@@ -54,6 +56,28 @@ def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
     yield cluster.start_node_runner(gpus=4)
     if not was_running and cluster.alive("node-runner"):
         cluster.stop_node_runner()
+
+
+# One engine for the first three tests (each vLLM start costs 35-90 s here): the first sees it
+# start, the second queues on it, the third deletes its pod (so it runs last; a test run alone
+# waits for the engine itself). Two sequences at once (the queue test) and room for the drain
+# test's long requests.
+SHARED = "shared"
+SHARED_ARGS = ("--max-num-seqs", "2", "--max-model-len", "2048", "--shutdown-timeout", "60")
+
+
+@pytest.fixture(scope="module")
+def shared(
+    api: client.ApiClient,
+    test_namespaces: list[str],
+    finish_namespace: Callable[[str], None],
+    node_runner: str,
+) -> Iterator[str]:
+    """The namespace of the shared engine's Deployment, created (not awaited) here."""
+    with fresh_namespace(api, "dataplane", test_namespaces, finish_namespace) as ns:
+        deployment = vllm_deployment(SHARED, SHARED_ARGS, pre_stop_seconds=1)
+        client.AppsV1Api(api).create_namespaced_deployment(ns, deployment)
+        yield ns
 
 
 def vllm_deployment(
@@ -160,21 +184,19 @@ def openai_client(python: Path, code: str, timeout: float = 300) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def start(api: client.ApiClient, ns: str, deployment: dict[str, Any]) -> client.V1Pod:
-    client.AppsV1Api(api).create_namespaced_deployment(ns, deployment)
+def ready_pod(api: client.ApiClient, ns: str, name: str) -> client.V1Pod:
     core = client.CoreV1Api(api)
-    name = deployment["metadata"]["name"]
-    pod = wait_until(lambda: (p := the_pod(core, ns, name)) and p.status.pod_ip and p, 180)
+    pod = wait_until(lambda: (p := the_pod(core, ns, name)) and ready(p) and p, STARTUP_TIMEOUT, 1)
     assert pod.spec.node_name == NODE
-    return wait_until(lambda: (p := the_pod(core, ns, name)) and ready(p) and p, STARTUP_TIMEOUT, 1)
+    return pod
 
 
 def test_vllm_pod_is_ready_only_once_health_answers_and_serves_completions(
-    api: client.ApiClient, namespace: str, node_runner: str, vllm_python: Path
+    api: client.ApiClient, shared: str, node_runner: str, vllm_python: Path
 ) -> None:
     core = client.CoreV1Api(api)
-    client.AppsV1Api(api).create_namespaced_deployment(namespace, vllm_deployment("tiny"))
-    pod = wait_until(lambda: (p := the_pod(core, namespace, "tiny")) and p.status.pod_ip and p, 180)
+    namespace = shared
+    pod = wait_until(lambda: (p := the_pod(core, namespace, SHARED)) and p.status.pod_ip and p, 180)
     ip = pod.status.pod_ip
     assert pod.spec.node_name == node_runner
     assert ipaddress.ip_address(ip) in LOOPBACK
@@ -232,9 +254,9 @@ def test_vllm_pod_is_ready_only_once_health_answers_and_serves_completions(
 
 
 def test_waiting_gauge_rises_with_more_requests_than_max_num_seqs(
-    api: client.ApiClient, namespace: str, node_runner: str, vllm_python: Path
+    api: client.ApiClient, shared: str, node_runner: str, vllm_python: Path
 ) -> None:
-    pod = start(api, namespace, vllm_deployment("queue", ("--max-num-seqs", "2")))
+    pod = ready_pod(api, shared, SHARED)  # --max-num-seqs 2
     ip = pod.status.pod_ip
     result: dict[str, Any] = {}
 
@@ -268,17 +290,12 @@ def test_waiting_gauge_rises_with_more_requests_than_max_num_seqs(
 
 
 def test_deleting_a_pod_drains_its_in_flight_request_then_the_pod_and_process_go(
-    api: client.ApiClient, namespace: str, node_runner: str, vllm_python: Path, cluster: Cluster
+    api: client.ApiClient, shared: str, node_runner: str, vllm_python: Path, cluster: Cluster
 ) -> None:
-    # vLLM 0.32 drains on SIGTERM only with --shutdown-timeout; its default (0) aborts in-flight
-    # requests (they end early with finish_reason "abort").
-    pod = start(
-        api,
-        namespace,
-        vllm_deployment(
-            "drain", ("--max-model-len", "2048", "--shutdown-timeout", "60"), pre_stop_seconds=1
-        ),
-    )
+    # vLLM 0.32 drains on SIGTERM only with --shutdown-timeout (the shared engine's 60 s); its
+    # default (0) aborts in-flight requests (they end early with finish_reason "abort").
+    namespace = shared
+    pod = ready_pod(api, namespace, SHARED)
     core = client.CoreV1Api(api)
     ip, name, uid = pod.status.pod_ip, pod.metadata.name, pod.metadata.uid
     result: dict[str, Any] = {}
@@ -292,15 +309,15 @@ def test_deleting_a_pod_drains_its_in_flight_request_then_the_pod_and_process_go
             "    r = c.completions.create(model='tiny', prompt='Once', max_tokens=1900,\n"
             "        extra_body={'ignore_eos': True})\n"
             "    return [r.usage.completion_tokens, r.choices[0].finish_reason]\n"
-            "with cf.ThreadPoolExecutor(4) as ex:\n"
-            "    print(json.dumps(list(ex.map(one, range(4)))))",
+            "with cf.ThreadPoolExecutor(2) as ex:\n"
+            "    print(json.dumps(list(ex.map(one, range(2)))))",
         )
         result["done"] = time.monotonic()
 
     t = threading.Thread(target=long_requests)
     t.start()
     wait_until(
-        lambda: gauge(http_get(f"http://{ip}:8000/metrics")[1], "vllm:num_requests_running") >= 4,
+        lambda: gauge(http_get(f"http://{ip}:8000/metrics")[1], "vllm:num_requests_running") >= 2,
         60,
         0.1,
     )
@@ -309,7 +326,7 @@ def test_deleting_a_pod_drains_its_in_flight_request_then_the_pod_and_process_go
     # Not Ready at once; the pod object stays while vLLM drains.
     wait_until(lambda: not ready(core.read_namespaced_pod(name, namespace)), 5, 0.2)
     t.join(240)
-    assert result["out"] == [[1900, "length"]] * 4, result
+    assert result["out"] == [[1900, "length"]] * 2, result
     assert result["done"] - deleted > 1  # the requests outlived the preStop hook: drained
 
     def gone() -> bool:
@@ -329,9 +346,12 @@ def test_deleting_a_pod_drains_its_in_flight_request_then_the_pod_and_process_go
     assert http_get(f"http://{ip}:8000/health", timeout=2)[0] == 0
     # The Deployment's replacement comes up elsewhere on the same node, with another IP.
     replacement = wait_until(
-        lambda: (p := the_pod(core, namespace, "drain")) and p.status.pod_ip, 60
+        lambda: (p := the_pod(core, namespace, SHARED)) and p.status.pod_ip and p, 60
     )
-    assert replacement != ip
+    assert replacement.status.pod_ip != ip
+    # Gone at once rather than after its grace period: a vLLM still starting holds SIGTERM.
+    client.AppsV1Api(api).delete_namespaced_deployment(SHARED, namespace)
+    core.delete_namespaced_pod(replacement.metadata.name, namespace, grace_period_seconds=0)
 
 
 def test_cluster_down_leaves_no_vllm_or_runner_process(vllm_python: Path) -> None:
@@ -347,10 +367,13 @@ def test_cluster_down_leaves_no_vllm_or_runner_process(vllm_python: Path) -> Non
         own_network = f"127.{18 + 10 * CLUSTER_INDEX}.0.0/16"
         c.start_node_runner(gpus=1, pod_network=own_network)
         api = config.new_client_from_config(config_file=str(c.kubeconfig))
-        pod = start(api, "default", vllm_deployment("down"))
+        # Its vLLM process running is enough (Ready would cost its whole start).
+        client.AppsV1Api(api).create_namespaced_deployment("default", vllm_deployment("down"))
+        core = client.CoreV1Api(api)
+        pod = wait_until(lambda: (p := the_pod(core, "default", "down")) and p.status.pod_ip and p)
         assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(own_network)
         runner = procs.runner_id(NODE, state)
-        assert procs.find(procs.marker(runner, pod.metadata.uid))
+        wait_until(lambda: procs.find(procs.marker(runner, pod.metadata.uid)), 60, 0.5)
         runner_pid = int((state / "node-runner.pid").read_text())
         # Every component ran, KEDA's operator and adapter (on the ports above) among them.
         assert all(c.running().values()), c.running()
