@@ -7,7 +7,9 @@ to the Llama-3.1-70B fp8 runs on one H200 (2026-11-24) with the bf16 ones held f
 the model, with the constants the planner ships, on every point that was left out of the fits
 (other concurrencies, prompt lengths, a second model shape, an H200 in bf16, the H100 in fp8),
 and the planner's KV-cache figure with vLLM's for every engine started (and that the planner
-refuses what vLLM refused). Writes bench/gpu/calibration.json and bench/plots/prediction.png.
+refuses what vLLM refused). With LoRA on (kv_check.py runs of 2026-11-25, H100), the KV cache
+vLLM gives up against the planner's LoRA buffers, and the planner's KV tokens with them. Writes
+bench/gpu/calibration.json and bench/plots/prediction.png.
 
 `python -m bench.gpu_model --fit` (bf16) and `--fit-fp8` print the fitted constants (copy them
 into operator/src/llmfleet/planner/performance.py); `make bench BENCH=gpu_model` records the
@@ -27,7 +29,8 @@ from typing import Any
 from llmfleet.models.catalog import lookup_architecture
 from llmfleet.models.model_spec import ModelArchitecture, Quantization
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
-from llmfleet.planner.memory import fit_on_gpu
+from llmfleet.planner.lora import LoraSettings, buffer_gib, gpu_buffer_bytes
+from llmfleet.planner.memory import fit_on_gpu, kv_bytes_per_token_per_gpu
 from llmfleet.planner.performance import (
     CALIBRATED,
     Efficiencies,
@@ -48,6 +51,9 @@ RUNS = (
 )
 # The fp8 constants are fitted to these runs' points; the H100 fp8 points are held out.
 FP8_CALIBRATION_RUNS = ("h200-2026-11-24-70b-fp8.jsonl",)
+# kv_check.py (shared/gpu) lines: one engine without LoRA and the same engine with
+# enable_lora/max_loras/max_lora_rank, one session on one GPU (logs: bench/gpu/logs/<tag>.log.gz).
+LORA_RUNS = ("h100-2026-11-25-lora.jsonl",)
 # Engines vLLM refused to start (bench/gpu/logs/<tag>.log.gz: "Available KV cache memory:
 # -0.26 GiB"), which the planner must refuse too: model, GPU, utilization, maxModelLen, mnbt.
 REFUSED: tuple[tuple[str, str, str, float, int, int, Quantization], ...] = (
@@ -114,6 +120,7 @@ class Engine:
     max_num_batched_tokens: int
     kv_tokens: int
     quantization: Quantization = "none"
+    lora: LoraSettings | None = None
 
     def pod(self, efficiencies: Efficiencies = CALIBRATED) -> PodModel:
         return pod_model(
@@ -135,6 +142,7 @@ class Engine:
             gpu_memory_utilization=self.utilization,
             max_num_batched_tokens=self.max_num_batched_tokens,
             tensor_parallel_size=1,
+            lora_gib=buffer_gib(_arch(self.model), self.lora, 1),
         )
         return fit.kv_tokens
 
@@ -367,6 +375,67 @@ def refusals() -> list[dict[str, Any]]:
     return found
 
 
+def _kv_check_engine(r: dict[str, Any]) -> Engine:
+    """An Engine from a kv_check.py line (no `kind` or `model` keys: the model is the folder)."""
+    args = r["engine_args"]
+    lora = None
+    if args.get("enable_lora"):
+        max_loras = args.get("max_loras", 1)  # vLLM's defaults
+        lora = LoraSettings(max_loras, args.get("max_lora_rank", 16), max_loras)
+    return Engine(
+        r["tag"],
+        Path(args["model"]).name,
+        r["gpu"],
+        args["gpu_memory_utilization"],
+        args["max_model_len"],
+        r["max_num_batched_tokens"],
+        r["kv_tokens"],
+        lora=lora,
+    )
+
+
+def lora_kv(runs: tuple[str, ...] = LORA_RUNS) -> list[dict[str, Any]]:
+    """Each LoRA engine against the engine without LoRA of its run: the KV cache vLLM gave up
+    (whole 16-token blocks, so +-2 MiB for Llama-3.1-8B) against the planner's buffers, and
+    the planner's KV tokens against vLLM's."""
+    found = []
+    for name in runs:
+        started = [_kv_check_engine(r) for r in _records((name,))]
+        for e in started:
+            if e.lora is None:
+                continue
+            (base,) = [
+                b
+                for b in started
+                if b.lora is None
+                and (b.model, b.device, b.utilization, b.max_model_len)
+                == (e.model, e.device, e.utilization, e.max_model_len)
+            ]
+            arch = _arch(e.model)
+            per_token = kv_bytes_per_token_per_gpu(arch, "bfloat16", 1)
+            measured = (base.kv_tokens - e.kv_tokens) * per_token
+            planner = gpu_buffer_bytes(arch, e.lora, 1)
+            planned_kv = e.planner_kv_tokens()
+            found.append(
+                {
+                    "tag": e.tag,
+                    "gpu": e.device,
+                    "model": e.model,
+                    "max_loras": e.lora.max_adapters,
+                    "max_lora_rank": e.lora.max_rank,
+                    "vllm_kv_tokens_without": base.kv_tokens,
+                    "planner_kv_tokens_without": base.planner_kv_tokens(),
+                    "vllm_kv_tokens": e.kv_tokens,
+                    "planner_kv_tokens": planned_kv,
+                    "kv_error_pct": round((planned_kv / e.kv_tokens - 1) * 100, 3),
+                    "measured_reserve_bytes": measured,
+                    "planner_reserve_bytes": planner,
+                    "reserve_error_pct": round((planner / measured - 1) * 100, 3),
+                }
+            )
+    return found
+
+
 def _report(points: list[Point]) -> list[dict[str, Any]]:
     return [
         {
@@ -401,18 +470,20 @@ def run() -> dict[str, float]:
             }
         )
     args = engine_args_ratio()
+    lora = lora_kv()
     report = {
         "efficiencies": CALIBRATED.__dict__,
         "calibration_loss": _loss(calibration_points(), CALIBRATED),
         "fp8_calibration_loss": _loss(fp8_calibration_points(), CALIBRATED),
         "kv": kv,
         "refused_by_vllm": refusals(),
+        "lora": lora,
         "engine_args": args,
         "validation": _report(validation),
         "fp8_calibration": _report(fp8_calibration_points()),
         "source": (
             "vLLM 0.26.0 on NVIDIA H100 80GB HBM3 and NVIDIA H200, 2026-11-23 (bf16) and "
-            "2026-11-24 (Llama-3.1-70B fp8) (bench/gpu/)"
+            "2026-11-24 (Llama-3.1-70B fp8), 2026-11-25 (LoRA, H100) (bench/gpu/)"
         ),
     }
     OUTPUT.write_text(json.dumps(report, indent=2) + "\n")
@@ -422,6 +493,14 @@ def run() -> dict[str, float]:
         "gpu_kv_fp8_error_max_pct": max(
             abs(k["error_pct"]) for k in kv if k["quantization"] == "fp8"
         ),
+        "gpu_lora_reserve_error_pct": abs(
+            next(
+                r["reserve_error_pct"]
+                for r in lora
+                if (r["max_loras"], r["max_lora_rank"]) == (4, 16)
+            )
+        ),
+        "gpu_lora_kv_error_max_pct": max(abs(r["kv_error_pct"]) for r in lora),
         "gpu_engine_args_throughput_ratio": args["ratio"],
         "gpu_prediction_error_p50_pct": statistics.median(errors),
         "gpu_prediction_error_max_pct": max(errors),

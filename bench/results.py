@@ -212,6 +212,17 @@ FIGURES: dict[str, tuple[str, str]] = {
         "planner also refuses the 3 H100 engines at 0.9 that vLLM refused), 2026-11-24",
         "%",
     ),
+    "gpu_lora_reserve_error_pct": (
+        "Planner LoRA buffers vs the KV cache vLLM gives up when LoRA is turned on (4 adapters "
+        "of rank 16; measured 360 MiB in whole 2 MiB KV blocks), Llama-3.1-8B shape, bf16; H100 "
+        "80GB HBM3, vLLM 0.26.0, 2026-11-25",
+        "%",
+    ),
+    "gpu_lora_kv_error_max_pct": (
+        "… planner KV-cache tokens vs vLLM's with LoRA on, worst of 2 engines (4 adapters of "
+        "rank 16, 8 of rank 64), same GPU and session",
+        "%",
+    ),
     "gpu_engine_args_throughput_ratio": (
         "The plan's engine arguments (512 seqs) ÷ the best of vLLM's defaults and "
         "--max-num-seqs 256: output tok/s, Llama-3.1-8B shape, 512/256 tokens, H100, 2026-11-23",
