@@ -109,12 +109,12 @@ def test_a_checkout_under_tmp_stays_importable_beside_a_pods_tmp_emptydir(
 ) -> None:
     # A clean clone in /tmp and a batch pod with an emptyDir at /tmp (read-only root filesystem):
     # the runner's PYTHONPATH entry is a host path and must not be mapped into the emptyDir.
-    from localcluster.noderunner import adaptations, pods
+    from localcluster.noderunner import adaptations, podenv
 
     checkout_src = Path("/tmp/ci-clone/operator/src")
     monkeypatch.setattr(adaptations, "LLMFLEET_SRC", checkout_src)
     mounts = PodVolumes(paths={"/tmp": "/host/volumes/u1/tmp"})
-    env = pods.process_env({"PYTHONPATH": "/tmp/pod-libs", "TMPDIR": "/tmp"}, mounts)
+    env = podenv.process_env({"PYTHONPATH": "/tmp/pod-libs", "TMPDIR": "/tmp"}, mounts)
     assert env["PYTHONPATH"].split(":") == [
         str(checkout_src),
         str(adaptations.AMX_SITE),

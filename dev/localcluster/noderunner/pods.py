@@ -3,30 +3,34 @@ kubelet does it, with the pod's status written back through pods/status."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import datetime as dt
 import logging
-import os
-import re
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from .. import podrefs
 from . import oci, procs, volumes
-from .adaptations import VLLM_MODULE, Context, adapt_command, adapt_env, stand_in
-from .probes import ProbeState, check
-from .volumes import PodVolumes, VolumeNotReadyError
+from .adaptations import VLLM_MODULE, Context, adapt_command, stand_in
+from .container import (
+    BACKOFF_START,
+    Conditions,
+    Container,
+    container_status,
+    gates_pass,
+    timestamp,
+)
+from .podenv import MissingKeyError, container_env, expand, process_env
+from .probes import check
+from .volumes import VolumeNotReadyError
 
 log = logging.getLogger("noderunner.pods")
 
-BACKOFF_START = 10.0  # the kubelet's crash-loop back-off: 10 s, doubling, at most 300 s
 BACKOFF_MAX = 300.0
 BACKOFF_RESET_AFTER = 600.0  # running this long forgives earlier crashes
 TICK = 0.5
@@ -39,18 +43,6 @@ REFUSED_RETRY = 2.0
 # finished responses seconds late, in bursts (docs/cpu-adaptations.md, "priority").
 MODEL_NICE = 10
 RENICE_EVERY = 2.0
-_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
-
-def timestamp(t: float | None = None) -> str:
-    when = dt.datetime.fromtimestamp(time.time() if t is None else t, tz=dt.UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def expand(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion in env values, command and args; $$ escapes."""
-    parts = text.split("$$")
-    return "$".join(_VAR.sub(lambda m: env.get(m.group(1), m.group(0)), p) for p in parts)
 
 
 @dataclass
@@ -73,39 +65,6 @@ class Hooks:
     containers: oci.Node | None = None  # runs containers of built images (oci.py)
 
 
-@dataclass
-class Container:
-    spec: dict[str, Any]
-    restart_count: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0  # wall clock
-    started_mono: float = 0.0
-    started: bool = False
-    ready: bool = False
-    waiting_reason: str = "ContainerCreating"
-    waiting_message: str = ""
-    next_start: float = 0.0  # monotonic
-    backoff: float = BACKOFF_START
-    last_terminated: dict[str, Any] | None = None
-    finished: bool = False  # terminated and not restarting (restartPolicy)
-    probes: dict[str, ProbeState] = field(default_factory=dict)
-    volumes: PodVolumes | None = None
-    vllm_server: bool = False  # runs vLLM's OpenAI API server (MODEL_NICE applies)
-    next_renice: float = 0.0  # monotonic
-
-    @property
-    def name(self) -> str:
-        return str(self.spec["name"])
-
-    def __post_init__(self) -> None:
-        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
-            if self.spec.get(kind):
-                self.probes[kind] = ProbeState(self.spec[kind])
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
 class PodWorker(threading.Thread):
     def __init__(self, pod: dict[str, Any], ip: str, hooks: Hooks) -> None:
         meta = pod["metadata"]
@@ -122,7 +81,7 @@ class PodWorker(threading.Thread):
         self.wake = threading.Event()
         self.containers = [Container(c) for c in pod["spec"]["containers"]]
         self.start_time = pod.get("status", {}).get("startTime") or timestamp()
-        self.transitions: dict[str, str] = {}
+        self.conditions = Conditions()
         self._said: set[str] = set()  # the refusals already posted as Events
         self.last_status: dict[str, Any] | None = None
         self.terminal = False
@@ -261,47 +220,19 @@ class PodWorker(threading.Thread):
                         c.last_terminated = cs["lastState"]["terminated"]
 
     def _env(self, c: Container, base: Mapping[str, str]) -> dict[str, str] | None:
-        env: dict[str, str] = dict(base)
-        env["HOSTNAME"] = self.pod_name
-        for e in c.spec.get("env") or []:
-            name = e["name"]
-            if "valueFrom" not in e:
-                env[name] = expand(str(e.get("value", "")), env)
-                continue
-            src = e["valueFrom"]
-            value: str | None
-            if "secretKeyRef" in src:
-                ref = src["secretKeyRef"]
-                value = self.hooks.read_secret_key(self.ns, ref["name"], ref["key"])
-                if value is None and not ref.get("optional"):
-                    self._waiting(
-                        c, "CreateContainerConfigError", f'secret "{ref["name"]}" not found'
-                    )
-                    return None
-            elif "configMapKeyRef" in src:
-                ref = src["configMapKeyRef"]
-                value = self.hooks.read_configmap_key(self.ns, ref["name"], ref["key"])
-                if value is None and not ref.get("optional"):
-                    self._waiting(
-                        c, "CreateContainerConfigError", f'configmap "{ref["name"]}" not found'
-                    )
-                    return None
-            elif "fieldRef" in src and (found := _metadata_map_ref(self.pod, src)) is not None:
-                value = found  # e.g. a Job's metadata.annotations['...job-completion-index']
-            elif "fieldRef" in src:
-                value = {
-                    "metadata.name": self.pod_name,
-                    "metadata.namespace": self.ns,
-                    "metadata.uid": self.uid,
-                    "status.podIP": self.ip,
-                    "status.hostIP": "127.0.0.1",
-                    "spec.nodeName": self.hooks.node,
-                    "spec.serviceAccountName": self.pod["spec"].get("serviceAccountName", ""),
-                }.get(src["fieldRef"]["fieldPath"], "")
-            else:
-                value = ""  # resourceFieldRef: no resources to report
-            if value is not None:
-                env[name] = value
+        try:
+            env = container_env(
+                self.pod,
+                c.spec,
+                base,
+                ip=self.ip,
+                node=self.hooks.node,
+                read_secret_key=self.hooks.read_secret_key,
+                read_configmap_key=self.hooks.read_configmap_key,
+            )
+        except MissingKeyError as e:
+            self._waiting(c, "CreateContainerConfigError", str(e))
+            return None
         env[procs.MARKER_ENV] = procs.marker(self.hooks.runner_id, self.uid, c.name)
         return env
 
@@ -574,48 +505,8 @@ class PodWorker(threading.Thread):
 
     # --- status -----------------------------------------------------------------------------
 
-    def _condition(self, kind: str, ok: bool) -> dict[str, Any]:
-        value = "True" if ok else "False"
-        key = f"{kind}={value}"
-        if key not in self.transitions:
-            self.transitions = {
-                k: v for k, v in self.transitions.items() if not k.startswith(kind + "=")
-            }
-            self.transitions[key] = timestamp()
-        return {"type": kind, "status": value, "lastTransitionTime": self.transitions[key]}
-
-    def _container_status(self, c: Container) -> dict[str, Any]:
-        state: dict[str, Any]
-        if c.running():
-            state = {"running": {"startedAt": timestamp(c.started_at)}}
-        elif c.finished and c.last_terminated:
-            state = {"terminated": c.last_terminated}
-        else:
-            reason = c.waiting_reason or "ContainerCreating"
-            state = {
-                "waiting": {
-                    "reason": reason,
-                    **({"message": c.waiting_message} if c.waiting_message else {}),
-                }
-            }
-        out: dict[str, Any] = {
-            "name": c.name,
-            "image": c.spec.get("image", ""),
-            "imageID": "",
-            "ready": c.ready and c.running(),
-            "started": c.started and c.running(),
-            "restartCount": c.restart_count,
-            "state": state,
-            "lastState": {},
-        }
-        if c.proc is not None:
-            out["containerID"] = f"localproc://{c.proc.pid}"
-        if c.last_terminated and not (c.finished and "terminated" in state):
-            out["lastState"] = {"terminated": c.last_terminated}
-        return out
-
     def _publish(self, force_not_ready: bool = False) -> None:
-        statuses = [self._container_status(c) for c in self.containers]
+        statuses = [container_status(c) for c in self.containers]
         containers_ready = not force_not_ready and all(s["ready"] for s in statuses)
         # As the kubelet: a pod with readiness gates is Ready only once every gate's condition,
         # which another controller writes into status, is True as well.
@@ -635,11 +526,11 @@ class PodWorker(threading.Thread):
             "podIPs": [{"ip": self.ip}],
             "startTime": self.start_time,
             "conditions": [
-                self._condition("PodReadyToStartContainers", True),
-                self._condition("Initialized", True),
-                self._condition("Ready", ready),
-                self._condition("ContainersReady", containers_ready),
-                self._condition("PodScheduled", True),
+                self.conditions("PodReadyToStartContainers", True),
+                self.conditions("Initialized", True),
+                self.conditions("Ready", ready),
+                self.conditions("ContainersReady", containers_ready),
+                self.conditions("PodScheduled", True),
             ],
             "containerStatuses": statuses,
         }
@@ -652,47 +543,6 @@ class PodWorker(threading.Thread):
             log.warning("%s/%s: status update failed: %s", self.ns, self.pod_name, e)
 
 
-def gates_pass(pod: Mapping[str, Any]) -> bool:
-    gates = [str(g.get("conditionType")) for g in pod["spec"].get("readinessGates") or []]
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    true = {str(c.get("type")) for c in conditions if c.get("status") == "True"}
-    return all(g in true for g in gates)
-
-
-_MAP_REF = re.compile(r"^metadata\.(annotations|labels)\['([^']+)'\]$")
-
-
-def _metadata_map_ref(pod: Mapping[str, Any], source: Mapping[str, Any]) -> str | None:
-    """A fieldRef to metadata.annotations['k'] or metadata.labels['k'] (as Indexed Jobs use for
-    JOB_COMPLETION_INDEX); None for other paths."""
-    match = _MAP_REF.match(str(source["fieldRef"].get("fieldPath", "")))
-    if match is None:
-        return None
-    values = pod["metadata"].get(match.group(1)) or {}
-    return str(values.get(match.group(2), ""))
-
-
 def _header(logf: IO[bytes], text: str) -> None:
     logf.write(f"\n===== {timestamp()} node-runner: {text}\n".encode())
     logf.flush()
-
-
-def decode_secret(data: Mapping[str, str] | None, key: str) -> str | None:
-    if not data or key not in data:
-        return None
-    return base64.b64decode(data[key]).decode()
-
-
-def process_env(env: dict[str, str], mounts: PodVolumes) -> dict[str, str]:
-    """A container's environment as its process gets it. The pod's own paths map to the emulated
-    volumes first; what the runner adds after that is a host path (a checkout under /tmp must
-    not be mistaken for the pod's `/tmp` emptyDir)."""
-    return adapt_env({k: mounts.rewrite(v) for k, v in env.items()})
-
-
-def base_env(python: Path) -> dict[str, str]:
-    """What every container process starts from (a container image's usual environment)."""
-    return {
-        "PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin",
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-    }

@@ -21,7 +21,9 @@ from kubernetes.client.rest import ApiException
 from .. import podrefs
 from . import oci, procs, router
 from .adaptations import Context, load_model_table
-from .pods import Hooks, PodWorker, base_env, decode_secret, timestamp
+from .container import timestamp
+from .podenv import base_env, decode_secret
+from .pods import Hooks, PodWorker
 
 log = logging.getLogger("noderunner")
 
