@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from llmfleet.reconcile.kvcache import metrics_url
+from llmfleet.reconcile.kvcache import engine_url
 from llmfleet.render.names import ADAPTERS_GATE
 
 log = logging.getLogger(__name__)
@@ -60,11 +60,6 @@ class EngineApi(Protocol):
         """None when unloaded (or not loaded), else why not."""
 
 
-def _base(ip: str, port: int) -> str | None:
-    url = metrics_url(ip, port)
-    return None if url is None else url.removesuffix("/metrics")
-
-
 def _call(url: str, body: Mapping[str, Any] | None, timeout: float) -> tuple[int, str]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
@@ -88,7 +83,7 @@ def _why(status: int, text: str) -> str:
 
 class HttpEngineApi:
     def adapters(self, ip: str, port: int) -> dict[str, str] | None:
-        base = _base(ip, port)
+        base = engine_url(ip, port)
         if base is None:
             return None
         try:
@@ -103,7 +98,7 @@ class HttpEngineApi:
         return {str(m["id"]): str(m.get("root") or "") for m in models if m.get("parent")}
 
     def load(self, ip: str, port: int, name: str, source: str) -> str | None:
-        base = _base(ip, port)
+        base = engine_url(ip, port)
         if base is None:
             return f"no address {ip!r}"
         body = {"lora_name": name, "lora_path": source}
@@ -118,7 +113,7 @@ class HttpEngineApi:
         return _why(status, text)
 
     def unload(self, ip: str, port: int, name: str) -> str | None:
-        base = _base(ip, port)
+        base = engine_url(ip, port)
         if base is None:
             return f"no address {ip!r}"
         try:
@@ -188,19 +183,17 @@ class AdapterSync:
         key = (namespace, name)
         with self._lock:
             known = self._engines.get(key, {})
-            engines = {_key(p): known.get(_key(p)) for p in pods}
-        todo = [(p, engines[_key(p)]) for p in pods]
-        if not todo:
-            outcomes: list[EngineOutcome] = []
-            fresh: dict[tuple[str, int], _Engine] = {}
-        else:
+        todo = [(_key(p), p) for p in pods]
+        results = []
+        if todo:
             with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-                results = list(pool.map(lambda t: self._converge(t[0], t[1], wanted), todo))
-            outcomes = [o for o, _ in results]
-            fresh = {_key(p): e for (p, _), (_, e) in zip(todo, results, strict=True) if e}
+                results = list(
+                    pool.map(lambda t: self._converge(t[1], known.get(t[0]), wanted), todo)
+                )
+        fresh = {k: e for (k, _), (_, e) in zip(todo, results, strict=True) if e is not None}
         with self._lock:
             self._engines[key] = fresh
-        return tuple(sorted(outcomes, key=lambda o: o.pod))
+        return tuple(sorted((o for o, _ in results), key=lambda o: o.pod))
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:

@@ -36,15 +36,21 @@ Scraper = Callable[[str, int], str | None]
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def metrics_url(pod_ip: str, port: int) -> str | None:
-    """http://IP:port/metrics for a pod IP, or None when `pod_ip` is no IP address (the operator
-    dials addresses from pod status only, never names)."""
+def engine_url(pod_ip: str, port: int) -> str | None:
+    """http://IP:port of a pod IP, or None when `pod_ip` is no IP address (the operator dials
+    addresses from pod status only, never names)."""
     try:
         address = ipaddress.ip_address(pod_ip)
     except ValueError:
         return None
     host = f"[{address}]" if address.version == 6 else str(address)
-    return f"http://{host}:{port}/metrics"
+    return f"http://{host}:{port}"
+
+
+def metrics_url(pod_ip: str, port: int) -> str | None:
+    """http://IP:port/metrics for a pod IP, or None when `pod_ip` is no IP address."""
+    base = engine_url(pod_ip, port)
+    return None if base is None else f"{base}/metrics"
 
 
 def scrape(pod_ip: str, port: int) -> str | None:
