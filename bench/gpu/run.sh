@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root, after the vLLM bundle is installed (bench/gpu/README.md):
-#   bash bench/gpu/run.sh PHASE     PHASE: a | b | c | h200 | h200-70b-fp8[-b] | h100-70b-fp8[-u095]
+#   bash bench/gpu/run.sh PHASE     PHASE: a | b | c | h200 | h200-70b-fp8[-b] | h100-70b-fp8[-u095] | edges | tp2 | spread
 #   (results: $OUT/<phase>.jsonl, logs beside it)
 # Every engine runs with dummy weights and prefix caching off (common.py's defaults); one JSON line a figure.
 set -uo pipefail
@@ -63,5 +63,28 @@ h100-70b-fp8)  # The plan accepts it with 8,976 KV tokens (11 sequences); does v
 h100-70b-fp8-u095)  # At 0.9 vLLM found -0.26 GiB for the KV cache (any max_model_len): what 0.95 leaves.
     m h100-70b-fp8-u095 300 "$L70" "${FP8[@]}" --gpu-memory-utilization 0.95 --max-num-seqs 11 --ttft 512,2048 \
       --points 1x512x256,8x512x256 --saturate-greedy 128x512x256 ;;
+edges)  # 2026-11-26, two H100s at once. GPU 0: Qwen2.5-32B's shape (MLP 5.4 x hidden) in bf16 at 0.95, a
+    # tight fit (about 11 GiB of KV cache): does the activation reserve follow the MLP's width? GPU 1:
+    # Llama-3.1-70B in fp8 at 0.95 with an empty torch.compile cache, as a new pod starts (2026-11-24's
+    # run at 0.95 followed failed starts of the same engine, so it hit their compile cache).
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/nvidia-smi.txt"
+    Q32=bench/gpu/models/qwen2.5-32b
+    CUDA_VISIBLE_DEVICES=0 VLLM_CACHE_ROOT=/tmp/vc-q32 m qwen32b-u095 400 "$Q32" --gpu-memory-utilization 0.95 \
+      --max-num-seqs 128 --max-num-batched-tokens 16384 --ttft 512 --points 1x512x128,32x1024x128 &
+    CUDA_VISIBLE_DEVICES=1 VLLM_CACHE_ROOT=/tmp/vc-70b m h100-70b-fp8-u095-fresh 400 "$L70" "${FP8[@]}" \
+      --gpu-memory-utilization 0.95 --max-num-seqs 11 --ttft 512 &
+    wait; grep -h "Actual usage\|GPU KV cache size" "$OUT"/*.log ;;
+tp2)  # Llama-3.1-8B's shape over two H100s (TP 2): KV tokens per GPU (what NCCL and the custom
+    # all-reduce take), and the decode step against the planner's all-reduce model.
+    m tp2-8b 420 "$L8" --tp 2 --max-num-seqs 256 --max-num-batched-tokens 16384 --ttft 1024,4096 \
+      --points 1x1024x256,8x1024x128,32x1024x128,128x512x128,256x512x64
+    grep -h "Actual usage\|GPU KV cache size\|custom all\|NCCL" "$OUT"/*.log | sort | uniq -c | head -20 ;;
+spread)  # Where 2026-11-25's 24 % spread came from: the same saturation run four times in a row on one
+    # engine (the first is cold: sampler and batch shapes not yet warm), top-p on GPU 0, greedy on GPU 1.
+    S=1024x512x256,1024x512x256,1024x512x256,1024x512x256
+    CUDA_VISIBLE_DEVICES=0 m spread-top-p 560 "$L8" --max-num-seqs 512 --max-num-batched-tokens 16384 --saturate $S &
+    CUDA_VISIBLE_DEVICES=1 m spread-greedy 560 "$L8" --max-num-seqs 512 --max-num-batched-tokens 16384 \
+      --saturate-greedy $S &
+    wait ;;
 *)  echo "unknown phase $PHASE"; exit 2 ;;
 esac

@@ -121,6 +121,26 @@ def _repo(ref: str) -> str:
     return f"{head}/{tail.split(':', 1)[0]}"
 
 
+def stale_built_images(pod: Mapping[str, Any], directory: Path | None = None) -> dict[str, str]:
+    """Containers whose image names a repository built here but a tag or digest that is not (a
+    rebuilt image under an older pod template), each with the reference that is built now."""
+    folder = directory or images_dir()
+    built: dict[str, str] = {}
+    for archive in [folder / name for name in RUN_FROM_IMAGE if (folder / name).is_file()]:
+        with contextlib.suppress(OSError, tarfile.TarError, ValueError, KeyError):
+            for image in _archive_images(archive):
+                built[_repo(_normalise(image.ref))] = f"{image.ref}@{image.digest}"
+    stale = {}
+    for c in pod["spec"].get("containers") or []:
+        ref = c.get("image")
+        if not ref or find_image(ref, directory):
+            continue
+        repository = _repo(_normalise(ref).partition("@")[0])
+        if repository in built:
+            stale[c["name"]] = built[repository]
+    return stale
+
+
 def runs_built_images(pod: Mapping[str, Any], directory: Path | None = None) -> bool:
     """Every container of the pod has a built image (the runner admits such a pod)."""
     containers = pod["spec"].get("containers") or []

@@ -19,7 +19,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from .. import podrefs
-from . import oci, procs, router
+from . import admission, oci, procs, router
 from .adaptations import Context, load_model_table
 from .container import timestamp
 from .podenv import base_env, decode_secret
@@ -29,7 +29,7 @@ log = logging.getLogger("noderunner")
 
 NODE_NAME = "local-gpu-0"
 GPU_PRODUCT = "LLMFleet-CPU-Emulated"
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = admission.GPU_RESOURCE
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 POD_NETWORK = "127.17.0.0/16"
 # A node for what a cluster runs beside its GPU pools (the operator's own pod): no GPUs, and a
@@ -105,15 +105,6 @@ class IPAM:
     def release(self, uid: str) -> None:
         with self._lock:
             self._used.pop(uid, None)
-
-
-def requests_gpu(pod: dict[str, Any]) -> bool:
-    for c in pod["spec"].get("containers") or []:
-        res = c.get("resources") or {}
-        for section in ("limits", "requests"):
-            if str((res.get(section) or {}).get(GPU_RESOURCE, "0")) not in ("0", ""):
-                return True
-    return False
 
 
 def tiny_model(python: Path) -> str:
@@ -374,11 +365,11 @@ class Runner:
                 return
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 return
-            is_router = router.is_router_pod(pod)  # the vLLM Router: runs without a GPU
-            # Pods of images built here (the operator's) run in crun, GPU or not (oci.py).
-            if not requests_gpu(pod) and not is_router and not oci.runs_built_images(pod):
-                self._reject(pod)
+            refused = admission.refusal(pod, self.cfg.node)
+            if refused is not None:
+                self._refuse(pod, refused)
                 return
+            is_router = router.is_router_pod(pod)  # the vLLM Router: runs without a GPU
             ip = self.ipam.allocate(uid, prefer=(pod.get("status") or {}).get("podIP"))
             if is_router:
                 pod = router.prepare(pod, ip, self.core, self.cfg.kubeconfig, self.cfg.state_dir)
@@ -388,22 +379,15 @@ class Runner:
             worker.start()
             log.info("pod %s/%s: admitted with IP %s", meta["namespace"], meta["name"], ip)
 
-    def _reject(self, pod: dict[str, Any]) -> None:
-        """Admission, as a kubelet rejects a pod it cannot run: every pod here is a real process
-        on this machine, so only pods that ask for a GPU slot run (the scheduler keeps the rest
-        away through the taint; this catches pods bound by nodeName or before the taint)."""
+    def _refuse(self, pod: dict[str, Any], refused: admission.Refusal) -> None:
         meta = pod["metadata"]
-        log.info(
-            "pod %s/%s: rejected (no %s request)", meta["namespace"], meta["name"], GPU_RESOURCE
-        )
-        status = {
-            "phase": "Failed",
-            "reason": "NodeRunnerRejected",
-            "message": f"{self.cfg.node} runs only pods that request {GPU_RESOURCE} (or whose "
-            "images make images built): each one really runs on this machine",
-        }
+        if (pod.get("status") or {}).get("containerStatuses") == refused.status.get(
+            "containerStatuses"
+        ) and refused.status["phase"] == "Pending":
+            return  # already says so: every relist would rewrite it
+        log.info("pod %s/%s: %s", meta["namespace"], meta["name"], refused.log)
         with contextlib.suppress(Exception):
-            self._patch_status(meta["namespace"], meta["name"], status)
+            self._patch_status(meta["namespace"], meta["name"], refused.status)
 
     def _reap(self) -> None:
         with self.lock:
