@@ -10,15 +10,20 @@ CUDA reports for the GPU; it loads its shard of the weights, profiles a forward 
   (torch.cuda.mem_get_info, bench/gpu/ 2026-11-23/24). `memoryGiB` is the datasheet figure, so
   the planner takes CUDA_UNREACHABLE_GIB off it before applying the utilization. (An H200,
   profile 140 GiB, reports 139.8: this errs low there by 0.6 GiB.)
-* `RUNTIME_RESERVE_GIB + maxNumBatchedTokens x hidden size x ACTIVATION_BYTES_PER_TOKEN_UNIT`
-  stands in for the profile run. vLLM measured 0.22 GiB of non-torch memory and, at 16384
-  batched tokens, an activation peak of 1.72-1.78 GiB for Llama-3.1-8B (hidden 4096) and
-  2.99-3.56 GiB for Llama-3.1-70B in fp8 (hidden 8192; the higher figure on a fresh
-  torch.compile): 28 bytes per token per hidden unit covers the Llama shapes' worst (the MLP
-  intermediate, 3.5 x hidden, in bf16 dominates), kept unsharded over tensor parallelism so
-  the estimate errs high there. Models with a wider MLP use more (Qwen2.5-7B: 2.14 GiB at
-  hidden 3584, 1.53 GiB by this rule). CUDA graphs (0.1-1.3 GiB) come out of the headroom
-  above the utilization: vLLM 0.26.0 does not take them from the KV cache.
+* `RUNTIME_RESERVE_GIB + maxNumBatchedTokens x activation bytes per token` stands in for the
+  profile run. Per token, the MLP's gate/up output (2 x intermediate) and its activated half
+  (intermediate), 16 bits each, live at once: MLP_BYTES_PER_UNIT = 6 bytes per intermediate unit;
+  the residual stream, attention output and norms add RESIDUAL_BYTES_PER_UNIT = 7 bytes per
+  hidden unit. vLLM 0.26.0 measured at 16384 batched tokens (bench/gpu/): Llama-3.1-8B 1.72-1.78
+  GiB (this rule: 1.75), Qwen2.5-7B, whose MLP is 5.3 x hidden, 2.14 (2.12; the earlier rule of
+  28 bytes per hidden unit, exact for Llama's 3.5 x, gave 1.53 and planned 11 % too many KV
+  tokens on a tight fit), Llama-3.1-70B in fp8 3.56 on a fresh torch.compile (3.50) and 2.99-3.0
+  when the engine found its compile cache from an earlier start (the compile's own buffers count
+  in the peak). A new pod compiles afresh, so the planner reserves the fresh figure. Without
+  intermediateSize the MLP counts as Llama's (3.5 x hidden). Kept unsharded over tensor
+  parallelism, so the estimate errs high there; 0.22 GiB of non-torch memory is in the 0.3.
+  CUDA graphs (0.1-1.3 GiB) come out of the headroom above the utilization: vLLM 0.26.0 does
+  not take them from the KV cache.
 * Weights: parameters x bytes per weight; with fp8 (quantized on load) vLLM keeps the
   embeddings and the output head in 16 bits ("Model loading took 67.73 GiB" for Llama-3.1-70B,
   65.75 GiB at 8 bits throughout), so they count at 2 bytes where the architecture gives a
@@ -35,7 +40,10 @@ from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
 GIB = 1024**3
 CUDA_UNREACHABLE_GIB = 0.82
 RUNTIME_RESERVE_GIB = 0.3
-ACTIVATION_BYTES_PER_TOKEN_UNIT = 28
+MLP_BYTES_PER_UNIT = 6
+RESIDUAL_BYTES_PER_UNIT = 7
+# Llama's MLP width over its hidden size, assumed where intermediateSize is not given.
+LLAMA_MLP_RATIO = 3.5
 # vLLM allocates the KV cache in blocks of 16 tokens.
 KV_BLOCK_TOKENS = 16
 
@@ -87,11 +95,17 @@ def memory_for_budget(needed_gib: float, gpu_memory_utilization: float) -> float
     return needed_gib / gpu_memory_utilization + CUDA_UNREACHABLE_GIB
 
 
+def activation_bytes_per_token(arch: ModelArchitecture) -> float:
+    """The profile run's activation peak per batched token (see the module docstring)."""
+    hidden = arch.hidden_size or arch.num_attention_heads * arch.head_dim
+    mlp = arch.intermediate_size or hidden * LLAMA_MLP_RATIO
+    return MLP_BYTES_PER_UNIT * mlp + RESIDUAL_BYTES_PER_UNIT * hidden
+
+
 def batched_tokens_within(arch: ModelArchitecture, reserve_gib: float) -> int:
     """The most max-num-batched-tokens whose runtime reserve stays within `reserve_gib`."""
-    hidden_units = arch.num_attention_heads * arch.head_dim
     room = (reserve_gib - RUNTIME_RESERVE_GIB) * GIB
-    return max(0, int(room // (hidden_units * ACTIVATION_BYTES_PER_TOKEN_UNIT)))
+    return max(0, int(room // activation_bytes_per_token(arch)))
 
 
 def kv_heads_per_gpu(arch: ModelArchitecture, tensor_parallel_size: int) -> int:
@@ -121,8 +135,7 @@ def kv_bytes_per_token_per_gpu(
 
 
 def runtime_reserve_gib(arch: ModelArchitecture, max_num_batched_tokens: int) -> float:
-    hidden_units = arch.num_attention_heads * arch.head_dim
-    activations = max_num_batched_tokens * hidden_units * ACTIVATION_BYTES_PER_TOKEN_UNIT
+    activations = max_num_batched_tokens * activation_bytes_per_token(arch)
     return RUNTIME_RESERVE_GIB + activations / GIB
 
 
