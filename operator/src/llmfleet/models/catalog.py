@@ -6,7 +6,8 @@ num_attention_heads, max_position_embeddings; vocab_size and tie_word_embeddings
 whose hidden_size is heads x head_dim; intermediate_size (OPT: ffn_dim) for every model, and
 hidden_size where it is not heads x head_dim, for the LoRA buffers) and parameter counts from
 the model cards or the Hub's safetensors metadata. For multimodal Gemma 3 the text_config
-figures are used and the parameter count includes the vision tower, which vLLM also loads.
+figures are used (with its sliding window and the layers that use it) and the parameter count
+includes the vision tower, which vLLM also loads.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def _arch(  # noqa: PLR0917
     *,
     inter: int,
     hidden: int | None = None,
+    window: int | None = None,
+    window_layers: int | None = None,
 ) -> ModelArchitecture:
     return ModelArchitecture(
         parameters_billions=params_b,
@@ -45,6 +48,8 @@ def _arch(  # noqa: PLR0917
         tie_word_embeddings=tied,
         hidden_size=hidden,
         intermediate_size=inter,
+        sliding_window=window,
+        sliding_window_layers=window_layers,
     )
 
 
@@ -63,11 +68,17 @@ _ENTRIES: dict[str, ModelArchitecture] = {
     "Qwen/Qwen2.5-32B": _arch(32.8, 64, 40, 8, 128, 32768, 152064, inter=27648),
     "Qwen/Qwen2.5-72B": _arch(72.7, 80, 64, 8, 128, 32768, 152064, inter=29568),
     "mistralai/Mistral-7B-v0.3": _arch(7.25, 32, 32, 8, 128, 32768, 32768, inter=14336),
-    # Gemma 3 interleaves sliding-window layers; sizing every layer as global attention
-    # overestimates its KV cache, which errs on the safe side.
-    "google/gemma-3-4b-it": _arch(4.3, 34, 8, 4, 256, 131072, inter=10240, hidden=2560),
-    "google/gemma-3-12b-it": _arch(12.2, 48, 16, 8, 256, 131072, inter=15360, hidden=3840),
-    "google/gemma-3-27b-it": _arch(27.4, 62, 32, 16, 128, 131072, inter=21504, hidden=5376),
+    # Gemma 3: 5 of every 6 layers attend to a 1024-token window (text_config sliding_window,
+    # sliding_window_pattern 6), so layers - layers // 6 of them.
+    "google/gemma-3-4b-it": _arch(
+        4.3, 34, 8, 4, 256, 131072, inter=10240, hidden=2560, window=1024, window_layers=29
+    ),
+    "google/gemma-3-12b-it": _arch(
+        12.2, 48, 16, 8, 256, 131072, inter=15360, hidden=3840, window=1024, window_layers=40
+    ),
+    "google/gemma-3-27b-it": _arch(
+        27.4, 62, 32, 16, 128, 131072, inter=21504, hidden=5376, window=1024, window_layers=52
+    ),
     # OPT: multi-head attention (KV heads = heads), head_dim = hidden_size / heads.
     "facebook/opt-125m": _arch(0.125, 12, 12, 12, 64, 2048, inter=3072),
     "facebook/opt-13b": _arch(12.9, 40, 40, 40, 128, 2048, inter=20480),

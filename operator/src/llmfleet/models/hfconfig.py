@@ -2,8 +2,11 @@
 
 vLLM sizes a model from its config.json; so does the planner when `spec.model.architecture` is
 not given and the model is not in the catalog. config.json has no parameter count, so it is
-summed from the layer shapes (embeddings, attention projections, MLP, norms), as vLLM would
-allocate them.
+summed from the layer shapes (embeddings, attention projections, MLP or experts, norms), as vLLM
+would allocate them. Families (see docs/planner.md, "Model families"): dense Llama-like models,
+sliding-window attention (Gemma 2/3, Mistral with sliding_window), mixtures of experts (Mixtral,
+Qwen2/Qwen3-MoE, DeepSeek-V2/V3) and multi-latent attention (DeepSeek-V2/V3). Anything else is
+refused, naming what is not modelled.
 """
 
 from __future__ import annotations
@@ -11,66 +14,129 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from llmfleet.models.hfconfig_layers import (
+    Layers,
+    ModelConfigError,
+    deepseek_layers,
+    gemma_layers,
+    llama_layers,
+    positive_int,
+    siglip_parameters,
+)
 from llmfleet.models.model_spec import ModelArchitecture
 
-# Dense decoder-only models laid out as Llama is: gated MLP (gate, up, down), grouped-query
-# attention, RMSNorm.
+__all__ = ["MODELLED", "ModelConfigError", "architecture_from_config"]
+
 _LLAMA_LIKE = frozenset(
     {
         "LlamaForCausalLM",
         "MistralForCausalLM",
+        "MixtralForCausalLM",
         "Qwen2ForCausalLM",
         "Qwen3ForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "Qwen3MoeForCausalLM",
     }
 )
+_GEMMA = frozenset({"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"})
+_DEEPSEEK = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"})
+MODELLED = tuple(sorted(_LLAMA_LIKE | _GEMMA | _DEEPSEEK))
+
+# What the planner cannot size in families it knows of; others get the generic refusal.
+_NOT_MODELLED = {
+    "Llama4ForConditionalGeneration": "chunked local attention and a vision tower",
+    "Llama4ForCausalLM": "chunked local attention",
+    "Qwen3_5ForConditionalGeneration": "linear-attention (Gated DeltaNet) layers",
+    "Qwen3_5MoeForConditionalGeneration": "linear-attention (Gated DeltaNet) layers",
+    "Qwen3NextForCausalLM": "linear-attention (Gated DeltaNet) layers",
+    "NemotronHForCausalLM": "Mamba layers",
+    "MiniMaxText01ForCausalLM": "linear-attention (lightning attention) layers",
+    "GptOssForCausalLM": "MXFP4 expert weights and attention sinks",
+    "DeepseekV32ForCausalLM": "sparse attention and its indexer's KV cache",
+}
 # Default context when config.json does not say (Llama-2's).
 _DEFAULT_MAX_POSITIONS = 4096
+# Gemma 3's published config.json leaves these to transformers' Gemma3TextConfig defaults.
+_GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262_208,
+    "max_position_embeddings": 131_072,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "sliding_window_pattern": 6,
+}
 
 
-class ModelConfigError(ValueError):
-    """config.json describes a model the planner does not model, or is not a config.json."""
+def _refuse(name: str, what: str) -> ModelConfigError:
+    return ModelConfigError(
+        f"{name} models are not modelled ({what}); set spec.model.architecture by hand. "
+        f"Modelled: {', '.join(MODELLED)}"
+    )
 
 
-def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ModelConfigError(f"config.json has no positive integer {key} (found {value!r})")
-    return value
+def _name(config: Mapping[str, Any]) -> str:
+    architectures = config.get("architectures") or []
+    return str(architectures[0] if architectures else config.get("model_type", "unknown"))
+
+
+def _layers(name: str, config: Mapping[str, Any]) -> Layers:
+    if name in _GEMMA:
+        return gemma_layers(name, config)
+    if name in _DEEPSEEK:
+        return deepseek_layers(config)
+    if config.get("use_sliding_window"):
+        # Qwen's sliding window covers only the layers past max_window_layers, as vLLM reads it.
+        raise _refuse(name, "use_sliding_window (Qwen's partial sliding-window attention)")
+    return llama_layers(name, config)
 
 
 def architecture_from_config(config: Mapping[str, Any]) -> ModelArchitecture:
     """The architecture figures of the model `config` (a parsed config.json) describes, or
     ModelConfigError naming what is not modelled."""
-    architectures = config.get("architectures") or []
-    name = architectures[0] if architectures else config.get("model_type", "unknown")
-    if name not in _LLAMA_LIKE:
-        raise ModelConfigError(
-            f"{name} models are not modelled; set spec.model.architecture by hand. Modelled: "
-            + ", ".join(sorted(_LLAMA_LIKE))
-        )
-    hidden = _int(config, "hidden_size")
-    heads = _int(config, "num_attention_heads")
-    kv_heads = _int(config, "num_key_value_heads", heads)
-    head_dim = int(config.get("head_dim") or hidden // heads)
-    layers = _int(config, "num_hidden_layers")
-    inter = _int(config, "intermediate_size")
-    vocab = _int(config, "vocab_size")
-    tied = bool(config.get("tie_word_embeddings", False))
-    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    if config.get("attention_bias") or name == "Qwen2ForCausalLM":
-        attention += head_dim * (heads + 2 * kv_heads)
-    per_layer = attention + 3 * hidden * inter + 2 * hidden
+    name = _name(config)
+    if name not in MODELLED:
+        raise _refuse(name, _NOT_MODELLED.get(name, "an architecture the planner does not know"))
+    text = config
+    vision = 0
+    if name == "Gemma3ForConditionalGeneration":
+        # The language model's figures sit under text_config; vLLM also loads the SigLIP tower.
+        text = {**_GEMMA3_TEXT_DEFAULTS, **(config.get("text_config") or {})}
+        vision = siglip_parameters(config, positive_int(text, "hidden_size"))
+    layers = _layers(name, text)
+    heads = positive_int(text, "num_attention_heads")
+    hidden = positive_int(text, "hidden_size")
+    vocab = positive_int(text, "vocab_size")
+    tied = bool(text.get("tie_word_embeddings", layers.tied_by_default))
     embeddings = vocab * hidden * (1 if tied else 2)
-    parameters = layers * per_layer + embeddings + hidden
+    parameters = layers.parameters + embeddings + hidden + vision
+    active = None
+    if layers.routed_expert_parameters:
+        share = layers.experts_per_token / layers.experts
+        active = round((parameters - layers.routed_expert_parameters * (1 - share)) / 1e9, 3)
+    count = positive_int(text, "num_hidden_layers")
     return ModelArchitecture(
         parameters_billions=round(parameters / 1e9, 3),
-        num_layers=layers,
+        num_layers=count,
         num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        max_position_embeddings=_int(config, "max_position_embeddings", _DEFAULT_MAX_POSITIONS),
+        num_key_value_heads=positive_int(text, "num_key_value_heads", heads),
+        head_dim=layers.head_dim,
+        max_position_embeddings=positive_int(
+            text, "max_position_embeddings", _DEFAULT_MAX_POSITIONS
+        ),
         vocab_size=vocab,
         tie_word_embeddings=tied,
-        hidden_size=None if hidden == heads * head_dim else hidden,
-        intermediate_size=inter,
+        hidden_size=None if hidden == heads * layers.head_dim else hidden,
+        intermediate_size=positive_int(text, "intermediate_size"),
+        sliding_window=layers.sliding_window,
+        sliding_window_layers=(
+            layers.sliding_layers
+            if layers.sliding_window and layers.sliding_layers < count
+            else None
+        ),
+        num_experts=layers.experts or None,
+        num_experts_per_token=layers.experts_per_token or None,
+        active_parameters_billions=active,
+        expert_intermediate_size=layers.expert_intermediate_size,
+        kv_lora_rank=layers.kv_lora_rank,
+        qk_rope_head_dim=layers.qk_rope_head_dim,
     )

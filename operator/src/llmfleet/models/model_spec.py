@@ -26,6 +26,66 @@ class ModelArchitecture(ApiModel):
             holds=lambda a: a.num_attention_heads % a.num_key_value_heads == 0,
             field="numKeyValueHeads",
         ),
+        CelRule(
+            rule=(
+                "!has(self.slidingWindowLayers) || (has(self.slidingWindow) && "
+                "self.slidingWindowLayers <= self.numLayers)"
+            ),
+            message=(
+                "slidingWindowLayers needs slidingWindow and must be at most numLayers (the "
+                "layers that attend to the window are among the model's layers)"
+            ),
+            holds=lambda a: (
+                a.sliding_window_layers is None
+                or (a.sliding_window is not None and a.sliding_window_layers <= a.num_layers)
+            ),
+            field="slidingWindowLayers",
+        ),
+        CelRule(
+            rule=(
+                "has(self.numExperts) == has(self.numExpertsPerToken) && "
+                "has(self.numExperts) == has(self.activeParametersBillions)"
+            ),
+            message=(
+                "a mixture-of-experts model needs numExperts, numExpertsPerToken and "
+                "activeParametersBillions together, or none of them"
+            ),
+            holds=lambda a: (
+                (a.num_experts is None)
+                == (a.num_experts_per_token is None)
+                == (a.active_parameters_billions is None)
+            ),
+            field="numExperts",
+        ),
+        CelRule(
+            rule=(
+                "!has(self.numExperts) || (self.numExpertsPerToken < self.numExperts && "
+                "self.activeParametersBillions < self.parametersBillions)"
+            ),
+            message=(
+                "numExpertsPerToken must be less than numExperts, and activeParametersBillions "
+                "less than parametersBillions (each token runs a few of the experts)"
+            ),
+            holds=lambda a: (
+                a.num_experts is None
+                or (
+                    a.num_experts_per_token is not None
+                    and a.active_parameters_billions is not None
+                    and a.num_experts_per_token < a.num_experts
+                    and a.active_parameters_billions < a.parameters_billions
+                )
+            ),
+            field="numExpertsPerToken",
+        ),
+        CelRule(
+            rule="has(self.kvLoraRank) == has(self.qkRopeHeadDim)",
+            message=(
+                "multi-latent attention needs kvLoraRank and qkRopeHeadDim together: its KV "
+                "cache holds both per token per layer"
+            ),
+            holds=lambda a: (a.kv_lora_rank is None) == (a.qk_rope_head_dim is None),
+            field="kvLoraRank",
+        ),
     )
 
     parameters_billions: float = Field(
@@ -105,6 +165,90 @@ class ModelArchitecture(ApiModel):
             "Width of the MLP (config.json intermediate_size). Sizes the LoRA buffers; unset, "
             "derived from parametersBillions as a gated (Llama-style) MLP's width, which errs "
             "high when vocabSize is unset."
+        ),
+    )
+    # Families beyond dense full attention. Unset, a layer attends to the whole context, every
+    # parameter runs for every token, and the KV cache holds numKeyValueHeads heads per layer.
+    sliding_window: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description=(
+            "Tokens a sliding-window (local) attention layer attends to (config.json "
+            "sliding_window; Gemma 2/3, Mistral-7B-v0.1). vLLM keeps only about that many "
+            "tokens of such a layer's KV cache per sequence (plus maxNumBatchedTokens while "
+            "prefilling), so sequences longer than the window take less cache."
+        ),
+    )
+    sliding_window_layers: int | None = Field(
+        default=None,
+        ge=0,
+        le=1_000,
+        description=(
+            "How many of numLayers use slidingWindow; the others attend to the whole context "
+            "(Gemma 3: 5 of every 6 layers, Gemma 2: every other one). Unset with slidingWindow "
+            "set, every layer does. At most numLayers; needs slidingWindow."
+        ),
+    )
+    num_experts: int | None = Field(
+        default=None,
+        ge=2,
+        le=100_000,
+        description=(
+            "Routed experts per mixture-of-experts layer (config.json num_local_experts, "
+            "num_experts or n_routed_experts). The weights count all of them; each token runs "
+            "numExpertsPerToken. Set with numExpertsPerToken and activeParametersBillions."
+        ),
+    )
+    num_experts_per_token: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Routed experts each token runs (config.json num_experts_per_tok), less than "
+            "numExperts."
+        ),
+    )
+    active_parameters_billions: float | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        description=(
+            "Parameters one token runs through, in billions (e.g. 3.3 for Qwen3-30B-A3B): "
+            "everything but the routed experts, plus numExpertsPerToken of them per layer. "
+            "Predicted speed counts these FLOPs per token; the weights read per step are the "
+            "shared part plus the experts the batch's tokens touch. Less than parametersBillions."
+        ),
+    )
+    expert_intermediate_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description=(
+            "Width of one expert's MLP (config.json moe_intermediate_size, or intermediate_size "
+            "for Mixtral). vLLM splits every expert over the tensor-parallel GPUs, so the "
+            "tensor-parallel size must divide it; unset, that is not checked."
+        ),
+    )
+    kv_lora_rank: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Multi-latent attention (DeepSeek-V2/V3): the width of the compressed key/value "
+            "latent (config.json kv_lora_rank). The KV cache then holds kvLoraRank + "
+            "qkRopeHeadDim values per token per layer instead of key and value heads, and every "
+            "tensor-parallel GPU holds all of it (vLLM does not shard the latent). Set with "
+            "qkRopeHeadDim."
+        ),
+    )
+    qk_rope_head_dim: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Multi-latent attention: the rotary part of each key that is cached beside the "
+            "latent (config.json qk_rope_head_dim). Set with kvLoraRank."
         ),
     )
 

@@ -62,12 +62,12 @@ class Evaluated:
         return self.prediction.output_tokens_per_second_per_gpu if self.prediction else 0.0
 
 
-def concurrency_for(kv_tokens: int, workload: Workload, set_by_user: int | None) -> int:
-    """--max-num-seqs: what the KV cache holds of the workload's sequences (vLLM preempts beyond
+def concurrency_for(held: int, set_by_user: int | None) -> int:
+    """--max-num-seqs: the `held` workload sequences the KV cache holds (vLLM preempts beyond
     that, so fewer only throttles), up to the CUDA-graph cap."""
     if set_by_user is not None:
         return set_by_user
-    return max(1, min(MAX_NUM_SEQS_CAP, kv_tokens // workload.tokens))
+    return max(1, min(MAX_NUM_SEQS_CAP, held))
 
 
 def predict(pod: PodModel, concurrency: int, workload: Workload, slo: SloSpec | None) -> Prediction:

@@ -83,7 +83,7 @@ def evaluate(  # noqa: PLR0917
     out = []
     for size in allowed:
         fit = fits[size]
-        seqs = concurrency_for(fit.kv_tokens, settings.workload, settings.max_num_seqs)
+        seqs = concurrency_for(fit.sequences(settings.workload.tokens), settings.max_num_seqs)
         prediction = None
         if gpus.performance is not None:
             pod = pod_model(

@@ -45,7 +45,7 @@ def plan_cpu(
     # vLLM's CPU backend keeps the LoRA buffers in host memory, beside its cache of adapters.
     lora_gib = 0.0 if lora is None else lora.gpu_gib_per_gpu + lora.cpu_gib_per_pod
     memory = math.ceil(total_weights + cache_gib + CPU_RUNTIME_GIB + lora_gib)
-    max_num_seqs = concurrency_for(tokens, settings.workload, settings.max_num_seqs)
+    max_num_seqs = concurrency_for(tokens // settings.workload.tokens, settings.max_num_seqs)
     sequences = tokens // length
     reason = (
         f"No spec.gpus, so one vLLM CPU pod. {spec.model.name} has {total_weights:.1f} GiB of "

@@ -28,6 +28,16 @@ CUDA reports for the GPU; it loads its shard of the weights, profiles a forward 
   embeddings and the output head in 16 bits ("Model loading took 67.73 GiB" for Llama-3.1-70B,
   65.75 GiB at 8 bits throughout), so they count at 2 bytes where the architecture gives a
   vocabulary size.
+* KV cache: vLLM's KV cache manager (vllm/v1/core/kv_cache_utils.py) cuts it into blocks of
+  KV_BLOCK_TOKENS tokens. With full attention only, a block holds those tokens for every layer
+  and a sequence of L tokens takes ceil(L / 16) blocks. With sliding-window layers beside full
+  ones (Gemma 2/3) it groups the layers by kind into groups of equal size (the smaller kind's
+  count, padded), a block holds one group's tokens, and a sequence takes ceil(L / 16) blocks in
+  each full-attention group but only ceil(min(window - 1 + maxNumBatchedTokens, L) / 16) + 1 in
+  each sliding one. vLLM reports `num_blocks // groups x 16` tokens ("GPU KV cache size") and
+  `num_blocks / blocks per sequence` as its concurrency; the planner's kv_tokens and sequences
+  are those two figures. Multi-latent attention (DeepSeek) caches kvLoraRank + qkRopeHeadDim
+  values per token per layer on every tensor-parallel GPU.
 """
 
 from __future__ import annotations
@@ -118,19 +128,101 @@ def layers_per_stage(arch: ModelArchitecture, pipeline_parallel_size: int) -> in
     return math.ceil(arch.num_layers / pipeline_parallel_size)
 
 
+def kv_bytes_per_token_per_layer(
+    arch: ModelArchitecture, dtype: Dtype, tensor_parallel_size: int
+) -> int:
+    """One token of one layer's KV cache on one GPU: key and value of this GPU's heads, or with
+    multi-latent attention the whole latent and rotary key (vLLM keeps them on every GPU)."""
+    if arch.kv_lora_rank is not None and arch.qk_rope_head_dim is not None:
+        return (arch.kv_lora_rank + arch.qk_rope_head_dim) * kv_bytes_per_element(dtype)
+    heads = kv_heads_per_gpu(arch, tensor_parallel_size)
+    return 2 * heads * arch.head_dim * kv_bytes_per_element(dtype)
+
+
 def kv_bytes_per_token_per_gpu(
     arch: ModelArchitecture,
     dtype: Dtype,
     tensor_parallel_size: int,
     pipeline_parallel_size: int = 1,
 ) -> int:
-    """Key and value, every layer of this GPU's pipeline stage, this GPU's heads."""
-    return (
-        2
-        * layers_per_stage(arch, pipeline_parallel_size)
-        * kv_heads_per_gpu(arch, tensor_parallel_size)
-        * arch.head_dim
-        * kv_bytes_per_element(dtype)
+    """Every layer of this GPU's pipeline stage holding one token (a full-attention layer does
+    for every token of a sequence, a sliding-window one for the window's)."""
+    per_layer = kv_bytes_per_token_per_layer(arch, dtype, tensor_parallel_size)
+    return layers_per_stage(arch, pipeline_parallel_size) * per_layer
+
+
+def sliding_layers(arch: ModelArchitecture) -> int:
+    """Layers that attend to a sliding window; 0 without one."""
+    if arch.sliding_window is None:
+        return 0
+    if arch.sliding_window_layers is None:
+        return arch.num_layers
+    return arch.sliding_window_layers
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """How vLLM lays out one GPU's KV cache: blocks of `block_bytes` (KV_BLOCK_TOKENS tokens of
+    `group_size` layers), which every sequence takes in each of `full_groups` groups of
+    full-attention layers and `sliding_groups` groups of sliding-window layers."""
+
+    bytes_per_token: int  # every layer of the stage
+    block_bytes: int
+    full_groups: int = 1
+    sliding_groups: int = 0
+    # Tokens a sliding-window layer holds of one sequence: the window less one plus a step's
+    # tokens (vLLM's SlidingWindowSpec.max_memory_usage_bytes).
+    sliding_tokens_held: int = 0
+
+    def blocks(self, gib: float) -> int:
+        return int(gib * GIB) // self.block_bytes if gib > 0 else 0
+
+    def tokens(self, blocks: int) -> int:
+        """What vLLM logs as "GPU KV cache size: N tokens"."""
+        return blocks // (self.full_groups + self.sliding_groups) * KV_BLOCK_TOKENS
+
+    def blocks_per_sequence(self, length: int) -> int:
+        full = self.full_groups * math.ceil(length / KV_BLOCK_TOKENS)
+        held = min(self.sliding_tokens_held, length)
+        return full + self.sliding_groups * (math.ceil(held / KV_BLOCK_TOKENS) + 1)
+
+    def sequence_gib(self, length: int) -> float:
+        """KV cache one `length`-token sequence takes."""
+        if not self.sliding_groups:
+            return self.bytes_per_token * length / GIB
+        return self.blocks_per_sequence(length) * self.block_bytes / GIB
+
+
+def kv_layout(
+    arch: ModelArchitecture,
+    dtype: Dtype,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int = 1,
+    max_num_batched_tokens: int = 0,
+) -> KvLayout:
+    per_layer = kv_bytes_per_token_per_layer(arch, dtype, tensor_parallel_size)
+    stage = layers_per_stage(arch, pipeline_parallel_size)
+    sliding = sliding_layers(arch)
+    full = arch.num_layers - sliding
+    window = arch.sliding_window or 0
+    held = window - 1 + max_num_batched_tokens
+    if not sliding:
+        return KvLayout(stage * per_layer, stage * per_layer * KV_BLOCK_TOKENS)
+    if not full:
+        return KvLayout(stage * per_layer, stage * per_layer * KV_BLOCK_TOKENS, 0, 1, held)
+    # vLLM's _get_kv_cache_groups_uniform_page_size: groups as large as the rarer kind, or the
+    # commoner kind's count when the two are within 1.5x, the last group of a kind padded.
+    size = min(full, sliding)
+    if max(full, sliding) < 1.5 * size:
+        size = max(full, sliding)
+    # Each stage holds its share of every group (vLLM assigns layers to groups round-robin).
+    stage_size = math.ceil(size / pipeline_parallel_size)
+    return KvLayout(
+        stage * per_layer,
+        stage_size * per_layer * KV_BLOCK_TOKENS,
+        math.ceil(full / size),
+        math.ceil(sliding / size),
+        held,
     )
 
 
@@ -167,10 +259,14 @@ class GpuFit:
     kv_cache_gib: float
     kv_tokens: int
     lora_gib: float = 0.0  # vLLM's LoRA buffers, allocated with the weights
+    kv_layout: KvLayout | None = None  # None: full attention only
 
     def sequences(self, max_model_len: int) -> int:
-        """Full-length sequences the KV cache holds at once."""
-        return self.kv_tokens // max_model_len
+        """Sequences of `max_model_len` tokens the KV cache holds at once."""
+        layout = self.kv_layout
+        if layout is None or not layout.sliding_groups:
+            return self.kv_tokens // max_model_len
+        return layout.blocks(self.kv_cache_gib) // layout.blocks_per_sequence(max_model_len)
 
 
 def fit_on_gpu(
@@ -193,8 +289,13 @@ def fit_on_gpu(
     weights = round_up(weights_gib(arch, dtype, quantization) * stage_share / tensor_parallel_size)
     reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens))
     kv_cache = round_down(budget - weights - reserve - lora_gib)
-    per_token = kv_bytes_per_token_per_gpu(
-        arch, dtype, tensor_parallel_size, pipeline_parallel_size
+    layout = kv_layout(
+        arch, dtype, tensor_parallel_size, pipeline_parallel_size, max_num_batched_tokens
     )
-    tokens = kv_tokens_in(kv_cache, per_token)
+    if layout.sliding_groups:
+        tokens = layout.tokens(layout.blocks(kv_cache))
+        return GpuFit(
+            tensor_parallel_size, budget, weights, reserve, kv_cache, tokens, lora_gib, layout
+        )
+    tokens = kv_tokens_in(kv_cache, layout.bytes_per_token)
     return GpuFit(tensor_parallel_size, budget, weights, reserve, kv_cache, tokens, lora_gib)

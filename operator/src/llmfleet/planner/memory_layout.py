@@ -14,10 +14,9 @@ from llmfleet.planner.candidates import MIN_CONCURRENT_SEQUENCES
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.explain import join, plural, precision
 from llmfleet.planner.memory import (
-    GIB,
     GpuFit,
     batched_tokens_within,
-    kv_bytes_per_token_per_gpu,
+    kv_layout,
     memory_for_budget,
     usable_gib,
     weights_gib,
@@ -145,7 +144,8 @@ def does_not_fit(
     length = settings.max_model_len
     widest = max(size for size in sizes if size <= gpus.count)
     fit = fits[widest]
-    one_sequence = kv_bytes_per_token_per_gpu(arch, spec.model.dtype, widest) * length / GIB
+    layout = kv_layout(arch, spec.model.dtype, widest, 1, settings.max_num_batched_tokens)
+    one_sequence = layout.sequence_gib(length)
     needed = fit.weights_gib + fit.reserve_gib + fit.lora_gib + one_sequence
     lora = f"+ {fit.lora_gib:.2f} GiB of LoRA buffers " if fit.lora_gib else ""
     model = (

@@ -89,7 +89,7 @@ def plan_multinode(  # noqa: PLR0917
     pp = (enough or holding)[0]
     fit = fits[pp]
     replicas = nodes // pp
-    seqs = concurrency_for(fit.kv_tokens, settings.workload, settings.max_num_seqs)
+    seqs = concurrency_for(fit.sequences(settings.workload.tokens), settings.max_num_seqs)
     min_replicas, max_replicas = multinode_bounds(spec, replicas, tp * pp, count)
     total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
     single = max(s for s in sizes if s <= tp)
@@ -143,7 +143,7 @@ def plan_multinode(  # noqa: PLR0917
                 replicas=nodes // depth,
                 kv_cache_tokens_per_replica=fits[depth].kv_tokens,
                 max_num_seqs=concurrency_for(
-                    fits[depth].kv_tokens, settings.workload, settings.max_num_seqs
+                    fits[depth].sequences(settings.workload.tokens), settings.max_num_seqs
                 ),
                 chosen=depth == pp,
                 verdict=(

@@ -6,6 +6,9 @@ from llmfleet.models.model_spec import ModelArchitecture
 
 
 def _kv_heads_split_evenly(arch: ModelArchitecture, tensor_parallel_size: int) -> bool:
+    if arch.kv_lora_rank is not None:
+        # Multi-latent attention caches one latent per token that every GPU holds whole.
+        return True
     # vLLM shards KV heads when there are at least TP of them and replicates them otherwise;
     # either way the split must be even.
     kv_heads = arch.num_key_value_heads
@@ -15,7 +18,8 @@ def _kv_heads_split_evenly(arch: ModelArchitecture, tensor_parallel_size: int) -
 
 
 def tensor_parallel_sizes(arch: ModelArchitecture, per_node: int) -> tuple[int, ...]:
-    """Powers of two up to one node that divide the attention heads, smallest first.
+    """Powers of two up to one node that divide the attention heads (and, for a mixture of
+    experts, each expert's MLP width), smallest first.
 
     Powers of two because NCCL rings and vLLM's custom all-reduce are tuned for them and every
     node size the planner sees (1-16 GPUs) packs them evenly.
@@ -23,7 +27,10 @@ def tensor_parallel_sizes(arch: ModelArchitecture, per_node: int) -> tuple[int, 
     sizes: list[int] = []
     size = 1
     while size <= per_node:
-        if arch.num_attention_heads % size == 0 and _kv_heads_split_evenly(arch, size):
+        # vLLM splits each expert's MLP over the GPUs (FusedMoE's intermediate_size_per_partition).
+        experts_split = (arch.expert_intermediate_size or size) % size == 0
+        heads_split = arch.num_attention_heads % size == 0
+        if heads_split and experts_split and _kv_heads_split_evenly(arch, size):
             sizes.append(size)
         size *= 2
     return tuple(sizes)

@@ -23,6 +23,12 @@ so its FLOPs count at the bf16 peak. Interconnect
 figures are NVIDIA's published NVLink bandwidth with the efficiency NCCL reaches on all-reduce;
 no multi-GPU machine has calibrated them yet.
 
+Model families change what a step reads and computes: a mixture of experts does 2 x active
+parameters FLOPs per token and reads the shared weights plus the experts its tokens touch (B
+tokens each picking k of E experts touch E (1 - (1 - k/E)^B) of them per layer, expected);
+sliding-window layers read at most the window of each sequence's context and attend to at most
+the window of a prompt; multi-latent attention reads the latent (every GPU holds all of it).
+
 A request of P prompt and O output tokens costs the pod its prefill (chunked at
 max-num-batched-tokens) and O decode steps at a context of about P + O/2. With C sequences
 running, the pod's throughput is C x O / (prefill of C prompts + O steps at batch C), whether
@@ -35,7 +41,13 @@ import math
 from dataclasses import dataclass
 
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
-from llmfleet.planner.memory import GIB, kv_bytes_per_token_per_gpu, weights_gib
+from llmfleet.planner.memory import (
+    GIB,
+    bytes_per_weight,
+    kv_bytes_per_token_per_layer,
+    sliding_layers,
+    weights_gib,
+)
 
 # Fitted by bench/gpu_model.py (see its output, bench/gpu/calibration.json).
 CALIBRATION_NAME = (
@@ -94,6 +106,14 @@ class PodModel:
     fp8_compute: bool
     max_num_batched_tokens: int
     efficiencies: Efficiencies = CALIBRATED
+    # Sliding-window layers (of `layers`): their KV bytes per token and the window they read.
+    sliding_layers: int = 0
+    sliding_kv_bytes_per_token_per_gpu: float = 0.0
+    sliding_window: int = 0
+    # Mixture of experts: the routed experts' share of weight_bytes_per_gpu, and E and k.
+    expert_bytes_per_gpu: float = 0.0
+    experts: int = 0
+    experts_per_token: int = 0
 
     @property
     def _bandwidth(self) -> float:
@@ -124,6 +144,19 @@ class PodModel:
         per_layer += 2 * self.efficiencies.allreduce_latency_us * 1e-6
         return self.layers * per_layer
 
+    def _weight_bytes_read(self, tokens: float) -> float:
+        """This GPU's weights a step of `tokens` tokens reads: all of them for a dense model; the
+        shared ones and the experts the tokens touch (expected) for a mixture of experts."""
+        if not self.experts:
+            return self.weight_bytes_per_gpu
+        untouched = math.pow(1 - self.experts_per_token / self.experts, tokens)
+        return self.weight_bytes_per_gpu - self.expert_bytes_per_gpu * untouched
+
+    def _attended(self, context: float) -> float:
+        """Layers x tokens a token attends to at `context`, sliding layers capped at the window."""
+        full = (self.layers - self.sliding_layers) * context
+        return full + self.sliding_layers * min(context, self.sliding_window)
+
     def step_s(
         self, sequences: float, context: float, prompt_tokens: float = 0, prompt_len: float = 0
     ) -> float:
@@ -131,16 +164,18 @@ class PodModel:
         of prompts `prompt_len` long prefilled in the same step."""
         tokens = sequences + prompt_tokens
         linear_flops = tokens * 2 * self.parameters / self.tensor_parallel_size
-        weights_s = self.weight_bytes_per_gpu / self._bandwidth
+        weights_s = self._weight_bytes_read(tokens) / self._bandwidth
         if self._fp8_math:
             # fp8 GEMMs between the two rooflines run below both: neither bound alone fits the
             # measured steps (bench/gpu/ 2026-11-24), their quadrature sum does.
             linear = math.hypot(weights_s, linear_flops / self._flops)
         else:
             linear = max(weights_s, linear_flops / self._flops)
-        kv_read = sequences * context * self.kv_bytes_per_token_per_gpu / self._bandwidth
+        kv_bytes = context * self.kv_bytes_per_token_per_gpu
+        kv_bytes += min(context, self.sliding_window) * self.sliding_kv_bytes_per_token_per_gpu
+        kv_read = sequences * kv_bytes / self._bandwidth
         # Causal attention over a prompt: each token attends to half the prompt on average.
-        attention_flops = 2 * self.layers * self.hidden * prompt_tokens * prompt_len
+        attention_flops = 2 * self.hidden * prompt_tokens * self._attended(prompt_len)
         attention = attention_flops / self.tensor_parallel_size / self._bf16_flops
         fixed = self.efficiencies.step_overhead_ms * 1e-3
         fixed += sequences * self.efficiencies.sequence_overhead_us * 1e-6
@@ -196,15 +231,29 @@ def pod_model(
     max_num_batched_tokens: int,
     efficiencies: Efficiencies = CALIBRATED,
 ) -> PodModel:
+    per_layer = kv_bytes_per_token_per_layer(arch, dtype, tensor_parallel_size)
+    sliding = sliding_layers(arch)
+    experts, per_token = arch.num_experts or 0, arch.num_experts_per_token or 0
+    active = arch.active_parameters_billions or arch.parameters_billions
+    # Active = shared + routed x k/E and total = shared + routed, so routed is:
+    routed = (arch.parameters_billions - active) / (1 - per_token / experts) if experts else 0.0
     return PodModel(
         gpu=gpu,
-        parameters=arch.parameters_billions * 1e9,
+        parameters=active * 1e9,
         weight_bytes_per_gpu=weights_gib(arch, dtype, quantization) * GIB / tensor_parallel_size,
-        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(arch, dtype, tensor_parallel_size),
+        kv_bytes_per_token_per_gpu=(arch.num_layers - sliding) * per_layer,
         layers=arch.num_layers,
         hidden=arch.num_attention_heads * arch.head_dim,
         tensor_parallel_size=tensor_parallel_size,
         fp8_compute=quantization == "fp8",
         max_num_batched_tokens=max_num_batched_tokens,
         efficiencies=efficiencies,
+        sliding_layers=sliding,
+        sliding_kv_bytes_per_token_per_gpu=sliding * per_layer,
+        sliding_window=arch.sliding_window or 0,
+        expert_bytes_per_gpu=(
+            routed * 1e9 * bytes_per_weight(dtype, quantization) / tensor_parallel_size
+        ),
+        experts=experts,
+        experts_per_token=per_token,
     )
