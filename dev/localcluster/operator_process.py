@@ -37,6 +37,7 @@ CRDS = ("llmdeployments.llmfleet.dev", "llmbatchjobs.llmfleet.dev")
 CHART_FLAGS = (
     "--engine-network-policy=",
     "--keda-prometheus-url=",
+    "--hf-endpoint=",
     "--leader-election-namespace=",
     "--leader-election-id=",
     "--lease-duration=",

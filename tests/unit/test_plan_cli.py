@@ -74,7 +74,12 @@ def test_table_is_the_default_and_shows_reason_and_args(
     out = capsys.readouterr().out
     assert out.startswith("LLMDeployment llama-70b\n")
     assert re.search(r"^  Strategy:\s+MultiPod$", out, re.MULTILINE)
-    assert re.search(r"^  Reason:\n    meta-llama/Llama-3.1-70B-Instruct has", out, re.MULTILINE)
+    assert re.search(
+        r"^  Reason:\n    Architecture from the built-in catalog\. "
+        r"meta-llama/Llama-3\.1-70B-Instruct has",
+        out,
+        re.MULTILINE,
+    )
     # The product has performance constants, so the layout is chosen by predicted speed.
     reason = " ".join(out.split())
     assert "Objective Throughput takes the most predicted output tokens/s per GPU" in reason
@@ -129,9 +134,10 @@ def test_reads_standard_input(
             id="plan-error-with-numbers",
         ),
         pytest.param(
-            "model: {name: org/unknown}",
-            "LLMDeployment bad: spec.model.architecture: org/unknown is not in the built-in",
-            id="unknown-model",
+            "model: {name: /models/unknown}",
+            "LLMDeployment bad: spec.model.architecture: /models/unknown is not in the built-in "
+            "catalog and is a path in the container, whose config.json the operator cannot read",
+            id="unknown-model-at-a-path",
         ),
         pytest.param(
             "modle: {name: x}",

@@ -180,13 +180,20 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
   verbs: ["patch"]
 # Events on the LLMDeployments (kopf posts core/v1 events; events.k8s.io for newer clients).
 # list: the kubelet's FailedMount Events on an LLMBatchJob's pod that waits for its volumes (a
-# missing input ConfigMap is said nowhere else), read by involvedObject.uid. No watch, no Secrets.
+# missing input ConfigMap is said nowhere else), read by involvedObject.uid. No watch.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch", "list"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.huggingFace.readTokenSecrets }}
+# huggingFace.readTokenSecrets: spec.model.tokenSecretRef's token, read by name when the operator
+# reads a model's config.json from the Hub. No list or watch: it never learns other Secrets.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
 {{- end -}}
 
 {{/*

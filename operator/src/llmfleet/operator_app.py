@@ -21,6 +21,7 @@ from prometheus_client import start_http_server
 
 from llmfleet.health import HealthServer, kopf_check
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
 
@@ -47,6 +48,7 @@ class OperatorConfig:
     default_engine_image: str = DEFAULT_ENGINE_IMAGE
     engine_network_policy: EngineNetworkPolicy | None = None
     keda_prometheus_url: str = ""
+    hf_endpoint: str = DEFAULT_ENDPOINT
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -79,6 +81,7 @@ def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
         default_engine_image=cfg.default_engine_image,
         network_policy=cfg.engine_network_policy,
         keda_prometheus_url=cfg.keda_prometheus_url,
+        hf_endpoint=cfg.hf_endpoint,
         namespaces=cfg.namespaces,
         resync_seconds=cfg.resync_seconds,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -14,7 +15,19 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from llmfleet.hubclient import endpoint_from_env, read_config
 from llmfleet.models import KIND, LLMDeploymentSpec, field_problems
+from llmfleet.models.hub import (
+    Config,
+    ConfigCache,
+    HubDeniedError,
+    HubError,
+    config_url,
+    described,
+    needs_config,
+    revision_of,
+)
+from llmfleet.models.model_spec import ModelSpec
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles, parse_gpu_profiles
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import group_args
@@ -60,6 +73,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="YAML map of GPU profiles (as the chart's gpuProfiles value); default: the "
         "chart's default profiles",
     )
+    parser.add_argument(
+        "--model-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a model's config.json, sizing every LLMDeployment whose architecture neither "
+        "spec.model.architecture nor the built-in catalog gives (air-gapped use); without it "
+        "that config.json is read from the Hub (env HF_ENDPOINT, and HF_TOKEN for gated models)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -82,13 +104,19 @@ def _run(args: argparse.Namespace) -> int:
     except (OSError, yaml.YAMLError, ValidationError) as error:
         return _fail(f"cannot load GPU profiles from {args.gpu_profiles}: {error}")
 
+    try:
+        given = _load_config(args.model_config) if args.model_config else None
+    except (OSError, ValueError) as error:
+        return _fail(f"cannot load --model-config {args.model_config}: {error}")
+
+    configs = _ModelConfigs(given)
     planned: list[_Planned] = []
     problems: list[str] = []
     found = False
     for index, document in enumerate(_deployments(documents)):
         found = True
         label = _label(document, index)
-        outcome = _plan_document(document, profiles)
+        outcome = _plan_document(document, profiles, configs)
         if isinstance(outcome, list):
             problems.extend(f"{label}: {problem}" for problem in outcome)
         else:
@@ -101,6 +129,41 @@ def _run(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     return EXIT_INVALID if problems else 0
+
+
+def _load_config(path: Path) -> Config:
+    config = json.loads(path.read_text())
+    if not isinstance(config, dict):
+        raise ValueError("not a JSON object, so not a config.json")
+    return config
+
+
+class _ModelConfigs:
+    """config.json for the models that need one: the --model-config file, else the Hub's."""
+
+    def __init__(self, given: Config | None) -> None:
+        self.given = given
+        self.endpoint = endpoint_from_env()
+        self.token = os.environ.get("HF_TOKEN") or None
+        self.cache = ConfigCache()
+
+    def for_model(self, model: ModelSpec) -> Config | None:
+        if self.given is not None or not needs_config(model):
+            return self.given
+        url = config_url(self.endpoint, model.name, revision_of(model))
+        try:
+            return self.cache.get(
+                self.endpoint, model.name, revision_of(model), lambda: read_config(url, self.token)
+            )
+        except HubError as error:
+            hint = ""
+            if isinstance(error, HubDeniedError):
+                hint = " set HF_TOKEN to a token with access to it," if not self.token else ""
+            raise PlanError(
+                "spec.model.architecture",
+                f"cannot read config.json of {described(model)}: {error};{hint} pass its "
+                "config.json with --model-config FILE, or set spec.model.architecture",
+            ) from None
 
 
 def _gib(value: float) -> str:
@@ -130,12 +193,15 @@ def _label(document: dict[str, Any], index: int) -> str:
     return f"{KIND} {name}" if isinstance(name, str) else f"{KIND} #{index + 1}"
 
 
-def _plan_document(document: dict[str, Any], profiles: GpuProfiles) -> Plan | list[str]:
+def _plan_document(
+    document: dict[str, Any], profiles: GpuProfiles, configs: _ModelConfigs
+) -> Plan | list[str]:
     spec = document.get("spec")
     if not isinstance(spec, dict):
         return ["spec: an object with at least spec.model.name is required"]
     try:
-        return plan(LLMDeploymentSpec.model_validate(spec), profiles)
+        valid = LLMDeploymentSpec.model_validate(spec)
+        return plan(valid, profiles, configs.for_model(valid.model))
     except ValidationError as error:
         return [str(problem) for problem in field_problems(error, root="spec")]
     except PlanError as error:

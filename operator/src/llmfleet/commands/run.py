@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy, parse_engine_network_policy
 
 if TYPE_CHECKING:
@@ -129,6 +130,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "LLMFLEET_KEDA_PROMETHEUS_URL; default: none, and such LLMDeployments are refused)",
     )
     p.add_argument(
+        "--hf-endpoint",
+        default=env("HF_ENDPOINT") or DEFAULT_ENDPOINT,
+        type=_hub_url,
+        help="Hugging Face Hub, or a mirror of it, to read config.json from for models "
+        "neither spec.model.architecture nor the built-in catalog describes (env HF_ENDPOINT; "
+        f"default {DEFAULT_ENDPOINT})",
+    )
+    p.add_argument(
         "--kubeconfig",
         default=env("KUBECONFIG") or None,
         help="kubeconfig to use outside a cluster (default: in-cluster config)",
@@ -144,14 +153,21 @@ def _network_policy(text: str) -> EngineNetworkPolicy | None:
         raise argparse.ArgumentTypeError(f"not a valid engine NetworkPolicy: {e}") from None
 
 
-def _prometheus_url(text: str) -> str:
+def _http_url(text: str, example: str) -> str:
     """argparse type: an http(s) URL or nothing."""
     if text and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", text):
         raise argparse.ArgumentTypeError(
-            f"not an http:// or https:// URL: {text!r} (e.g. "
-            "http://prometheus-operated.monitoring.svc:9090)"
+            f"not an http:// or https:// URL: {text!r} (e.g. {example})"
         )
     return text.rstrip("/")
+
+
+def _prometheus_url(text: str) -> str:
+    return _http_url(text, "http://prometheus-operated.monitoring.svc:9090")
+
+
+def _hub_url(text: str) -> str:
+    return _http_url(text, DEFAULT_ENDPOINT) or DEFAULT_ENDPOINT
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -185,6 +201,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         default_engine_image=args.default_engine_image,
         engine_network_policy=args.engine_network_policy,
         keda_prometheus_url=args.keda_prometheus_url,
+        hf_endpoint=args.hf_endpoint,
     )
 
 

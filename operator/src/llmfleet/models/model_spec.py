@@ -259,6 +259,8 @@ NAME_SEGMENT_PATTERN = r"[A-Za-z0-9][-A-Za-z0-9_.]*"
 LOCAL_OR_HUB_PATTERN = rf"{NAME_SEGMENT_PATTERN}(/{NAME_SEGMENT_PATTERN})?|/[^\s]*"
 # ... or an s3:// or gs:// URI, which vLLM streams weights from.
 MODEL_NAME_PATTERN = rf"^({LOCAL_OR_HUB_PATTERN}|(s3|gs)://[^\s]+)$"
+# A Hub revision: a branch or tag (git ref names, which may hold '/', as refs/pr/1) or a commit.
+REVISION_PATTERN = r"^[A-Za-z0-9][-A-Za-z0-9_./]*$"
 
 
 class ModelSpec(ApiModel):
@@ -304,11 +306,26 @@ class ModelSpec(ApiModel):
             "none, fp8, int8, awq, gptq. Default none."
         ),
     )
+    revision: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        pattern=REVISION_PATTERN,
+        description=(
+            "Hub revision of the model: a branch, a tag or a commit hash (vLLM --revision, "
+            "passed only when set). The operator reads config.json at this revision when it "
+            "needs the architecture from the Hub. Unset: the Hub's main branch."
+        ),
+    )
     architecture: ModelArchitecture | None = Field(
         default=None,
         description=(
-            "Architecture figures for sizing. Required unless name is in the built-in "
-            "catalog; when given, it wins over the catalog."
+            "Architecture figures for sizing. Optional: the planner takes, first found, this "
+            "field (an override), the built-in catalog's figures for name, or the model's "
+            "config.json, which the operator reads from the Hugging Face Hub (its "
+            "--hf-endpoint, with tokenSecretRef's token) at revision. Required for a name "
+            "that is a path or an s3:// or gs:// URI outside the catalog, whose config.json "
+            "the operator cannot read."
         ),
     )
     token_secret_ref: SecretKeyRef | None = Field(

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmfleet.models.deployment import LLMDeploymentSpec
+from llmfleet.models.hub import Config
 from llmfleet.models.model_spec import ModelArchitecture
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.planner.cpu import plan_cpu
@@ -53,10 +54,20 @@ from llmfleet.planner.settings import (
 from llmfleet.planner.single_node import plan_single_node
 
 
-def plan(spec: LLMDeploymentSpec, profiles: GpuProfiles = DEFAULT_GPU_PROFILES) -> Plan:
+def plan(
+    spec: LLMDeploymentSpec,
+    profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
+    model_config: Config | None = None,
+) -> Plan:
     """Plan `spec` (its `gpus.profile` looked up in `profiles`), or raise PlanError naming the
-    field to change."""
-    arch = architecture(spec)
+    field to change. `model_config`: the model's config.json, which sizes it when neither
+    spec.model.architecture nor the catalog does."""
+    arch, source = architecture(spec, model_config)
+    planned = _plan(spec, profiles, arch)
+    return planned.model_copy(update={"reason": f"Architecture from {source}. {planned.reason}"})
+
+
+def _plan(spec: LLMDeploymentSpec, profiles: GpuProfiles, arch: ModelArchitecture) -> Plan:
     extra = group_args(spec.engine.extra_args)
     if spec.gpus is None:
         return plan_cpu(spec, arch, engine_settings(spec, arch, extra, SMALL_BATCHED_TOKENS), extra)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmfleet.models.catalog import CATALOG_NAMES, resolve_architecture
+from llmfleet.models.catalog import CATALOG_NAMES, lookup_architecture
 from llmfleet.models.deployment import LLMDeploymentSpec
+from llmfleet.models.hfconfig import ModelConfigError, architecture_from_config
+from llmfleet.models.hub import Config, described, is_repo_id
 from llmfleet.models.model_spec import ModelArchitecture
 from llmfleet.models.workload import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 from llmfleet.planner.candidates import Workload
@@ -29,6 +31,7 @@ DEFAULT_MAX_MODEL_LEN = 8192
 LARGE_GPU_GIB = 70
 LARGE_GPU_BATCHED_TOKENS = {"Throughput": 16384, "Latency": 8192}
 SMALL_BATCHED_TOKENS = {"Throughput": 8192, "Latency": 2048}
+ARCHITECTURE_FIELD = "spec.model.architecture"
 
 
 @dataclass(frozen=True)
@@ -43,17 +46,38 @@ class Settings:
     lora: LoraSettings | None = None
 
 
-def architecture(spec: LLMDeploymentSpec) -> ModelArchitecture:
-    arch = resolve_architecture(spec.model)
-    if arch is None:
-        raise PlanError(
-            "spec.model.architecture",
-            f"{spec.model.name} is not in the built-in catalog, so set its architecture "
-            "(parametersBillions, numLayers, numAttentionHeads, numKeyValueHeads, headDim, "
-            "maxPositionEmbeddings from the model's config.json). Catalog models: "
-            + ", ".join(CATALOG_NAMES),
-        )
-    return arch
+def architecture(
+    spec: LLMDeploymentSpec, model_config: Config | None = None
+) -> tuple[ModelArchitecture, str]:
+    """The figures to size the model by and where they came from, first found: the spec's own
+    (an override), the built-in catalog's, or `model_config` (its config.json, read by the
+    caller: the planner does no I/O)."""
+    model = spec.model
+    if model.architecture is not None:
+        return model.architecture, ARCHITECTURE_FIELD
+    cataloged = lookup_architecture(model.name)
+    if cataloged is not None:
+        return cataloged, "the built-in catalog"
+    where = f"config.json of {described(model)}"
+    if model_config is not None:
+        try:
+            return architecture_from_config(model_config), where
+        except ModelConfigError as error:
+            raise PlanError(
+                ARCHITECTURE_FIELD, f"{where}: {error}", reason="ModelConfigUnsupported"
+            ) from None
+    if is_repo_id(model.name):
+        why = f"and no config.json of {described(model)} was given"
+    else:
+        kind = "a path in the container" if model.name.startswith("/") else "an object-store URI"
+        why = f"and is {kind}, whose config.json the operator cannot read"
+    raise PlanError(
+        ARCHITECTURE_FIELD,
+        f"{model.name} is not in the built-in catalog {why}, so set its architecture "
+        "(parametersBillions, numLayers, numAttentionHeads, numKeyValueHeads, headDim, "
+        "maxPositionEmbeddings from the model's config.json). Catalog models: "
+        + ", ".join(CATALOG_NAMES),
+    )
 
 
 def engine_settings(
@@ -147,6 +171,8 @@ def vllm_args(
 ) -> tuple[str, ...]:
     model = spec.model
     derived: list[tuple[str, tuple[str, ...]]] = [("--model", (model.name,))]
+    if model.revision is not None:
+        derived.append(("--revision", (model.revision,)))
     if model.served_model_name is not None:
         derived.append(("--served-model-name", (model.served_model_name,)))
     derived.append(("--dtype", (model.dtype,)))

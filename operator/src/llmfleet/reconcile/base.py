@@ -38,8 +38,9 @@ from llmfleet.reconcile.causes import (
     newly_blocked,
 )
 from llmfleet.reconcile.conditions import TRUE, condition, keep_transition_times
-from llmfleet.reconcile.errors import describe_error, is_refusal, retry_after
+from llmfleet.reconcile.errors import UnavailableError, describe_error, is_refusal, retry_after
 from llmfleet.reconcile.events import EventRecorder
+from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.workqueue import Backoff
 
 log = logging.getLogger(__name__)
@@ -82,11 +83,14 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
         api: k8s.ApiClient,
         profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
         view: ChildView | None = None,
+        model_configs: ModelConfigs | None = None,
     ) -> None:
         """`view`: the watch-fed children the operator shares between kinds; without one the
-        reconciler starts its own (which tells nobody of changes)."""
+        reconciler starts its own (which tells nobody of changes). `model_configs`: where
+        config.json is read, shared between kinds; without one, from the public Hub."""
         self.api = api
         self.profiles = profiles
+        self.model_configs = model_configs or ModelConfigs(api)
         if view is None:
             view = ChildView.of_children(api, on_change=lambda _obj: None)
             view.start()
@@ -103,8 +107,9 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
     # --- what a kind supplies ----------------------------------------------------------------
 
     @abstractmethod
-    def plan(self, spec: SpecT) -> Plan:
-        """The layout of a valid spec; raises PlanError when none fits."""
+    def plan(self, spec: SpecT, namespace: str) -> Plan:
+        """The layout of a valid spec in `namespace`; raises PlanError when none fits, and
+        UnavailableError when what it needs to plan (config.json) is out of reach for now."""
 
     @abstractmethod
     def refused_status(self, old: StatusT, generation: int, reason: str, message: str) -> StatusT:
@@ -212,7 +217,10 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
                 if body is not None:
                     if is_refusal(e):
                         self._report_refusal(body, describe_error(e))
-                    elif self.backoff.failures(key) >= FAILING_AFTER:
+                    elif (
+                        self.backoff.failures(key) >= FAILING_AFTER
+                        and not isinstance(e, UnavailableError)  # in status already
+                    ):
                         self._report_failing(body, describe_error(e), delay)
                 raise
             finally:
@@ -226,20 +234,29 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
         except ValidationError as e:
             self.refuse(body, old, "InvalidSpec", describe_validation_error(e), None)
         try:
-            planned = self.plan(spec)
+            planned = self.plan(spec, body["metadata"]["namespace"])
         except PlanError as e:
             self.refuse(body, old, e.reason, str(e), spec)
+        except UnavailableError as e:
+            # Said as a refusal is, but retried: nothing in the spec is wrong.
+            self._say_refused(body, old, e.reason, str(e), spec)
+            raise
         return self.run(body, old, spec, planned)
 
     def refuse(
         self, body: dict[str, Any], old: StatusT, reason: str, message: str, spec: SpecT | None
     ) -> NoReturn:
         """Say in status (and, when that changed it, a Warning Event) why the spec cannot run."""
+        self._say_refused(body, old, reason, message, spec)
+        raise InvalidSpecError(message)
+
+    def _say_refused(
+        self, body: dict[str, Any], old: StatusT, reason: str, message: str, spec: SpecT | None
+    ) -> None:
         new = self.refused_status(old, generation(body), reason, message)
         if self.write_status(body, new):
             self.events.emit(body, "Warning", reason, message)
         self.refused(body["metadata"]["namespace"], body["metadata"]["name"], new, spec)
-        raise InvalidSpecError(message)
 
     def stored_status(self, body: dict[str, Any]) -> StatusT:
         """The status `body` carries, typed. One the models cannot read (written by another

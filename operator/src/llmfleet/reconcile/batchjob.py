@@ -30,6 +30,7 @@ from llmfleet.reconcile.batchstatus import (
 )
 from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.conditions import find
+from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.references import batch_references
 from llmfleet.reconcile.resync import Resyncer
 from llmfleet.render.batchjob import (
@@ -72,14 +73,16 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
         scraper: Scraper = scrape,
         view: ChildView | None = None,
+        model_configs: ModelConfigs | None = None,
     ) -> None:
-        super().__init__(api, profiles, view)
+        super().__init__(api, profiles, view, model_configs)
         self.scraper = scraper
         self._active: set[tuple[str, str]] = set()  # jobs whose progress is polled
         self._poller: Resyncer | None = None
 
-    def plan(self, spec: LLMBatchJobSpec) -> Plan:
-        planned = plan(spec.deployment_spec(), self.profiles)
+    def plan(self, spec: LLMBatchJobSpec, namespace: str) -> Plan:
+        config = self.model_configs.for_model(spec.model, namespace)
+        planned = plan(spec.deployment_spec(), self.profiles, config)
         if planned.pipeline_parallel_size > 1:
             raise PlanError(
                 "spec.gpus",

@@ -24,6 +24,7 @@ from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.causes import blockers
 from llmfleet.reconcile.conditions import find
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
+from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.references import deployment_references
 from llmfleet.reconcile.status import Observed, invalid_status, newly_unverified, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
@@ -53,16 +54,17 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         network_policy: EngineNetworkPolicy | None = None,
         *,
         keda_prometheus_url: str = "",
+        model_configs: ModelConfigs | None = None,
     ) -> None:
-        super().__init__(api, profiles, view)
+        super().__init__(api, profiles, view, model_configs)
         self.default_engine_image = default_engine_image  # for specs without engine.image
         self.network_policy = network_policy  # None: the engines get no NetworkPolicy
         self.keda_prometheus_url = keda_prometheus_url  # for scale to zero; "" refuses it
         self.kv_cache = EngineKVCache(HTTP_PORT)
         self.adapters = AdapterSync(HTTP_PORT)
 
-    def plan(self, spec: LLMDeploymentSpec) -> Plan:
-        planned = plan(spec, self.profiles)
+    def plan(self, spec: LLMDeploymentSpec, namespace: str) -> Plan:
+        planned = plan(spec, self.profiles, self.model_configs.for_model(spec.model, namespace))
         if planned.pipeline_parallel_size > 1 and not self.view.serves(LWS_API_VERSION, LWS_KIND):
             # Checked again on every resync: installing LeaderWorkerSet later is enough.
             raise PlanError(

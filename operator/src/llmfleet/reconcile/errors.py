@@ -7,6 +7,15 @@ import json
 from kubernetes.client.exceptions import ApiException
 
 
+class UnavailableError(Exception):
+    """Something the spec needs is out of reach for now (the Hub's config.json): status says so
+    (Planned=False, `reason`) as it says a refusal, and the reconcile is retried with backoff."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def api_error(e: ApiException) -> str:
     """What the API server said, for the retry's Event and log: its status and message (e.g. a
     quota or an admission webhook that refused a child)."""

@@ -18,11 +18,13 @@ from typing import Any
 from kubernetes import client as k8s
 
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.reconcile.batchjob import BatchJobController
 from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.controller import Controller
+from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.resync import Resyncer
 from llmfleet.reconcile.workqueue import WorkQueue
 from llmfleet.render.batchjob import BATCHJOB_LABEL
@@ -44,8 +46,11 @@ class Manager:
         keda_prometheus_url: str = "",
         namespaces: Sequence[str] = (),
         resync_seconds: float = 60.0,
+        hf_endpoint: str = DEFAULT_ENDPOINT,
     ) -> None:
         self.view = ChildView.of_children(api, self._changed, namespaces)
+        # One cache of config.json for both kinds: a model read for one is read for all.
+        model_configs = ModelConfigs(api, hf_endpoint)
         self.deployments = Controller(
             api,
             profiles,
@@ -53,8 +58,9 @@ class Manager:
             view=self.view,
             network_policy=network_policy,
             keda_prometheus_url=keda_prometheus_url,
+            model_configs=model_configs,
         )
-        self.batch = BatchJobController(api, profiles, view=self.view)
+        self.batch = BatchJobController(api, profiles, view=self.view, model_configs=model_configs)
         self._queues = {
             DEPLOYMENT_LABEL: WorkQueue(
                 "llmdeployments", self.deployments.reconcile_queued, WORKERS

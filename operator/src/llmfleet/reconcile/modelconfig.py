@@ -1,0 +1,151 @@
+"""The config.json the planner sizes a model by when neither spec.model.architecture nor the
+built-in catalog does: read from the Hugging Face Hub (or the mirror of --hf-endpoint) with
+spec.model.tokenSecretRef's token, cached per endpoint, model and revision for every resource of
+the process, and its failures turned into what status and the Events say:
+
+* the Hub out of reach, a server error, a timeout: UnavailableError (Planned=False,
+  ModelConfigUnavailable), retried with the resource's backoff;
+* 401/403: PlanError on spec.model.tokenSecretRef (ModelConfigDenied);
+* 404: PlanError on spec.model.name or spec.model.revision (ModelConfigNotFound);
+* not a JSON object: PlanError on spec.model.architecture (ModelConfigUnsupported, as the
+  planner says for a config.json of a model it does not model).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from llmfleet.hubclient import read_config
+from llmfleet.models.hub import (
+    DEFAULT_ENDPOINT,
+    Config,
+    ConfigCache,
+    HubDeniedError,
+    HubNotFoundError,
+    HubUnavailableError,
+    NotAConfigError,
+    config_url,
+    described,
+    needs_config,
+    revision_of,
+)
+from llmfleet.models.model_spec import ModelSpec
+from llmfleet.planner import PlanError
+from llmfleet.reconcile.errors import UnavailableError
+
+UNAVAILABLE = "ModelConfigUnavailable"
+DENIED = "ModelConfigDenied"
+NOT_FOUND = "ModelConfigNotFound"
+UNSUPPORTED = "ModelConfigUnsupported"
+TOKEN_FIELD = "spec.model.tokenSecretRef"
+# The chart value that grants the operator `get` on Secrets, for tokenSecretRef.
+TOKEN_VALUE = "huggingFace.readTokenSecrets"
+SECRET_TIMEOUT_SECONDS = 10
+
+Reader = Callable[[str, str | None], Config]
+
+
+class ModelConfigs:
+    """config.json of the models the reconciles plan, from one endpoint, through one cache."""
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        endpoint: str = DEFAULT_ENDPOINT,
+        cache: ConfigCache | None = None,
+        read: Reader = read_config,
+    ) -> None:
+        self._core = k8s.CoreV1Api(api)
+        self.endpoint = endpoint.rstrip("/")
+        self.cache = cache or ConfigCache()
+        self._read = read
+
+    def for_model(self, model: ModelSpec, namespace: str) -> Config | None:
+        """`model`'s config.json when the planner needs it, else None; raises PlanError or
+        UnavailableError with what status should say when it cannot be read."""
+        if not needs_config(model):
+            return None
+        url = config_url(self.endpoint, model.name, revision_of(model))
+        # Why the request went without a token, for a refusal's message; set by `read`.
+        untokened: list[str] = []
+
+        def read() -> Config:
+            token, why_not = self._token(model, namespace)
+            if why_not:
+                untokened.append(why_not)
+            return self._read(url, token)
+
+        try:
+            return self.cache.get(self.endpoint, model.name, revision_of(model), read)
+        except HubUnavailableError as e:
+            raise UnavailableError(
+                UNAVAILABLE,
+                f"cannot read config.json of {described(model)} to size the model: {e}; "
+                "trying again with backoff (or set spec.model.architecture)",
+            ) from None
+        except HubDeniedError as e:
+            raise PlanError(TOKEN_FIELD, _denied(model, e, untokened), reason=DENIED) from None
+        except HubNotFoundError as e:
+            field = "spec.model.revision" if e.hub_code == "RevisionNotFound" else "spec.model.name"
+            raise PlanError(
+                field,
+                f"no config.json of {described(model)} on the Hub: {e}; check "
+                "spec.model.name and spec.model.revision, or set spec.model.architecture",
+                reason=NOT_FOUND,
+            ) from None
+        except NotAConfigError as e:
+            raise PlanError(
+                "spec.model.architecture",
+                f"config.json of {described(model)}: {e}; set spec.model.architecture",
+                reason=UNSUPPORTED,
+            ) from None
+
+    def _token(self, model: ModelSpec, namespace: str) -> tuple[str | None, str]:
+        """tokenSecretRef's token, or None and why not. A Secret the operator cannot read is no
+        error: a public model needs no token, and the pods report a missing Secret themselves."""
+        ref = model.token_secret_ref
+        if ref is None:
+            return None, ""
+        try:
+            secret = self._core.read_namespaced_secret(
+                ref.name, namespace, _request_timeout=SECRET_TIMEOUT_SECONDS
+            )
+        except ApiException as e:
+            if e.status == 403:
+                return None, (
+                    f"the operator may not read Secret {ref.name} (enable the chart value "
+                    f"{TOKEN_VALUE})"
+                )
+            if e.status == 404:
+                return None, f'secret "{ref.name}" not found'
+            raise
+        value = (secret.data or {}).get(ref.key)
+        if value is None:
+            return None, f"Secret {ref.name} has no key {ref.key}"
+        try:
+            return base64.b64decode(value).decode().strip(), ""
+        except (binascii.Error, UnicodeDecodeError):
+            return None, f"Secret {ref.name} key {ref.key} is not text"
+
+
+def _denied(model: ModelSpec, e: HubDeniedError, untokened: list[str]) -> str:
+    ref = model.token_secret_ref
+    head = f"the Hub refused config.json of {described(model)}: {e}"
+    if ref is None:
+        missing = " or does not exist" if e.hub_code == "RepoNotFound" else ""
+        return (
+            f"{head}; the model is gated or private{missing}: set spec.model.tokenSecretRef to "
+            "a Secret holding a Hugging Face token with access to it, or set "
+            "spec.model.architecture"
+        )
+    if untokened:
+        return f"{head}; asked without a token because {untokened[-1]}"
+    return (
+        f"{head}; the token in Secret {ref.name} (key {ref.key}) was refused: give it access to "
+        f"{model.name} on the Hub, or set spec.model.architecture"
+    )

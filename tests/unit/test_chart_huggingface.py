@@ -1,0 +1,69 @@
+"""The chart's huggingFace values: where the operator reads config.json, and the one Secret grant
+it takes only when asked to."""
+
+from __future__ import annotations
+
+import pytest
+from test_chart_render import (
+    CHART,
+    EXPECTED_RULES,
+    RBAC_KINDS,
+    granted,
+    is_lease_rbac,
+    of_kind,
+    operator_container,
+    render,
+    run_helm,
+)
+
+from llmfleet.cli import build_parser
+from llmfleet.models.hub import DEFAULT_ENDPOINT
+
+SECRETS = ("", "secrets")
+
+
+def test_the_operator_reads_config_json_from_the_hub_unless_an_endpoint_is_given() -> None:
+    default = operator_container(render())["args"]
+    mirrored = operator_container(render("huggingFace.endpoint=http://hub.internal:8080"))["args"]
+
+    assert not [a for a in default if a.startswith("--hf-endpoint")]
+    assert "--hf-endpoint=http://hub.internal:8080" in mirrored
+    run = ["run", "--leader-election-namespace=x"]
+    assert build_parser().parse_args([*run]).hf_endpoint == DEFAULT_ENDPOINT
+    parsed = build_parser().parse_args([*run, *[a for a in mirrored if a.startswith("--hf")]])
+    assert parsed.hf_endpoint == "http://hub.internal:8080"
+
+
+@pytest.mark.parametrize(
+    ("set_args", "scope"),
+    [
+        pytest.param((), "ClusterRole", id="all-namespaces"),
+        pytest.param(("watchNamespaces={team-a,team-b}",), "Role", id="listed-namespaces"),
+    ],
+)
+def test_secrets_are_read_by_name_only_when_token_secrets_are_enabled(
+    set_args: tuple[str, ...], scope: str
+) -> None:
+    def rules(*extra: str) -> list[dict[tuple[str, str], set[str]]]:
+        docs = [d for d in render(*set_args, *extra) if not is_lease_rbac(d)]
+        roles = of_kind(docs, *RBAC_KINDS)
+        assert {r["kind"] for r in roles} == {scope}
+        return [granted(r) for r in roles]
+
+    assert all(SECRETS not in r for r in rules())
+    enabled = rules("huggingFace.readTokenSecrets=true")
+    assert enabled == [{**EXPECTED_RULES, SECRETS: {"get"}}] * len(enabled)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("huggingFace.endpoint=hub.internal", id="endpoint-without-scheme"),
+        pytest.param("huggingFace.readTokenSecret=true", id="typo-in-the-key"),
+    ],
+)
+def test_bad_huggingface_values_are_refused_naming_them(value: str) -> None:
+    result = run_helm("template", "fleet", str(CHART), "--set", value)
+
+    assert result.returncode != 0
+    assert "huggingFace" in result.stderr, result.stderr
