@@ -78,7 +78,8 @@ def refusal(spec: LLMDeploymentSpec) -> PlanError:
         ),
         pytest.param(deployment(L70, strategy="MultiPod"), "MultiPod", 2, 4, id="forced-multi-pod"),
         pytest.param(
-            deployment(L70, gpus=2),
+            # TP=2 leaves 0.85 GiB of KV cache per GPU (5,568 tokens): one 4096-token sequence.
+            deployment(L70, gpus=2, engine={"maxModelLen": 4096}),
             "SinglePod",
             1,
             2,
@@ -106,10 +107,11 @@ def test_70b_on_8_h100_explains_why_not_smaller_or_wider() -> None:
     assert result.weights_gib_per_gpu == pytest.approx(32.88, abs=0.01)
     assert result.kv_cache_tokens_per_replica > 400_000
     # 71.26 GiB usable ((80 - 0.82) x 0.9, as vLLM counts on an H100) - 65.76 GiB of weights -
-    # 3.80 GiB reserve (0.3 + 16384 batched tokens x 8192 hidden x 28 bytes = 3.5 GiB of
-    # activations; vLLM measured 3.56 + 0.22 for 70B fp8) = 1.70 GiB.
-    assert result.reserve_gib_per_gpu == 3.8
-    assert "At TP=2, 1.70 GiB of KV cache" in result.reason
+    # 4.65 GiB reserve (0.3 + 16384 batched tokens x 8192 hidden x 28 bytes = 3.5 GiB of
+    # activations, vLLM measured 3.56 + 0.22 for 70B fp8; plus 0.82 GiB of NCCL buffers and
+    # 0.02 GiB of custom all-reduce buffers with TP) = 0.85 GiB.
+    assert result.reserve_gib_per_gpu == 4.65
+    assert "At TP=2, 0.85 GiB of KV cache" in result.reason
     assert "fewer than the 4 wanted" in result.reason
     assert "2 pods of TP=4" in result.reason
     # memoryGiB alone gives no performance constants: chosen by the memory rules, and said so.
@@ -118,7 +120,7 @@ def test_70b_on_8_h100_explains_why_not_smaller_or_wider() -> None:
 
 
 def test_reason_says_when_few_sequences_fit() -> None:
-    result = plan(deployment(L70, gpus=2))
+    result = plan(deployment(L70, gpus=2, engine={"maxModelLen": 4096}))
 
     assert "Only 1 full-length sequence fit" in result.reason
 
@@ -148,7 +150,7 @@ def test_cpu_only_plan_sizes_kv_from_cpu_cache_and_uses_no_gpu() -> None:
             id="405b-bf16-fits-nowhere-suggests-fp8",
         ),
         pytest.param(
-            deployment(L70, gpus=1),
+            deployment(L70, gpus=1, engine={"maxModelLen": 4096}),
             "spec.gpus.count",
             ["does not fit on 1 GPU", "spec.gpus.count 2"],
             id="70b-on-one-gpu-suggests-two",
@@ -174,8 +176,8 @@ def test_cpu_only_plan_sizes_kv_from_cpu_cache_and_uses_no_gpu() -> None:
         pytest.param(
             deployment(L70, gpus=2, strategy="SinglePod", engine={"maxModelLen": 32768}),
             "spec.gpus.count",
-            # 1.70 GiB of KV cache per GPU at TP=2 (3.80 GiB reserve at 16384 batched tokens).
-            ["spec.engine.maxModelLen 11136 or less", "spec.gpus.count 4"],
+            # 0.85 GiB of KV cache per GPU at TP=2 (4.65 GiB reserve at 16384 batched tokens).
+            ["spec.engine.maxModelLen 5568 or less", "spec.gpus.count 4"],
             id="forced-single-pod-too-small-suggests-shorter-context",
         ),
         pytest.param(

@@ -213,7 +213,8 @@ def test_plan_json_carries_candidates_and_prediction(
     )
     assert main(["plan", "-f", str(manifest), "-o", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert {c["tensorParallelSize"] for c in out["candidates"]} == {2, 4, 8}
+    # TP=2 holds no 8192-token sequence once NCCL's buffers are reserved (0.85 GiB of KV cache).
+    assert {c["tensorParallelSize"] for c in out["candidates"]} == {4, 8}
     assert sum(c["chosen"] for c in out["candidates"]) == 1
     for key in (
         "outputTokensPerSecond",

@@ -45,6 +45,7 @@ def explain_sizing(
         f"Each {gpus.memory_gib:g} GiB GPU gives vLLM {chosen.budget_gib:.2f} GiB "
         f"(gpuMemoryUtilization {settings.gpu_memory_utilization:g}), {chosen.reserve_gib:.2f} "
         f"GiB of it kept for activations and the runtime"
+        + (" (NCCL and all-reduce buffers included)" if chosen.tensor_parallel_size > 1 else "")
         + (f" and {chosen.lora_gib:.2f} GiB for LoRA buffers." if chosen.lora_gib else ".")
     )
 

@@ -19,6 +19,9 @@ CUDA reports for the GPU; it loads its shard of the weights, profiles a forward 
   the estimate errs high there. Models with a wider MLP use more (Qwen2.5-7B: 2.14 GiB at
   hidden 3584, 1.53 GiB by this rule). CUDA graphs (0.1-1.3 GiB) come out of the headroom
   above the utilization: vLLM 0.26.0 does not take them from the KV cache.
+* Tensor and pipeline parallelism add communication buffers that PyTorch's allocator does not
+  see; vLLM's profile counts them as non-torch memory, so they come out of the KV cache
+  (`parallel_communication_reserve_gib`).
 * Weights: parameters x bytes per weight; with fp8 (quantized on load) vLLM keeps the
   embeddings and the output head in 16 bits ("Model loading took 67.73 GiB" for Llama-3.1-70B,
   65.75 GiB at 8 bits throughout), so they count at 2 bytes where the architecture gives a
@@ -36,6 +39,13 @@ GIB = 1024**3
 CUDA_UNREACHABLE_GIB = 0.82
 RUNTIME_RESERVE_GIB = 0.3
 ACTIVATION_BYTES_PER_TOKEN_UNIT = 28
+# One NCCL communicator's buffers per GPU once it has run an all-reduce: 0.82 GiB measured on
+# 2 x H200 (NCCL 2.28.9 under PyTorch 2.11, NVLink multicast off, 2026-11-25; see
+# docs/planner.md). vLLM 0.32 runs one (pynccl) per tensor- and per pipeline-parallel group.
+NCCL_COMMUNICATOR_GIB = 0.82
+# vLLM's custom all-reduce (custom_all_reduce.py): an 8 MiB IPC buffer, an 8 MiB buffer plus
+# its sync metadata, and 8 MiB of rank data per GPU; the peers' buffers are mapped, not copied.
+CUSTOM_ALLREDUCE_BUFFERS_GIB = 24 * 1024**2 / GIB
 # vLLM allocates the KV cache in blocks of 16 tokens.
 KV_BLOCK_TOKENS = 16
 
@@ -126,6 +136,19 @@ def runtime_reserve_gib(arch: ModelArchitecture, max_num_batched_tokens: int) ->
     return RUNTIME_RESERVE_GIB + activations / GIB
 
 
+def parallel_communication_reserve_gib(
+    tensor_parallel_size: int, pipeline_parallel_size: int = 1
+) -> float:
+    """What each GPU of a tensor- or pipeline-parallel replica gives to communication buffers:
+    an NCCL communicator per parallel group, and the custom all-reduce's buffers with TP."""
+    reserve = 0.0
+    if tensor_parallel_size > 1:
+        reserve += NCCL_COMMUNICATOR_GIB + CUSTOM_ALLREDUCE_BUFFERS_GIB
+    if pipeline_parallel_size > 1:
+        reserve += NCCL_COMMUNICATOR_GIB
+    return reserve
+
+
 def round_up(gib: float) -> float:
     return math.ceil(round(gib * 100, 6)) / 100
 
@@ -178,7 +201,10 @@ def fit_on_gpu(
     budget = budget_gib(memory_gib, gpu_memory_utilization)
     stage_share = layers_per_stage(arch, pipeline_parallel_size) / arch.num_layers
     weights = round_up(weights_gib(arch, dtype, quantization) * stage_share / tensor_parallel_size)
-    reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens))
+    reserve = round_up(
+        runtime_reserve_gib(arch, max_num_batched_tokens)
+        + parallel_communication_reserve_gib(tensor_parallel_size, pipeline_parallel_size)
+    )
     kv_cache = round_down(budget - weights - reserve - lora_gib)
     per_token = kv_bytes_per_token_per_gpu(
         arch, dtype, tensor_parallel_size, pipeline_parallel_size
