@@ -29,8 +29,9 @@ from typing import Any
 from llmfleet.models.catalog import lookup_architecture
 from llmfleet.models.model_spec import ModelArchitecture, Quantization
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
+from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu
 from llmfleet.planner.lora import LoraSettings, buffer_gib, gpu_buffer_bytes
-from llmfleet.planner.memory import fit_on_gpu, kv_bytes_per_token_per_gpu
+from llmfleet.planner.memory import fit_on_gpu
 from llmfleet.planner.performance import (
     CALIBRATED,
     Efficiencies,

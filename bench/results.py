@@ -244,6 +244,28 @@ FIGURES: dict[str, tuple[str, str]] = {
         "%",
     ),
     "gpu_fp8_prediction_error_max_pct": ("… the worst of the H100 fp8 points", "%"),
+    "allreduce_fit_error_p50_pct": (
+        "Planner's all-reduce model (planner/allreduce.py) against the latency tables it is "
+        "fitted to: aiconfigurator-core 0.12.0 (Apache-2.0), vLLM 0.24.0 custom all-reduce and "
+        "NCCL 2.29.2, bf16, H100 and H200 SXM, TP 2/4/8, each message size at the backend vLLM "
+        "0.32 picks for it (bench/data/allreduce/); median |error|",
+        "%",
+    ),
+    "allreduce_fit_error_max_pct": ("… the worst table entry", "%"),
+    "published_tp_error_p50_pct": (
+        "Planner against published tensor-parallel vLLM results (`make bench "
+        "BENCH=tp_published`): LambdaLabsML/vllm-benchmark's median TPOT of "
+        "Llama-3.1-70B-FP8 on H100 at TP 1/2/4/8 (vLLM 0.5.4, 2024-09-07) and the ISC 2026 "
+        "poster's 2 x TP=4 / 1 x TP=8 throughput ratios for Llama-3.3-70B (bf16, fp8) on "
+        "8 x H100; median |error| (docs/planner.md lists each)",
+        "%",
+    ),
+    "published_tp_error_max_pct": ("… the worst of those comparisons", "%"),
+    "published_tp_ranking_agrees": (
+        "… 1 when the planner picks every published winner (fastest TP for TPOT, 2 x TP=4 for "
+        "throughput and for examples/llama-3.1-70b-8xh100.yaml, TP=8 for light-load TTFT)",
+        "",
+    ),
     "image_build_s": (
         "`make images` from a cold cache: the stand-in base from Debian's archive (mmdebstrap), "
         "the operator and router images with buildah (pip from PyPI), each smoke-run with crun "

@@ -11,7 +11,8 @@ import time
 from bench import results
 
 # Each module has `run() -> dict[str, float]`. gpu_model needs no GPU: it reads the GPU runs
-# committed under bench/gpu/. images builds the images from a cold cache (needs root or Docker).
+# committed under bench/gpu/; tp_published neither: it reads published figures (bench/data/).
+# images builds the images from a cold cache (needs root or Docker).
 # testloop times `make check` (and `make test` with LLMFLEET_BENCH_MAKE_TEST=1).
 BENCHMARKS = (
     "cluster",
@@ -25,6 +26,7 @@ BENCHMARKS = (
     "router_prefix",
     "lora",
     "gpu_model",
+    "tp_published",
     "images",
     "testloop",
 )

@@ -69,10 +69,10 @@ edges)  # 2026-11-26, two H100s at once. GPU 0: Qwen2.5-32B's shape (MLP 5.4 x h
     # run at 0.95 followed failed starts of the same engine, so it hit their compile cache).
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/nvidia-smi.txt"
     Q32=bench/gpu/models/qwen2.5-32b
-    CUDA_VISIBLE_DEVICES=0 VLLM_CACHE_ROOT=/tmp/vc-q32 m qwen32b-u095 400 "$Q32" --gpu-memory-utilization 0.95 \
+    CUDA_VISIBLE_DEVICES=0 VLLM_CACHE_ROOT=/tmp/vc-q32 m qwen32b-u${Q32_UTIL:-0.95} 400 "$Q32" --gpu-memory-utilization ${Q32_UTIL:-0.95} \
       --max-num-seqs 128 --max-num-batched-tokens 16384 --ttft 512 --points 1x512x128,32x1024x128 &
-    CUDA_VISIBLE_DEVICES=1 VLLM_CACHE_ROOT=/tmp/vc-70b m h100-70b-fp8-u095-fresh 400 "$L70" "${FP8[@]}" \
-      --gpu-memory-utilization 0.95 --max-num-seqs 11 --ttft 512 &
+    CUDA_VISIBLE_DEVICES=1 VLLM_CACHE_ROOT=/tmp/vc-70b m 70b-fp8-u${F70_UTIL:-0.95}-fresh 400 "$L70" "${FP8[@]}" \
+      --gpu-memory-utilization ${F70_UTIL:-0.95} --max-num-seqs 11 --ttft 512 &
     wait; grep -h "Actual usage\|GPU KV cache size" "$OUT"/*.log ;;
 tp2)  # Llama-3.1-8B's shape over two H100s (TP 2): KV tokens per GPU (what NCCL and the custom
     # all-reduce take), and the decode step against the planner's all-reduce model.

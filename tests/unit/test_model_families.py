@@ -11,7 +11,8 @@ import pytest
 
 from llmfleet.models.hfconfig import ModelConfigError, architecture_from_config
 from llmfleet.models.model_spec import ModelArchitecture
-from llmfleet.planner.memory import kv_bytes_per_token_per_gpu, weights_gib
+from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu
+from llmfleet.planner.memory import weights_gib
 
 CONFIGS = Path(__file__).parent / "data" / "hf-configs"
 

@@ -84,7 +84,7 @@ def test_table_is_the_default_and_shows_reason_and_args(
     reason = " ".join(out.split())
     assert "Objective Throughput takes the most predicted output tokens/s per GPU" in reason
     assert "2 pods of TP=4" in reason
-    # 512 sequences per pod (453,232 KV tokens // 768, capped at 512): ceil(512 / 4) = 128.
+    # 512 sequences per pod (478,928 KV tokens // 768, capped at 512): ceil(512 / 4) = 128.
     assert re.search(r"^  HPA target:\s+128 requests waiting per pod$", out, re.MULTILINE)
     assert re.search(r"^  Workload:\s+512 prompt \+ 256 output tokens$", out, re.MULTILINE)
     assert re.search(
@@ -95,11 +95,11 @@ def test_table_is_the_default_and_shows_reason_and_args(
     )
     # Every layout of the 8 GPUs, the chosen one starred, the others with why they lost.
     assert re.search(r"^  Candidates:$", out, re.MULTILINE)
-    assert re.search(r"^    \*  2 x TP=4\s+8\s+453,232\s+512\s", out, re.MULTILINE)
+    assert re.search(r"^    \*  2 x TP=4\s+8\s+478,928\s+512\s", out, re.MULTILINE)
     assert re.search(r"^    1 x TP=8: [\d,]+ out tok/s per GPU", out, re.MULTILINE)
-    # TP=2 leaves 18k tokens of KV cache per pod: two 8,192-token requests at a time.
+    # TP=2 leaves 19,712 tokens of KV cache per pod: two 8,192-token requests at a time.
     assert re.search(
-        r"^    4 x TP=2: its KV cache holds 1 full-length \(maxModelLen\) sequence, fewer",
+        r"^    4 x TP=2: its KV cache holds 2 full-length \(maxModelLen\) sequences, fewer",
         out,
         re.MULTILINE,
     )

@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from llmfleet.models import lookup_architecture
-from llmfleet.planner.memory import GIB, activation_bytes_per_token, batched_tokens_within
+from llmfleet.planner.memory import (
+    GIB,
+    activation_bytes_per_token,
+    batched_tokens_within,
+    fit_on_gpu,
+)
 
 BATCHED = 16384
 
@@ -41,3 +46,22 @@ def test_batched_tokens_within_a_reserve_inverts_the_reserve() -> None:
     assert arch is not None
     reserve = 0.3 + BATCHED * activation_bytes_per_token(arch) / GIB
     assert batched_tokens_within(arch, reserve) in (BATCHED - 1, BATCHED)
+
+
+def test_tensor_parallel_kv_cache_matches_vllm_with_the_mlp_split_and_no_nccl_reserve() -> None:
+    """Llama-3.1-8B at TP 2 on 2 x H200 (vLLM 0.26.0, 2026-11-25, bench/gpu/): 1.06 GiB
+    activation peak and 0.07 GiB non-torch per GPU, 1,919,536 KV tokens; NCCL's buffers were
+    allocated before vLLM's startup snapshot, outside its budget."""
+    arch = lookup_architecture("meta-llama/Llama-3.1-8B")
+    assert arch is not None
+    fit = fit_on_gpu(
+        arch,
+        dtype="bfloat16",
+        quantization="none",
+        memory_gib=139.8 + 0.82,  # what CUDA reported, as a datasheet figure
+        gpu_memory_utilization=0.9,
+        max_num_batched_tokens=BATCHED,
+        tensor_parallel_size=2,
+    )
+    assert fit.reserve_gib == pytest.approx(1.06 + 0.07, abs=0.3)
+    assert fit.kv_tokens == pytest.approx(1_919_536, rel=0.01)

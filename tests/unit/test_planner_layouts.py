@@ -105,11 +105,12 @@ def test_70b_on_8_h100_explains_why_not_smaller_or_wider() -> None:
 
     assert result.weights_gib_per_gpu == pytest.approx(32.88, abs=0.01)
     assert result.kv_cache_tokens_per_replica > 400_000
-    # 71.26 GiB usable ((80 - 0.82) x 0.9, as vLLM counts on an H100) - 65.76 GiB of weights -
-    # 3.80 GiB reserve (0.3 + 16384 batched tokens x 8192 hidden x 28 bytes = 3.5 GiB of
-    # activations; vLLM measured 3.56 + 0.22 for 70B fp8) = 1.70 GiB.
-    assert result.reserve_gib_per_gpu == 3.8
-    assert "At TP=2, 1.70 GiB of KV cache" in result.reason
+    # At TP=4: 0.3 + 16384 batched tokens x (6 x 28672 / 4 MLP + 7 x 8192 hidden) bytes = 1.84
+    # GiB of reserve (vLLM measured 3.56 + 0.22 for 70B fp8 at TP=1, where this rule gives 3.80).
+    assert result.reserve_gib_per_gpu == 1.84
+    # At TP=2: 71.26 GiB usable ((80 - 0.82) x 0.9, as vLLM counts on an H100) - 65.76 GiB of
+    # weights - 2.49 GiB reserve = 3.01 GiB.
+    assert "At TP=2, 3.01 GiB of KV cache" in result.reason
     assert "fewer than the 4 wanted" in result.reason
     assert "2 pods of TP=4" in result.reason
     # memoryGiB alone gives no performance constants: chosen by the memory rules, and said so.
@@ -118,7 +119,8 @@ def test_70b_on_8_h100_explains_why_not_smaller_or_wider() -> None:
 
 
 def test_reason_says_when_few_sequences_fit() -> None:
-    result = plan(deployment(L70, gpus=2))
+    # 19,712 KV tokens at TP=2: one 16,384-token sequence.
+    result = plan(deployment(L70, gpus=2, engine={"maxModelLen": 16384}))
 
     assert "Only 1 full-length sequence fit" in result.reason
 
@@ -174,8 +176,8 @@ def test_cpu_only_plan_sizes_kv_from_cpu_cache_and_uses_no_gpu() -> None:
         pytest.param(
             deployment(L70, gpus=2, strategy="SinglePod", engine={"maxModelLen": 32768}),
             "spec.gpus.count",
-            # 1.70 GiB of KV cache per GPU at TP=2 (3.80 GiB reserve at 16384 batched tokens).
-            ["spec.engine.maxModelLen 11136 or less", "spec.gpus.count 4"],
+            # 3.01 GiB of KV cache per GPU at TP=2 (2.49 GiB reserve at 16384 batched tokens).
+            ["spec.engine.maxModelLen 19712 or less", "spec.gpus.count 4"],
             id="forced-single-pod-too-small-suggests-shorter-context",
         ),
         pytest.param(

@@ -12,8 +12,9 @@ from llmfleet.planner.candidates import concurrency_for
 from llmfleet.planner.engine_args import ArgGroup
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.explain import explain_cpu_batching, plural, precision
+from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu, kv_tokens_in
 from llmfleet.planner.lora import explain_lora, lora_plan
-from llmfleet.planner.memory import GIB, kv_bytes_per_token_per_gpu, kv_tokens_in, weights_gib
+from llmfleet.planner.memory import GIB, weights_gib
 from llmfleet.planner.pod_settings import shm_size_gib, startup_budget
 from llmfleet.planner.result import Plan
 from llmfleet.planner.settings import Settings, vllm_args

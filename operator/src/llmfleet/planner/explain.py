@@ -10,7 +10,8 @@ from llmfleet.planner.candidates import (
     Evaluated,
     Workload,
 )
-from llmfleet.planner.memory import GpuFit, kv_bytes_per_token_per_gpu, weights_gib
+from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu
+from llmfleet.planner.memory import GpuFit, weights_gib
 from llmfleet.planner.placement import Gpus
 from llmfleet.planner.settings import Settings
 

@@ -32,16 +32,14 @@ from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.models.model_spec import ModelArchitecture
 from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, ArgGroup, parse_int_override
 from llmfleet.planner.errors import PlanError
-from llmfleet.planner.memory import (
-    GIB,
+from llmfleet.planner.kv_cache import (
     kv_bytes_per_element,
     kv_bytes_per_token_per_gpu,
     kv_heads_per_gpu,
     kv_tokens_in,
     layers_per_stage,
-    round_down,
-    round_up,
 )
+from llmfleet.planner.memory import GIB, round_down, round_up
 from llmfleet.planner.result import LoraPlan, Plan
 
 LORA_FIELD = "spec.engine.lora"

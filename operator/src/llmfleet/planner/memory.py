@@ -20,8 +20,14 @@ CUDA reports for the GPU; it loads its shard of the weights, profiles a forward 
   tokens on a tight fit), Llama-3.1-70B in fp8 3.56 on a fresh torch.compile (3.50) and 2.99-3.0
   when the engine found its compile cache from an earlier start (the compile's own buffers count
   in the peak). A new pod compiles afresh, so the planner reserves the fresh figure. Without
-  intermediateSize the MLP counts as Llama's (3.5 x hidden). Kept unsharded over tensor
-  parallelism, so the estimate errs high there; 0.22 GiB of non-torch memory is in the 0.3.
+  intermediateSize the MLP counts as Llama's (3.5 x hidden). Tensor parallelism splits the MLP
+  term over the GPUs and not the hidden one: Llama-3.1-8B at TP 2 peaked at 1.06 GiB per GPU
+  (this rule: 1.09; 2 x H200, 2026-11-25). 0.22 GiB of non-torch memory is in the 0.3.
+* Tensor parallelism's communication buffers (NCCL's communicator, 0.82 GiB per GPU measured on
+  2 x H200, and vLLM's custom all-reduce, 24 MiB) are allocated before vLLM's startup snapshot
+  and its budget is the utilization times the GPU's whole memory, so they come out of the
+  headroom above gpuMemoryUtilization, not the KV cache: at TP 2 vLLM's KV cache was exactly
+  the budget less weights, activation peak and 0.07 GiB of non-torch memory.
   CUDA graphs (0.1-1.3 GiB) come out of the headroom above the utilization: vLLM 0.26.0 does
   not take them from the KV cache.
 * Weights: parameters x bytes per weight; with fp8 (quantized on load) vLLM keeps the
@@ -46,6 +52,7 @@ import math
 from dataclasses import dataclass
 
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
+from llmfleet.planner.kv_cache import KvLayout, kv_layout, kv_tokens_in, layers_per_stage
 
 GIB = 1024**3
 CUDA_UNREACHABLE_GIB = 0.82
@@ -54,8 +61,6 @@ MLP_BYTES_PER_UNIT = 6
 RESIDUAL_BYTES_PER_UNIT = 7
 # Llama's MLP width over its hidden size, assumed where intermediateSize is not given.
 LLAMA_MLP_RATIO = 3.5
-# vLLM allocates the KV cache in blocks of 16 tokens.
-KV_BLOCK_TOKENS = 16
 
 _DTYPE_BYTES: dict[Dtype, float] = {"auto": 2, "bfloat16": 2, "float16": 2, "float32": 4}
 _QUANTIZED_BYTES: dict[Quantization, float] = {"fp8": 1, "int8": 1, "awq": 0.5, "gptq": 0.5}
@@ -65,11 +70,6 @@ def bytes_per_weight(dtype: Dtype, quantization: Quantization) -> float:
     if quantization == "none":
         return _DTYPE_BYTES[dtype]
     return _QUANTIZED_BYTES[quantization]
-
-
-def kv_bytes_per_element(dtype: Dtype) -> int:
-    """The KV cache uses the activation dtype (vLLM's kv_cache_dtype auto), whatever the weights."""
-    return 4 if dtype == "float32" else 2
 
 
 def embedding_parameters(arch: ModelArchitecture) -> float:
@@ -105,129 +105,27 @@ def memory_for_budget(needed_gib: float, gpu_memory_utilization: float) -> float
     return needed_gib / gpu_memory_utilization + CUDA_UNREACHABLE_GIB
 
 
-def activation_bytes_per_token(arch: ModelArchitecture) -> float:
-    """The profile run's activation peak per batched token (see the module docstring)."""
+def activation_bytes_per_token(arch: ModelArchitecture, tensor_parallel_size: int = 1) -> float:
+    """The profile run's activation peak per batched token on one GPU (see the module
+    docstring): the MLP's intermediate is split over the tensor-parallel GPUs, the hidden
+    state is whole on each."""
     hidden = arch.hidden_size or arch.num_attention_heads * arch.head_dim
     mlp = arch.intermediate_size or hidden * LLAMA_MLP_RATIO
-    return MLP_BYTES_PER_UNIT * mlp + RESIDUAL_BYTES_PER_UNIT * hidden
+    return MLP_BYTES_PER_UNIT * mlp / tensor_parallel_size + RESIDUAL_BYTES_PER_UNIT * hidden
 
 
-def batched_tokens_within(arch: ModelArchitecture, reserve_gib: float) -> int:
+def batched_tokens_within(
+    arch: ModelArchitecture, reserve_gib: float, tensor_parallel_size: int = 1
+) -> int:
     """The most max-num-batched-tokens whose runtime reserve stays within `reserve_gib`."""
     room = (reserve_gib - RUNTIME_RESERVE_GIB) * GIB
-    return max(0, int(room // activation_bytes_per_token(arch)))
+    return max(0, int(room // activation_bytes_per_token(arch, tensor_parallel_size)))
 
 
-def kv_heads_per_gpu(arch: ModelArchitecture, tensor_parallel_size: int) -> int:
-    """vLLM shards KV heads over GPUs, and replicates them when TP exceeds their number."""
-    return max(1, arch.num_key_value_heads // tensor_parallel_size)
-
-
-def layers_per_stage(arch: ModelArchitecture, pipeline_parallel_size: int) -> int:
-    """The layers of the deepest pipeline stage (vLLM splits them as evenly as it can)."""
-    return math.ceil(arch.num_layers / pipeline_parallel_size)
-
-
-def kv_bytes_per_token_per_layer(
-    arch: ModelArchitecture, dtype: Dtype, tensor_parallel_size: int
-) -> int:
-    """One token of one layer's KV cache on one GPU: key and value of this GPU's heads, or with
-    multi-latent attention the whole latent and rotary key (vLLM keeps them on every GPU)."""
-    if arch.kv_lora_rank is not None and arch.qk_rope_head_dim is not None:
-        return (arch.kv_lora_rank + arch.qk_rope_head_dim) * kv_bytes_per_element(dtype)
-    heads = kv_heads_per_gpu(arch, tensor_parallel_size)
-    return 2 * heads * arch.head_dim * kv_bytes_per_element(dtype)
-
-
-def kv_bytes_per_token_per_gpu(
-    arch: ModelArchitecture,
-    dtype: Dtype,
-    tensor_parallel_size: int,
-    pipeline_parallel_size: int = 1,
-) -> int:
-    """Every layer of this GPU's pipeline stage holding one token (a full-attention layer does
-    for every token of a sequence, a sliding-window one for the window's)."""
-    per_layer = kv_bytes_per_token_per_layer(arch, dtype, tensor_parallel_size)
-    return layers_per_stage(arch, pipeline_parallel_size) * per_layer
-
-
-def sliding_layers(arch: ModelArchitecture) -> int:
-    """Layers that attend to a sliding window; 0 without one."""
-    if arch.sliding_window is None:
-        return 0
-    if arch.sliding_window_layers is None:
-        return arch.num_layers
-    return arch.sliding_window_layers
-
-
-@dataclass(frozen=True)
-class KvLayout:
-    """How vLLM lays out one GPU's KV cache: blocks of `block_bytes` (KV_BLOCK_TOKENS tokens of
-    `group_size` layers), which every sequence takes in each of `full_groups` groups of
-    full-attention layers and `sliding_groups` groups of sliding-window layers."""
-
-    bytes_per_token: int  # every layer of the stage
-    block_bytes: int
-    full_groups: int = 1
-    sliding_groups: int = 0
-    # Tokens a sliding-window layer holds of one sequence: the window less one plus a step's
-    # tokens (vLLM's SlidingWindowSpec.max_memory_usage_bytes).
-    sliding_tokens_held: int = 0
-
-    def blocks(self, gib: float) -> int:
-        return int(gib * GIB) // self.block_bytes if gib > 0 else 0
-
-    def tokens(self, blocks: int) -> int:
-        """What vLLM logs as "GPU KV cache size: N tokens"."""
-        return blocks // (self.full_groups + self.sliding_groups) * KV_BLOCK_TOKENS
-
-    def blocks_per_sequence(self, length: int) -> int:
-        full = self.full_groups * math.ceil(length / KV_BLOCK_TOKENS)
-        held = min(self.sliding_tokens_held, length)
-        return full + self.sliding_groups * (math.ceil(held / KV_BLOCK_TOKENS) + 1)
-
-    def sequence_gib(self, length: int) -> float:
-        """KV cache one `length`-token sequence takes."""
-        if not self.sliding_groups:
-            return self.bytes_per_token * length / GIB
-        return self.blocks_per_sequence(length) * self.block_bytes / GIB
-
-
-def kv_layout(
-    arch: ModelArchitecture,
-    dtype: Dtype,
-    tensor_parallel_size: int,
-    pipeline_parallel_size: int = 1,
-    max_num_batched_tokens: int = 0,
-) -> KvLayout:
-    per_layer = kv_bytes_per_token_per_layer(arch, dtype, tensor_parallel_size)
-    stage = layers_per_stage(arch, pipeline_parallel_size)
-    sliding = sliding_layers(arch)
-    full = arch.num_layers - sliding
-    window = arch.sliding_window or 0
-    held = window - 1 + max_num_batched_tokens
-    if not sliding:
-        return KvLayout(stage * per_layer, stage * per_layer * KV_BLOCK_TOKENS)
-    if not full:
-        return KvLayout(stage * per_layer, stage * per_layer * KV_BLOCK_TOKENS, 0, 1, held)
-    # vLLM's _get_kv_cache_groups_uniform_page_size: groups as large as the rarer kind, or the
-    # commoner kind's count when the two are within 1.5x, the last group of a kind padded.
-    size = min(full, sliding)
-    if max(full, sliding) < 1.5 * size:
-        size = max(full, sliding)
-    # Each stage holds its share of every group (vLLM assigns layers to groups round-robin).
-    stage_size = math.ceil(size / pipeline_parallel_size)
-    return KvLayout(
-        stage * per_layer,
-        stage_size * per_layer * KV_BLOCK_TOKENS,
-        math.ceil(full / size),
-        math.ceil(sliding / size),
-        held,
-    )
-
-
-def runtime_reserve_gib(arch: ModelArchitecture, max_num_batched_tokens: int) -> float:
-    activations = max_num_batched_tokens * activation_bytes_per_token(arch)
+def runtime_reserve_gib(
+    arch: ModelArchitecture, max_num_batched_tokens: int, tensor_parallel_size: int = 1
+) -> float:
+    activations = max_num_batched_tokens * activation_bytes_per_token(arch, tensor_parallel_size)
     return RUNTIME_RESERVE_GIB + activations / GIB
 
 
@@ -237,14 +135,6 @@ def round_up(gib: float) -> float:
 
 def round_down(gib: float) -> float:
     return math.floor(round(gib * 100, 6)) / 100
-
-
-def kv_tokens_in(gib: float, bytes_per_token: int) -> int:
-    """Whole KV blocks that fit in `gib`, as tokens."""
-    if gib <= 0:
-        return 0
-    blocks = int(gib * GIB) // (bytes_per_token * KV_BLOCK_TOKENS)
-    return blocks * KV_BLOCK_TOKENS
 
 
 @dataclass(frozen=True)
@@ -287,7 +177,7 @@ def fit_on_gpu(
     budget = budget_gib(memory_gib, gpu_memory_utilization)
     stage_share = layers_per_stage(arch, pipeline_parallel_size) / arch.num_layers
     weights = round_up(weights_gib(arch, dtype, quantization) * stage_share / tensor_parallel_size)
-    reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens))
+    reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size))
     kv_cache = round_down(budget - weights - reserve - lora_gib)
     layout = kv_layout(
         arch, dtype, tensor_parallel_size, pipeline_parallel_size, max_num_batched_tokens

@@ -13,10 +13,10 @@ from llmfleet.models.status import PlannedStrategy
 from llmfleet.planner.candidates import MIN_CONCURRENT_SEQUENCES
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.explain import join, plural, precision
+from llmfleet.planner.kv_cache import kv_layout
 from llmfleet.planner.memory import (
     GpuFit,
     batched_tokens_within,
-    kv_layout,
     memory_for_budget,
     usable_gib,
     weights_gib,
@@ -177,7 +177,7 @@ def does_not_fit(
         # activation reserve follows maxNumBatchedTokens, not maxModelLen).
         options.append(f"spec.engine.maxModelLen {fit.kv_tokens} or less")
     room = fit.budget_gib - fit.weights_gib - fit.lora_gib - one_sequence
-    batched = batched_tokens_within(arch, room)
+    batched = batched_tokens_within(arch, room, fit.tensor_parallel_size)
     if settings.max_num_seqs is not None:
         batched = batched if batched >= settings.max_num_seqs else 0
     if 0 < batched < settings.max_num_batched_tokens:

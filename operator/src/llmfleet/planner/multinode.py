@@ -18,8 +18,9 @@ from llmfleet.planner.explain import (
     plural,
     precision,
 )
+from llmfleet.planner.kv_cache import layers_per_stage
 from llmfleet.planner.lora import explain_lora, lora_plan
-from llmfleet.planner.memory import layers_per_stage, weights_gib
+from llmfleet.planner.memory import weights_gib
 from llmfleet.planner.placement import Gpus
 from llmfleet.planner.pod_settings import node_selector, shm_size_gib, startup_budget
 from llmfleet.planner.result import Candidate, Plan

@@ -7,8 +7,8 @@ chunk) through the model once:
   whichever takes longer (small batches are bandwidth-bound, large ones compute-bound);
 * attention: read every running sequence's KV cache (context x KV bytes per token per GPU)
   and, for prompt tokens, the causal QK^T and AV FLOPs (2 x layers x hidden x length^2 / TP);
-* with TP > 1, two all-reduces of the step's activations per layer (ring: 2 (TP-1)/TP of the
-  bytes over the interconnect, plus a fixed latency each);
+* with TP > 1, two all-reduces of the step's activations per layer (planner/allreduce.py:
+  vLLM's custom all-reduce or NCCL by message size, fitted to published latency tables);
 * a fixed per-step cost (scheduling, sampling, launches) and a per-sequence one.
 
 Bandwidths and peaks are the GPU profile's datasheet figures; the efficiencies (what fraction
@@ -19,9 +19,9 @@ fitted to Llama-3.1-70B on one H200 (2026-11-24) and checked on one H100: the li
 fraction of the fp8 peak (cutlass scaled-mm at these shapes reaches about half of it, not the
 bf16 GEMMs' 73 %), and a per-layer cost of every step (quantizing the activations to fp8 before
 each linear layer, dynamic per-token scales). Attention stays in bf16 (the KV cache is bf16),
-so its FLOPs count at the bf16 peak. Interconnect
-figures are NVIDIA's published NVLink bandwidth with the efficiency NCCL reaches on all-reduce;
-no multi-GPU machine has calibrated them yet.
+so its FLOPs count at the bf16 peak. No multi-GPU run has calibrated the model here: the
+all-reduce term comes from published latency tables, and bench/tp_published.py checks the whole
+model against published tensor-parallel vLLM results.
 
 Model families change what a step reads and computes: a mixture of experts does 2 x active
 parameters FLOPs per token and reads the shared weights plus the experts its tokens touch (B
@@ -41,13 +41,9 @@ import math
 from dataclasses import dataclass
 
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
-from llmfleet.planner.memory import (
-    GIB,
-    bytes_per_weight,
-    kv_bytes_per_token_per_layer,
-    sliding_layers,
-    weights_gib,
-)
+from llmfleet.planner.allreduce import allreduce_s
+from llmfleet.planner.kv_cache import kv_bytes_per_token_per_layer, sliding_layers
+from llmfleet.planner.memory import GIB, bytes_per_weight, weights_gib
 
 # Fitted by bench/gpu_model.py (see its output, bench/gpu/calibration.json).
 CALIBRATION_NAME = (
@@ -59,10 +55,6 @@ STEP_OVERHEAD_MS = 1.25
 SEQUENCE_OVERHEAD_US = 6.18
 FP8_COMPUTE_EFFICIENCY = 0.614
 FP8_LAYER_OVERHEAD_US = 28.5
-# NCCL and vLLM's custom all-reduce reach about 80 % of NVLink's bandwidth on large messages;
-# each all-reduce also costs a few microseconds (published NCCL tests, not measured here).
-INTERCONNECT_EFFICIENCY = 0.8
-ALLREDUCE_LATENCY_US = 8.0
 
 
 @dataclass(frozen=True)
@@ -75,8 +67,6 @@ class Efficiencies:
     sequence_overhead_us: float = SEQUENCE_OVERHEAD_US
     fp8_compute: float = FP8_COMPUTE_EFFICIENCY
     fp8_layer_overhead_us: float = FP8_LAYER_OVERHEAD_US
-    interconnect: float = INTERCONNECT_EFFICIENCY
-    allreduce_latency_us: float = ALLREDUCE_LATENCY_US
 
 
 CALIBRATED = Efficiencies()
@@ -135,14 +125,10 @@ class PodModel:
         return self.gpu.bf16_tflops * 1e12 * self.efficiencies.compute
 
     def _allreduce_s(self, tokens: float) -> float:
-        tp = self.tensor_parallel_size
-        if tp == 1:
-            return 0.0
         message = tokens * self.hidden * 2  # bf16 activations
-        ring = 2 * (tp - 1) / tp * message / (self.gpu.interconnect_gbps * 1e9)
-        per_layer = 2 * (ring / self.efficiencies.interconnect)
-        per_layer += 2 * self.efficiencies.allreduce_latency_us * 1e-6
-        return self.layers * per_layer
+        one = allreduce_s(message, self.tensor_parallel_size, self.gpu.interconnect_gbps)
+        # After attention and after the MLP, in every layer.
+        return self.layers * 2 * one
 
     def _weight_bytes_read(self, tokens: float) -> float:
         """This GPU's weights a step of `tokens` tokens reads: all of them for a dense model; the
