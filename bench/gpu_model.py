@@ -19,6 +19,7 @@ figures.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import statistics
@@ -26,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.gpu_edges import edge_figures, edge_report
 from llmfleet.models.catalog import lookup_architecture
 from llmfleet.models.model_spec import ModelArchitecture, Quantization
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
@@ -55,6 +57,11 @@ FP8_CALIBRATION_RUNS = ("h200-2026-11-24-70b-fp8.jsonl",)
 # kv_check.py (shared/gpu) lines: one engine without LoRA and the same engine with
 # enable_lora/max_loras/max_lora_rank, one session on one GPU (logs: bench/gpu/logs/<tag>.log.gz).
 LORA_RUNS = ("h100-2026-11-25-lora.jsonl",)
+# 2 x H200, 2026-11-25 (run.sh phases edges, tp2, spread): tight fits of a wide MLP (Qwen2.5-32B at
+# 0.6) and of Llama-3.1-70B in fp8 at the H100's 0.95 budget (0.538 of an H200) compiling afresh,
+# Llama-3.1-8B at TP 2, and the same saturation run four times over (top-p and greedy).
+EDGE_RUNS = ("h200x2-2026-11-25.jsonl",)
+LOGS = DATA / "logs"
 # Engines vLLM refused to start (bench/gpu/logs/<tag>.log.gz: "Available KV cache memory:
 # -0.26 GiB"), which the planner must refuse too: model, GPU, utilization, maxModelLen, mnbt.
 REFUSED: tuple[tuple[str, str, str, float, int, int, Quantization], ...] = (
@@ -85,8 +92,24 @@ MODELS = {
     "llama-3.1-8b": "meta-llama/Llama-3.1-8B",
     "qwen2.5-7b": "Qwen/Qwen2.5-7B",
     "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
+    "qwen2.5-32b": "Qwen/Qwen2.5-32B",
 }
 GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA H200": "h200-141gb"}
+
+
+def _cuda_gib(device: str) -> float | None:
+    return DEFAULT_GPU_PROFILES[GPUS[device]].cuda_gib
+
+
+def compiled_afresh(tag: str) -> bool | None:
+    """Whether the engine's torch.compile ran in its start (its log), rather than loading an
+    earlier start's cache: the compile's buffers count in vLLM's activation peak. None without
+    a log."""
+    log = LOGS / f"{tag}.log.gz"
+    if not log.is_file():
+        return None
+    text = gzip.decompress(log.read_bytes()).decode(errors="replace")
+    return "Directly load the compiled graph" not in text
 
 
 def _gpu(device: str) -> tuple[Gpu, float]:
@@ -122,13 +145,14 @@ class Engine:
     kv_tokens: int
     quantization: Quantization = "none"
     lora: LoraSettings | None = None
+    tensor_parallel_size: int = 1
 
     def pod(self, efficiencies: Efficiencies = CALIBRATED) -> PodModel:
         return pod_model(
             _arch(self.model),
             dtype="bfloat16",
             quantization=self.quantization,
-            tensor_parallel_size=1,
+            tensor_parallel_size=self.tensor_parallel_size,
             gpu=_gpu(self.device)[0],
             max_num_batched_tokens=self.max_num_batched_tokens,
             efficiencies=efficiencies,
@@ -140,10 +164,11 @@ class Engine:
             dtype="bfloat16",
             quantization=self.quantization,
             memory_gib=_gpu(self.device)[1],
+            cuda_gib=_cuda_gib(self.device),
             gpu_memory_utilization=self.utilization,
             max_num_batched_tokens=self.max_num_batched_tokens,
-            tensor_parallel_size=1,
-            lora_gib=buffer_gib(_arch(self.model), self.lora, 1),
+            tensor_parallel_size=self.tensor_parallel_size,
+            lora_gib=buffer_gib(_arch(self.model), self.lora, self.tensor_parallel_size),
         )
         return fit.kv_tokens
 
@@ -222,6 +247,7 @@ def engines(runs: tuple[str, ...] = RUNS) -> dict[str, Engine]:
                 r["max_num_batched_tokens"],
                 r["kv_tokens"],
                 args.get("quantization") or "none",
+                tensor_parallel_size=args.get("tensor_parallel_size") or 1,
             )
     return found
 
@@ -455,7 +481,7 @@ def run() -> dict[str, float]:
     fp8 = [p for p in validation if p.engine.quantization == "fp8"]
     fp8_errors = [abs(p.error_pct()) for p in fp8 if p.what in ("out_tok_s", "itl_ms")]
     kv = []
-    for e in engines(RUNS + FP8_CALIBRATION_RUNS).values():
+    for e in engines(RUNS + FP8_CALIBRATION_RUNS + EDGE_RUNS).values():
         planned = e.planner_kv_tokens()
         kv.append(
             {
@@ -463,8 +489,10 @@ def run() -> dict[str, float]:
                 "gpu": e.device,
                 "model": e.model,
                 "quantization": e.quantization,
+                "tensor_parallel_size": e.tensor_parallel_size,
                 "utilization": e.utilization,
                 "max_model_len": e.max_model_len,
+                "compiled_afresh": compiled_afresh(e.tag),
                 "planner": planned,
                 "vllm": e.kv_tokens,
                 "error_pct": round((planned / e.kv_tokens - 1) * 100, 2),
@@ -491,9 +519,19 @@ def run() -> dict[str, float]:
     _plot(validation)
     return {
         "gpu_kv_error_max_pct": max(abs(k["error_pct"]) for k in kv if k["quantization"] == "none"),
+        # A new pod compiles afresh; an engine that loaded an earlier start's compile cache
+        # peaks 0.55 GiB lower and gets that much more KV cache (gpu_kv_fp8_cached_compile_*).
         "gpu_kv_fp8_error_max_pct": max(
-            abs(k["error_pct"]) for k in kv if k["quantization"] == "fp8"
+            abs(k["error_pct"])
+            for k in kv
+            if k["quantization"] == "fp8" and k["compiled_afresh"] is not False
         ),
+        "gpu_kv_fp8_cached_compile_error_pct": max(
+            abs(k["error_pct"])
+            for k in kv
+            if k["quantization"] == "fp8" and k["compiled_afresh"] is False
+        ),
+        **edge_figures(kv),
         "gpu_lora_reserve_error_pct": abs(
             next(
                 r["reserve_error_pct"]
@@ -530,6 +568,7 @@ def main() -> None:
         return
     figures = run()
     print(json.dumps(figures, indent=2))
+    print(json.dumps(edge_report(), indent=2))
     report = json.loads(OUTPUT.read_text())
     for v in report["validation"] + report["fp8_calibration"]:
         print(

@@ -202,14 +202,50 @@ FIGURES: dict[str, tuple[str, str]] = {
     "lora_ttft_p99_s_4": ("… TTFT p99, 4 adapters", "s"),
     "lora_ttft_p99_s_8": ("… TTFT p99, 8 adapters", "s"),
     "gpu_kv_error_max_pct": (
-        "Planner KV-cache tokens vs vLLM's, worst of 9 engines (2 shapes, utilization 0.8/0.9/"
-        "0.95, context 8k/16k/32k; H100 80GB HBM3 and H200, vLLM 0.26.0, 2026-11-23)",
+        "Planner KV-cache tokens vs vLLM's, worst of 13 bf16 engines (Llama-3.1-8B, Qwen2.5-7B, "
+        "Qwen2.5-32B at a tight fit, Llama-3.1-8B at TP 2; utilization 0.6-0.95, context 8k-32k; "
+        "H100 80GB HBM3 and H200, vLLM 0.26.0, 2026-11-23 and 2026-11-25)",
         "%",
     ),
     "gpu_kv_fp8_error_max_pct": (
-        "… worst of 3 engines of Llama-3.1-70B in fp8 on one GPU (H200 at 0.9 twice, H100 80GB "
-        "at 0.95: the planner errs low, vLLM's activation peak varies 2.99-3.56 GiB; the "
-        "planner also refuses the 3 H100 engines at 0.9 that vLLM refused), 2026-11-24",
+        "… worst of the engines of Llama-3.1-70B in fp8 on one GPU that compiled afresh, as a new "
+        "pod does (H200 at 0.9, and at 0.538: the H100's 0.95 budget, 3.7 GiB of KV cache; the "
+        "planner also refuses the 3 H100 engines at 0.9 that vLLM refused), 2026-11-24/25",
+        "%",
+    ),
+    "gpu_kv_fp8_cached_compile_error_pct": (
+        "… worst of the fp8 engines that loaded an earlier start's torch.compile cache (H100 at "
+        "0.95, 2026-11-24): their activation peak is 0.55 GiB lower, the planner errs low",
+        "%",
+    ),
+    "gpu_kv_wide_mlp_error_pct": (
+        "… Qwen2.5-32B's shape (MLP 5.4 x hidden) at utilization 0.6 of an H200: 20 GiB of KV "
+        "cache, 2026-11-25 (the rule of 28 bytes per hidden unit erred +4 %)",
+        "%",
+    ),
+    "gpu_kv_tp2_error_pct": (
+        "… Llama-3.1-8B at TP 2 on 2 x H200 (activation peak split over the GPUs; NCCL's "
+        "buffers outside vLLM's budget), 2026-11-25",
+        "%",
+    ),
+    "gpu_tp2_itl_error_max_pct": (
+        "Planner decode step vs vLLM's at TP 2 (Llama-3.1-8B, 2 x H200), worst of 5 "
+        "concurrencies 1-256 (within 4.2 % up to 128), 2026-11-25",
+        "%",
+    ),
+    "gpu_top_p_cold_run_slowdown_pct": (
+        "The first of 4 identical saturation runs on one engine vs the other 3, top-p 0.95 "
+        "(Llama-3.1-8B, 512 sequences, 1,024 x 512/256 tokens, H200, vLLM 0.26.0 without "
+        "FlashInfer, 2026-11-25): the sampler's first batches at that size",
+        "%",
+    ),
+    "gpu_greedy_cold_run_slowdown_pct": ("… the same, greedy", "%"),
+    "gpu_top_p_cost_pct": (
+        "Output tok/s lost to top-p 0.95 sampling against greedy, warm runs, same engine and load",
+        "%",
+    ),
+    "gpu_saturate_warm_spread_pct": (
+        "(max - min) / mean of the 3 warm runs, the wider of top-p and greedy",
         "%",
     ),
     "gpu_lora_reserve_error_pct": (

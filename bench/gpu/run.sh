@@ -63,7 +63,7 @@ h100-70b-fp8)  # The plan accepts it with 8,976 KV tokens (11 sequences); does v
 h100-70b-fp8-u095)  # At 0.9 vLLM found -0.26 GiB for the KV cache (any max_model_len): what 0.95 leaves.
     m h100-70b-fp8-u095 300 "$L70" "${FP8[@]}" --gpu-memory-utilization 0.95 --max-num-seqs 11 --ttft 512,2048 \
       --points 1x512x256,8x512x256 --saturate-greedy 128x512x256 ;;
-edges)  # 2026-11-26, two H100s at once. GPU 0: Qwen2.5-32B's shape (MLP 5.4 x hidden) in bf16 at 0.95, a
+edges)  # 2026-11-25, two GPUs at once (2 x H200 came: utilization 0.6 and 0.538 there). GPU 0: Qwen2.5-32B's shape (MLP 5.4 x hidden) in bf16 at 0.95, a
     # tight fit (about 11 GiB of KV cache): does the activation reserve follow the MLP's width? GPU 1:
     # Llama-3.1-70B in fp8 at 0.95 with an empty torch.compile cache, as a new pod starts (2026-11-24's
     # run at 0.95 followed failed starts of the same engine, so it hit their compile cache).

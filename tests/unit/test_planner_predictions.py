@@ -265,3 +265,14 @@ def test_shipped_constants_predict_the_held_out_gpu_runs(
     errors = sorted(abs(p.error_pct()) for p in points)
     assert errors[-1] <= 30
     assert errors[len(errors) // 2] <= 15
+
+
+def test_a_prediction_says_which_sampling_and_engine_state_it_stands_for() -> None:
+    spec = LLMDeploymentSpec.model_validate(
+        {"model": {"name": "meta-llama/Llama-3.1-8B"}, "gpus": {"count": 1, "profile": "h100-80gb"}}
+    )
+    predicted = plan(spec).predicted
+    assert predicted is not None
+    assert predicted.sampling is not None
+    assert "greedy" in predicted.sampling
+    assert "top-p" in predicted.sampling

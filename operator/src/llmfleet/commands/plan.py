@@ -262,6 +262,8 @@ def _table(item: _Planned) -> str:
                 f"alone, {q.itl_millis:.1f} ms at {q.concurrency}",
             )
         )
+        if q.sampling:
+            rows.append(("Predicted for", q.sampling))
         if q.max_concurrency_within_slo is not None:
             rows.append(("Within SLO", f"up to {q.max_concurrency_within_slo} sequences per pod"))
     if p.lora is not None:

@@ -18,6 +18,16 @@ class GpuProfile(ApiModel):
     """One GPU node pool."""
 
     memory_gib: float = Field(alias="memoryGiB", gt=0, description="Memory of one GPU, GiB.")
+    cuda_gib: float | None = Field(
+        default=None,
+        alias="cudaGiB",
+        gt=0,
+        description=(
+            "What CUDA reports of one GPU's memory (torch.cuda.mem_get_info's total), GiB, where "
+            "measured: vLLM applies gpuMemoryUtilization to it. Unset, memoryGiB less 0.82 (an "
+            "H100 80GB's difference)."
+        ),
+    )
     per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1, le=16, description="GPUs per node.")
     product: str | None = Field(
         default=None, description="nvidia.com/gpu.product label value of these nodes."
@@ -63,6 +73,7 @@ DEFAULT_GPU_PROFILES: dict[str, GpuProfile] = {
         # bandwidth per direction (half the bidirectional figure), or PCIe Gen4 x16.
         "h100-80gb": {
             "memoryGiB": 80,
+            "cudaGiB": 79.18,
             "perNode": 8,
             "product": "NVIDIA-H100-80GB-HBM3",
             "hbmGBps": 3350,
@@ -72,6 +83,7 @@ DEFAULT_GPU_PROFILES: dict[str, GpuProfile] = {
         },
         "h200-141gb": {
             "memoryGiB": 140,
+            "cudaGiB": 139.8,
             "perNode": 8,
             "product": "NVIDIA-H200",
             "hbmGBps": 4800,

@@ -101,6 +101,13 @@ class Prediction(ApiModel):
         description="Most sequences per pod whose ITL meets spec.slo.itlMillis (with an SLO).",
     )
     calibration: str = Field(description="Which measurements calibrated the model.")
+    sampling: str | None = Field(
+        default=None,
+        description=(
+            "Which sampling and engine state the figures stand for (greedy, warm), with the "
+            "measured cost of top-p sampling and of a cold engine."
+        ),
+    )
 
 
 class Measured(ApiModel):

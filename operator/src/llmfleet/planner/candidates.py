@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from llmfleet.models.status import PlannedStrategy, Prediction
 from llmfleet.models.workload import SloSpec
 from llmfleet.planner.memory import GpuFit
-from llmfleet.planner.performance import CALIBRATION_NAME, PodModel
+from llmfleet.planner.performance import CALIBRATION_NAME, SAMPLING_NOTE, PodModel
 
 MIN_CONCURRENT_SEQUENCES = 4
 # vLLM captures CUDA graphs for batches up to 512 sequences; beyond, decode steps run eagerly.
@@ -88,6 +88,7 @@ def predict(pod: PodModel, concurrency: int, workload: Workload, slo: SloSpec | 
         itl_millis_batch1=round(pod.itl_s(1, p, o) * 1e3, 2),
         max_concurrency_within_slo=within,
         calibration=CALIBRATION_NAME,
+        sampling=SAMPLING_NOTE,
     )
 
 

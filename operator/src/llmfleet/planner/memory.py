@@ -8,8 +8,9 @@ CUDA reports for the GPU; it loads its shard of the weights, profiles a forward 
 
 * CUDA reports less than the datasheet's memory: 79.18 GiB on an H100 80GB HBM3
   (torch.cuda.mem_get_info, bench/gpu/ 2026-11-23/24). `memoryGiB` is the datasheet figure, so
-  the planner takes CUDA_UNREACHABLE_GIB off it before applying the utilization. (An H200,
-  profile 140 GiB, reports 139.8: this errs low there by 0.6 GiB.)
+  the planner takes CUDA_UNREACHABLE_GIB off it before applying the utilization, or uses the GPU
+  profile's `cudaGiB` where it was measured (H100 80GB 79.18, H200 139.8: memoryGiB 140 less
+  0.82 erred 0.6 GiB low, 9 % of a tight fit's KV cache).
 * `RUNTIME_RESERVE_GIB + maxNumBatchedTokens x activation bytes per token` stands in for the
   profile run. Per token, the MLP's gate/up output (2 x intermediate) and its activated half
   (intermediate), 16 bits each, live at once: MLP_BYTES_PER_UNIT = 6 bytes per intermediate unit;
@@ -90,14 +91,18 @@ def weights_gib(arch: ModelArchitecture, dtype: Dtype, quantization: Quantizatio
     return total / GIB
 
 
-def usable_gib(memory_gib: float) -> float:
-    """What CUDA reports of a GPU of `memory_gib` (datasheet) GiB."""
+def usable_gib(memory_gib: float, cuda_gib: float | None = None) -> float:
+    """What CUDA reports of a GPU of `memory_gib` (datasheet) GiB: `cuda_gib` where measured."""
+    if cuda_gib is not None:
+        return cuda_gib
     return max(0.0, memory_gib - CUDA_UNREACHABLE_GIB)
 
 
-def budget_gib(memory_gib: float, gpu_memory_utilization: float) -> float:
+def budget_gib(
+    memory_gib: float, gpu_memory_utilization: float, cuda_gib: float | None = None
+) -> float:
     """What vLLM may use of one GPU."""
-    return round_down(usable_gib(memory_gib) * gpu_memory_utilization)
+    return round_down(usable_gib(memory_gib, cuda_gib) * gpu_memory_utilization)
 
 
 def memory_for_budget(needed_gib: float, gpu_memory_utilization: float) -> float:
@@ -170,11 +175,12 @@ def fit_on_gpu(
     tensor_parallel_size: int,
     pipeline_parallel_size: int = 1,
     lora_gib: float = 0.0,
+    cuda_gib: float | None = None,
 ) -> GpuFit:
     """One GPU of a replica of `tensor_parallel_size` x `pipeline_parallel_size` GPUs: its shard
     of its stage's layers (the deepest stage: the one that fills first), and `lora_gib` of LoRA
     buffers."""
-    budget = budget_gib(memory_gib, gpu_memory_utilization)
+    budget = budget_gib(memory_gib, gpu_memory_utilization, cuda_gib)
     stage_share = layers_per_stage(arch, pipeline_parallel_size) / arch.num_layers
     weights = round_up(weights_gib(arch, dtype, quantization) * stage_share / tensor_parallel_size)
     reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size))

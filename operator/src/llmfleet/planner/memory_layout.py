@@ -156,7 +156,8 @@ def does_not_fit(
         f"at tensor-parallel size {widest} each GPU needs {fit.weights_gib:.2f} GiB of weights "
         f"+ {fit.reserve_gib:.2f} GiB runtime reserve {lora}+ {one_sequence:.2f} GiB of KV "
         f"cache for one {length}-token sequence = {needed:.2f} GiB, but vLLM may use "
-        f"{fit.budget_gib:.2f} GiB ({usable_gib(gpus.memory_gib):.2f} GiB that CUDA reports of "
+        f"{fit.budget_gib:.2f} GiB ({usable_gib(gpus.memory_gib, gpus.cuda_gib):.2f} GiB that "
+        "CUDA reports of "
         f"{gpus.memory_gib:g} GiB x gpuMemoryUtilization "
         f"{settings.gpu_memory_utilization:g})"
     )

@@ -45,6 +45,12 @@ from llmfleet.planner.allreduce import allreduce_s
 from llmfleet.planner.kv_cache import kv_bytes_per_token_per_layer, sliding_layers
 from llmfleet.planner.memory import GIB, bytes_per_weight, weights_gib
 
+# What the predictions stand for, measured on 2 x H200 (bench/gpu_edges.py): the calibration
+# runs decode greedily on warm engines.
+SAMPLING_NOTE = (
+    "greedy decoding on a warm engine; top-p 0.95 measured 3 % fewer output tokens/s, and an "
+    "engine's first run at a new batch size 13 % fewer with top-p (vLLM 0.26.0 without FlashInfer)"
+)
 # Fitted by bench/gpu_model.py (see its output, bench/gpu/calibration.json).
 CALIBRATION_NAME = (
     "NVIDIA H100 80GB HBM3, vLLM 0.26.0, 2026-11-23 (bf16); NVIDIA H200, 2026-11-24 (fp8)"

@@ -18,6 +18,8 @@ class Gpus:
     memory_gib: float
     per_node: int
     product: str | None
+    # What CUDA reports of memory_gib, where the profile measured it (memory.usable_gib otherwise).
+    cuda_gib: float | None = None
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[dict[str, Any], ...] = ()
     # Datasheet figures for the performance model, and the profile they came from; None when
@@ -79,6 +81,8 @@ def resolve_gpus(gpus: GpuSpec, profiles: GpuProfiles) -> Gpus:
     return Gpus(
         count=gpus.count,
         memory_gib=memory,
+        # The profile's measurement holds for the profile's memory, not one the spec overrides.
+        cuda_gib=profile.cuda_gib if profile and gpus.memory_gib is None else None,
         per_node=per_node,
         product=gpus.product or (profile.product if profile else None),
         node_selector=dict(profile.node_selector) if profile else {},

@@ -152,6 +152,7 @@ def gpu_fit(
         dtype=spec.model.dtype,
         quantization="fp8" if fp8 else spec.model.quantization,
         memory_gib=gpus.memory_gib,
+        cuda_gib=gpus.cuda_gib,
         gpu_memory_utilization=settings.gpu_memory_utilization,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         tensor_parallel_size=tensor_parallel_size,
