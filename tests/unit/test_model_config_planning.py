@@ -256,3 +256,23 @@ def test_plan_cli_says_how_to_plan_without_the_hub(
     assert f"spec.model.architecture: cannot read config.json of {REPO}@main" in err
     assert "set HF_TOKEN" in err
     assert "--model-config FILE" in err
+
+
+def test_plan_cli_reads_the_config_json_of_a_model_folder_on_this_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "models" / "support-ft"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(CONFIG_FILE.read_text())
+    manifest = tmp_path / "ft.yaml"
+    manifest.write_text(MANIFEST.replace(f"name: {REPO}}}", f"name: {folder}}}"))
+
+    assert main(["plan", "-f", str(manifest), "-o", "json"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert (
+        main(["plan", "-f", str(manifest), "-o", "json", "--model-config", str(CONFIG_FILE)]) == 0
+    )
+    given = json.loads(capsys.readouterr().out)
+
+    assert local == given
+    assert local["tensorParallelSize"] >= 1

@@ -80,7 +80,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="a model's config.json, sizing every LLMDeployment whose architecture neither "
         "spec.model.architecture nor the built-in catalog gives (air-gapped use); without it "
-        "that config.json is read from the Hub (env HF_ENDPOINT, and HF_TOKEN for gated models)",
+        "a model named by a path is sized from that folder's config.json on this machine, and "
+        "a Hub id's config.json is read from the Hub (env HF_ENDPOINT, and HF_TOKEN for gated "
+        "models)",
     )
     parser.set_defaults(func=_run)
 
@@ -148,8 +150,17 @@ class _ModelConfigs:
         self.cache = ConfigCache()
 
     def for_model(self, model: ModelSpec) -> Config | None:
-        if self.given is not None or not needs_config(model):
+        if self.given is not None:
             return self.given
+        local = Path(model.name) / "config.json"
+        if model.name.startswith("/") and local.is_file():
+            # A model folder on this machine: the CLI reads it where the operator cannot.
+            try:
+                return _load_config(local)
+            except (OSError, ValueError) as error:
+                raise PlanError("spec.model.name", f"cannot load {local}: {error}") from None
+        if not needs_config(model):
+            return None
         url = config_url(self.endpoint, model.name, revision_of(model))
         try:
             return self.cache.get(
