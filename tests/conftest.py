@@ -24,6 +24,7 @@ from clusters import (
     other_kubeconfig,
     tier_cluster,
 )
+from hubstub import HubStub, hub_stub
 from kubernetes import client, config
 from localcluster.metricsstack import MetricsStack
 from localcluster.supervisor import Cluster
@@ -85,6 +86,16 @@ def namespace(
 ) -> Iterator[str]:
     with fresh_namespace(api, request.node.name, test_namespaces, finish_namespace) as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+def lab_hub() -> Iterator[HubStub]:
+    """A stand-in for the Hugging Face Hub on 127.0.0.1 that the tiers' operator reads config.json
+    from (the chart's huggingFace.endpoint): a model neither the catalog nor its spec describes
+    makes the operator ask the Hub, and tests never dial outside loopback. It has no model
+    unless a test serves one: the Hub's 404."""
+    with hub_stub() as stub:
+        yield stub
 
 
 @pytest.fixture(scope="session")

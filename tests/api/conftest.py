@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from clusters import namespaces_made, tier_cluster
+from hubstub import HubStub
 from kubernetes import client, config
 from localcluster.apionly import (
     ApiServerCluster,
@@ -62,10 +63,15 @@ def finish_namespace(api: client.ApiClient, controller_manager: bool) -> Callabl
 
 
 @pytest.fixture(scope="package", autouse=True)
-def chart(cluster: Cluster, controller_manager: bool) -> ThreadOperator:
+def chart(cluster: Cluster, controller_manager: bool, lab_hub: HubStub) -> ThreadOperator:
     """The chart, installed with Helm (CRDs, RBAC, the operator's ServiceAccount and its
-    token), for every test of the tier; the operator not started."""
-    op = ThreadOperator(cluster, helm_wait=controller_manager)
+    token), for every test of the tier, reading config.json from the session's Hub stand-in;
+    the operator not started."""
+    op = ThreadOperator(
+        cluster,
+        helm_wait=controller_manager,
+        chart_values=(f"huggingFace.endpoint={lab_hub.url}",),
+    )
     op.install_identity()
     return op
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hubstub import HubStub
 from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
 
@@ -41,10 +42,11 @@ def e2e_gpu_pool(cluster: Cluster) -> str:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: Cluster, e2e_gpu_pool: str) -> Iterator[Operator]:
+def operator(cluster: Cluster, e2e_gpu_pool: str, lab_hub: HubStub) -> Iterator[Operator]:
     """The chart's operator pod, installed with Helm from the image `make images` built (built
-    here if missing) onto `local-system-0`, Ready and leading."""
-    op = e2e_operator(cluster)
+    here if missing) onto `local-system-0`, Ready and leading, reading config.json from the
+    session's Hub stand-in."""
+    op = e2e_operator(cluster, lab_hub.url)
     op.install()
     op.start()
     yield op

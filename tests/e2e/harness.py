@@ -95,11 +95,12 @@ def stand_in(
     return body
 
 
-def e2e_operator(cluster: Cluster) -> Operator:
-    """The operator as the e2e session runs it (not installed)."""
+def e2e_operator(cluster: Cluster, hub_url: str) -> Operator:
+    """The operator as the e2e session runs it (not installed), reading config.json from the Hub
+    stand-in at `hub_url`."""
     return OperatorPod(
         cluster,
-        chart_values=E2E_CHART_VALUES,
+        chart_values=(*E2E_CHART_VALUES, f"huggingFace.endpoint={hub_url}"),
         chart_json={f"gpuProfiles.{name}": profile for name, profile in LOCAL_GPU_PROFILES.items()},
     )
 

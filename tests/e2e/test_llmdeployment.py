@@ -226,8 +226,16 @@ def test_delete_collects_every_child(
 # tests/api/test_llmdeployment.py.)
 MALFORMED: list[tuple[str, dict[str, Any], str]] = [
     (
+        # Not in the catalog, so the operator asks the Hub (the session's stand-in) for its
+        # config.json: the Hub has no such model.
         "unknown-model-without-architecture",
         {"model": {"name": "acme/secret-model"}},
+        "spec.model.name",
+    ),
+    (
+        # A path in the container: the operator cannot read its config.json.
+        "path-model-without-architecture",
+        {"model": {"name": "/models/secret-model"}},
         "spec.model.architecture",
     ),
     (
