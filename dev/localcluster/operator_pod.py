@@ -306,7 +306,10 @@ class OperatorPod:
         )
         want = deployment["spec"]["replicas"]
         status = deployment.get("status") or {}
-        pods, ready = self.pods(), self.ready_pods()
+        # Failed pods (evicted, or refused by a node) stay listed until collected, and are no
+        # part of the roll: counting them waited for ever after a node refused an old pod.
+        pods = [p for p in self.pods() if (p.get("status") or {}).get("phase") != "Failed"]
+        ready = self.ready_pods()
         done = (
             status.get("observedGeneration") == deployment["metadata"]["generation"]
             and status.get("updatedReplicas") == status.get("replicas") == want
