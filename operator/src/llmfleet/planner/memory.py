@@ -53,7 +53,13 @@ import math
 from dataclasses import dataclass
 
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
-from llmfleet.planner.kv_cache import KvLayout, kv_layout, kv_tokens_in, layers_per_stage
+from llmfleet.planner.kv_cache import (
+    KV_BLOCK_TOKENS,
+    KvLayout,
+    kv_bytes_per_token_per_layer,
+    kv_layout,
+)
+from llmfleet.planner.pipeline_stages import passes_kv_check, stage_layers, stage_weights_gib
 
 GIB = 1024**3
 CUDA_UNREACHABLE_GIB = 0.82
@@ -155,6 +161,9 @@ class GpuFit:
     kv_tokens: int
     lora_gib: float = 0.0  # vLLM's LoRA buffers, allocated with the weights
     kv_layout: KvLayout | None = None  # None: full attention only
+    # The pipeline stage whose KV cache is smallest (0-based): vLLM gives every stage its
+    # block count, and its figures are the ones above.
+    stage: int = 0
 
     def sequences(self, max_model_len: int) -> int:
         """Sequences of `max_model_len` tokens the KV cache holds at once."""
@@ -162,6 +171,32 @@ class GpuFit:
         if layout is None or not layout.sliding_groups:
             return self.kv_tokens // max_model_len
         return layout.blocks(self.kv_cache_gib) // layout.blocks_per_sequence(max_model_len)
+
+    def blocks(self) -> int:
+        """vLLM's num_gpu_blocks: the KV blocks of every stage."""
+        layout = self.kv_layout
+        if layout is None or not layout.sliding_groups:
+            return self.kv_tokens // KV_BLOCK_TOKENS
+        return layout.blocks(self.kv_cache_gib)
+
+    def blocks_per_sequence(self, max_model_len: int) -> int:
+        layout = self.kv_layout
+        if layout is None or not layout.sliding_groups:
+            return math.ceil(max_model_len / KV_BLOCK_TOKENS)
+        return layout.blocks_per_sequence(max_model_len)
+
+    def starts(self, max_model_len: int) -> bool:
+        """Whether vLLM's start-up KV cache check passes (`pipeline_stages`)."""
+        return passes_kv_check(self.blocks(), self.blocks_per_sequence(max_model_len))
+
+
+def embedding_matrix_gib(
+    arch: ModelArchitecture, dtype: Dtype, quantization: Quantization
+) -> float:
+    """One vocabulary x hidden matrix, in 16 bits under fp8 as `weights_gib` counts it."""
+    matrices = 1 if arch.tie_word_embeddings else 2
+    quantized = "none" if quantization == "fp8" else quantization
+    return embedding_parameters(arch) / matrices * bytes_per_weight(dtype, quantized) / GIB
 
 
 def fit_on_gpu(
@@ -177,21 +212,46 @@ def fit_on_gpu(
     lora_gib: float = 0.0,
     cuda_gib: float | None = None,
 ) -> GpuFit:
-    """One GPU of a replica of `tensor_parallel_size` x `pipeline_parallel_size` GPUs: its shard
-    of its stage's layers (the deepest stage: the one that fills first), and `lora_gib` of LoRA
-    buffers."""
+    """One GPU of a replica of `tensor_parallel_size` x `pipeline_parallel_size` GPUs, with
+    `lora_gib` of LoRA buffers: with pipeline parallelism, a GPU of the stage with the fewest KV
+    blocks (each stage's own layers and weights, `pipeline_stages`), whose count vLLM gives all."""
     budget = budget_gib(memory_gib, gpu_memory_utilization, cuda_gib)
-    stage_share = layers_per_stage(arch, pipeline_parallel_size) / arch.num_layers
-    weights = round_up(weights_gib(arch, dtype, quantization) * stage_share / tensor_parallel_size)
     reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size))
-    kv_cache = round_down(budget - weights - reserve - lora_gib)
     layout = kv_layout(
         arch, dtype, tensor_parallel_size, pipeline_parallel_size, max_num_batched_tokens
     )
+    layers = stage_layers(arch.num_layers, pipeline_parallel_size)
+    stage_weights = stage_weights_gib(
+        weights_gib(arch, dtype, quantization),
+        embedding_matrix_gib(arch, dtype, quantization),
+        1 if arch.tie_word_embeddings else 2,
+        layers,
+    )
+    per_layer_block = (
+        kv_bytes_per_token_per_layer(arch, dtype, tensor_parallel_size) * KV_BLOCK_TOKENS
+    )
+    stages: list[tuple[int, float, float]] = []  # (blocks, weights, KV cache GiB) per stage
+    for count, stage_gib in zip(layers, stage_weights, strict=True):
+        weights = round_up(stage_gib / tensor_parallel_size)
+        kv_cache = round_down(budget - weights - reserve - lora_gib)
+        # A hybrid layout's block is its deepest stage's (kv_layout), the most any stage takes.
+        block = layout.block_bytes if layout.sliding_groups else count * per_layer_block
+        stages.append((int(kv_cache * GIB) // block if kv_cache > 0 else 0, weights, kv_cache))
+    stage = min(range(len(stages)), key=lambda index: stages[index][0])
+    blocks, weights, kv_cache = stages[stage]
     if layout.sliding_groups:
-        tokens = layout.tokens(layout.blocks(kv_cache))
         return GpuFit(
-            tensor_parallel_size, budget, weights, reserve, kv_cache, tokens, lora_gib, layout
+            tensor_parallel_size,
+            budget,
+            weights,
+            reserve,
+            kv_cache,
+            layout.tokens(blocks),
+            lora_gib,
+            layout,
+            stage,
         )
-    tokens = kv_tokens_in(kv_cache, layout.bytes_per_token)
-    return GpuFit(tensor_parallel_size, budget, weights, reserve, kv_cache, tokens, lora_gib)
+    tokens = blocks * KV_BLOCK_TOKENS
+    return GpuFit(
+        tensor_parallel_size, budget, weights, reserve, kv_cache, tokens, lora_gib, stage=stage
+    )

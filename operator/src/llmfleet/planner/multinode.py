@@ -7,7 +7,7 @@ from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.models.model_spec import ModelArchitecture
 from llmfleet.planner.autoscaling import target_queue_depth
 from llmfleet.planner.candidates import MIN_CONCURRENT_SEQUENCES, concurrency_for
-from llmfleet.planner.engine_args import ArgGroup
+from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, ArgGroup, parse_int_override
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.explain import (
     batching_sentence,
@@ -18,9 +18,10 @@ from llmfleet.planner.explain import (
     plural,
     precision,
 )
-from llmfleet.planner.kv_cache import layers_per_stage
+from llmfleet.planner.kv_cache import KV_BLOCK_TOKENS, layers_per_stage
 from llmfleet.planner.lora import explain_lora, lora_plan
-from llmfleet.planner.memory import weights_gib
+from llmfleet.planner.memory import GpuFit, weights_gib
+from llmfleet.planner.pipeline_stages import stage_layers
 from llmfleet.planner.placement import Gpus
 from llmfleet.planner.pod_settings import node_selector, shm_size_gib, startup_budget
 from llmfleet.planner.result import Candidate, Plan
@@ -70,22 +71,9 @@ def plan_multinode(  # noqa: PLR0917
         )
     depths = [pp for pp in depths if pp <= arch.num_layers]
     fits = {pp: gpu_fit(spec, gpus, arch, settings, tp, pipeline=pp) for pp in depths}
-    holding = [pp for pp in depths if fits[pp].sequences(length) >= 1]
+    holding = [pp for pp in depths if fits[pp].starts(length)]
     if not holding:
-        deepest = fits[depths[-1]]
-        total = weights_gib(arch, spec.model.dtype, spec.model.quantization)
-        raise PlanError(
-            "spec.gpus.count",
-            f"{spec.model.name} ({total:.1f} GiB of {precision(spec)} weights) does not fit "
-            f"{count} GPUs even over "
-            f"{depths[-1]} nodes: at TP={tp} x PP={depths[-1]} each GPU needs "
-            f"{deepest.weights_gib:.2f} GiB of weights + {deepest.reserve_gib:.2f} GiB reserve "
-            + (f"+ {deepest.lora_gib:.2f} GiB of LoRA buffers " if deepest.lora_gib else "")
-            + f"and one {length}-token sequence, but vLLM may use {deepest.budget_gib:.2f} GiB; "
-            "add nodes (spec.gpus.count)"
-            + (", use fp8 (spec.model.quantization)" if spec.model.quantization == "none" else "")
-            + " or a shorter spec.engine.maxModelLen",
-        )
+        raise stages_refused(spec, arch, settings, extra, depths[-1], fits[depths[-1]])
     enough = [pp for pp in holding if fits[pp].sequences(length) >= MIN_CONCURRENT_SEQUENCES]
     pp = (enough or holding)[0]
     fit = fits[pp]
@@ -188,3 +176,46 @@ def multinode_bounds(
             f"{maximum} is below minReplicas {minimum}; set maxReplicas to at least that",
         )
     return minimum, maximum
+
+
+def stages_refused(  # noqa: PLR0917
+    spec: LLMDeploymentSpec,
+    arch: ModelArchitecture,
+    settings: Settings,
+    extra: tuple[ArgGroup, ...],
+    depth: int,
+    fit: GpuFit,
+) -> PlanError:
+    """The refusal when even the deepest pipeline fails vLLM's start-up check on one of its
+    stages (`pipeline_stages`): its numbers, and the longest maxModelLen that passes, found as
+    vLLM's own estimate_max_model_len finds it, by bisection."""
+    length, tp = settings.max_model_len, fit.tensor_parallel_size
+    low, high = 0, length - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fit.starts(middle) else (low, middle - 1)
+    need = fit.blocks_per_sequence(length)
+    layers = stage_layers(arch.num_layers, depth)[fit.stage]
+    total = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+    options = [f"maxModelLen {low} or less"] if low >= KV_BLOCK_TOKENS else []
+    options.append("more nodes (spec.gpus.count)")
+    if spec.model.quantization == "none":
+        options.append("fp8 weights (spec.model.quantization)")
+    field = "spec.gpus.count"
+    if low >= KV_BLOCK_TOKENS:
+        from_args = parse_int_override(extra, "--max-model-len", 16) is not None
+        field = EXTRA_ARGS_FIELD if from_args else "spec.engine.maxModelLen"
+    return PlanError(
+        field,
+        f"{spec.model.name} ({total:.1f} GiB of {precision(spec)} weights) does not fit "
+        f"{plural(depth * tp, 'GPU')} at maxModelLen {length} even over {depth} nodes: at "
+        f"TP={tp} x PP={depth} each GPU of pipeline stage {fit.stage + 1} ({layers} of "
+        f"{arch.num_layers} layers) holds {fit.weights_gib:.2f} GiB of weights + "
+        f"{fit.reserve_gib:.2f} GiB reserve "
+        + (f"+ {fit.lora_gib:.2f} GiB of LoRA buffers " if fit.lora_gib else "")
+        + f"of the {fit.budget_gib:.2f} GiB vLLM may use, leaving {max(fit.kv_cache_gib, 0):.2f} "
+        f"GiB of KV cache: {fit.blocks()} blocks of {KV_BLOCK_TOKENS} tokens. At start-up "
+        f"vLLM checks every stage for one {length}-token sequence ({need} blocks) beside the "
+        f"block it keeps back, {need + 1} in all, and refuses to start otherwise "
+        f"(vllm/v1/core/kv_cache_utils.py). Would fit: {'; '.join(options)}",
+    )
