@@ -6,6 +6,9 @@ tp2 and spread; bench/gpu/h200x2-2026-11-25.jsonl, logs in bench/gpu/logs/):
   (0.538 of an H200, 3.7 GiB of KV cache) compiling afresh, as a new pod does;
 * tensor parallelism: Llama-3.1-8B at TP 2, its KV cache and its decode step against the
   planner's all-reduce model;
+* hybrid attention: Gemma 3 27B's text model (52 of 62 layers sliding) at a 32k context and
+  Gemma 2 9B (every other layer sliding) at 8k: vLLM's "GPU KV cache size" and "Maximum
+  concurrency" (bench/gpu/h200x2-2026-11-25-hybrid.jsonl, from the models' config.json);
 * measurement method: one engine runs the same saturation run (1,024 requests of 512 + 256
   tokens, 512 sequences) four times, top-p 0.95 on one GPU and greedy on the other: how much the
   first (cold) run and the sampler change the figure.
@@ -16,17 +19,22 @@ the rows.
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 from llmfleet.models.catalog import lookup_architecture
+from llmfleet.models.hfconfig import architecture_from_config
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
+from llmfleet.planner.memory import fit_on_gpu
 from llmfleet.planner.performance import Gpu, pod_model
 
 DATA = Path(__file__).resolve().parent / "gpu"
 RUN = DATA / "h200x2-2026-11-25.jsonl"
+HYBRID_RUN = DATA / "h200x2-2026-11-25-hybrid.jsonl"
 WIDE_MLP_TAG = "qwen32b-u0.6"
 TP2_TAG = "tp2-8b"
 
@@ -87,6 +95,52 @@ def tp2_points() -> list[dict[str, Any]]:
     return rows
 
 
+def _logged(tag: str, pattern: str) -> float:
+    text = gzip.decompress((DATA / "logs" / f"{tag}.log.gz").read_bytes()).decode()
+    found = re.search(pattern, text)
+    assert found, f"{tag}: no {pattern!r} in its log"
+    return float(found.group(1).replace(",", ""))
+
+
+def hybrid_rows() -> list[dict[str, Any]]:
+    """Each sliding-window engine: vLLM's logged KV tokens and concurrency against the plan's,
+    the model sized from its config.json as the operator does."""
+    rows = []
+    for line in HYBRID_RUN.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("kind") != "engine":
+            continue
+        args = r["engine_args"]
+        config = json.loads((DATA / "models" / r["model"] / "config.json").read_text())
+        profile = DEFAULT_GPU_PROFILES["h200-141gb"]
+        fit = fit_on_gpu(
+            architecture_from_config(config),
+            dtype="bfloat16",
+            quantization="none",
+            memory_gib=profile.memory_gib,
+            cuda_gib=profile.cuda_gib,
+            gpu_memory_utilization=args["gpu_memory_utilization"],
+            max_num_batched_tokens=r["max_num_batched_tokens"],
+            tensor_parallel_size=1,
+            max_model_len=args["max_model_len"],
+        )
+        tokens = _logged(r["tag"], r"GPU KV cache size: ([\d,]+) tokens")
+        concurrency = _logged(
+            r["tag"], r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"
+        )
+        rows.append(
+            {
+                "tag": r["tag"],
+                "vllm_tokens": int(tokens),
+                "planner_tokens": fit.kv_tokens,
+                "tokens_error_pct": round((fit.kv_tokens / tokens - 1) * 100, 2),
+                "vllm_concurrency": concurrency,
+                "planner_sequences": fit.sequences(args["max_model_len"]),
+            }
+        )
+    return rows
+
+
 def edge_figures(kv: list[dict[str, Any]]) -> dict[str, float]:
     by_tag = {k["tag"]: k for k in kv}
     tp2 = tp2_points()
@@ -94,6 +148,7 @@ def edge_figures(kv: list[dict[str, Any]]) -> dict[str, float]:
         "gpu_kv_wide_mlp_error_pct": abs(by_tag[WIDE_MLP_TAG]["error_pct"]),
         "gpu_kv_tp2_error_pct": abs(by_tag[TP2_TAG]["error_pct"]),
         "gpu_tp2_itl_error_max_pct": max(abs(r["error_pct"]) for r in tp2),
+        "gpu_kv_hybrid_error_max_pct": max(abs(r["tokens_error_pct"]) for r in hybrid_rows()),
         **sampling_figures(),
     }
 
@@ -101,6 +156,7 @@ def edge_figures(kv: list[dict[str, Any]]) -> dict[str, float]:
 def edge_report() -> dict[str, Any]:
     return {
         "tp2_itl": tp2_points(),
+        "hybrid": hybrid_rows(),
         "saturation_out_tok_s": {
             "top_p": _saturation("spread-top-p"),
             "greedy": _saturation("spread-greedy"),

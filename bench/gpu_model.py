@@ -165,6 +165,7 @@ class Engine:
             quantization=self.quantization,
             memory_gib=_gpu(self.device)[1],
             cuda_gib=_cuda_gib(self.device),
+            max_model_len=self.max_model_len,
             gpu_memory_utilization=self.utilization,
             max_num_batched_tokens=self.max_num_batched_tokens,
             tensor_parallel_size=self.tensor_parallel_size,

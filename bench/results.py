@@ -228,6 +228,12 @@ FIGURES: dict[str, tuple[str, str]] = {
         "buffers outside vLLM's budget), 2026-11-25",
         "%",
     ),
+    "gpu_kv_hybrid_error_max_pct": (
+        "Planner KV-cache tokens vs vLLM's \"GPU KV cache size\" for sliding-window models sized "
+        "from their config.json: Gemma 3 27B's text model at 32k, Gemma 2 9B at 8k (H200, vLLM "
+        "0.26.0, 2026-11-25); the concurrency floors agree (4 and 40)",
+        "%",
+    ),
     "gpu_tp2_itl_error_max_pct": (
         "Planner decode step vs vLLM's at TP 2 (Llama-3.1-8B, 2 x H200), worst of 5 "
         "concurrencies 1-256 (within 4.2 % up to 128), 2026-11-25",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root, after the vLLM bundle is installed (bench/gpu/README.md):
-#   bash bench/gpu/run.sh PHASE     PHASE: a | b | c | h200 | h200-70b-fp8[-b] | h100-70b-fp8[-u095] | edges | tp2 | spread
+#   bash bench/gpu/run.sh PHASE     PHASE: a | b | c | h200 | h200-70b-fp8[-b] | h100-70b-fp8[-u095] | edges | tp2 | spread | hybrid
 #   (results: $OUT/<phase>.jsonl, logs beside it)
 # Every engine runs with dummy weights and prefix caching off (common.py's defaults); one JSON line a figure.
 set -uo pipefail
@@ -86,5 +86,14 @@ spread)  # Where 2026-11-25's 24 % spread came from: the same saturation run fou
     CUDA_VISIBLE_DEVICES=1 m spread-greedy 560 "$L8" --max-num-seqs 512 --max-num-batched-tokens 16384 \
       --saturate-greedy $S &
     wait ;;
+hybrid)  # 2026-11-25: sliding-window models, vLLM's hybrid KV cache (tokens and concurrency as it
+    # counts them) against the planner's. GPU 0: Gemma 3 27B's text model (52 of 62 layers sliding,
+    # window 1024) at a 32k context; GPU 1: Gemma 2 9B (every other layer sliding, window 4096).
+    G3=bench/gpu/models/gemma-3-27b-text G2=bench/gpu/models/gemma-2-9b
+    CUDA_VISIBLE_DEVICES=0 m gemma3-27b-32k 420 "$G3" --max-model-len 32768 --max-num-seqs 64 \
+      --max-num-batched-tokens 16384 --ttft 1024 --points 1x1024x128 &
+    CUDA_VISIBLE_DEVICES=1 m gemma2-9b-8k 420 "$G2" --max-model-len 8192 --max-num-seqs 256 \
+      --max-num-batched-tokens 16384 --ttft 1024 --points 1x1024x128 &
+    wait; grep -h "GPU KV cache size\|Maximum concurrency\|Actual usage" "$OUT"/*.log ;;
 *)  echo "unknown phase $PHASE"; exit 2 ;;
 esac

@@ -41,22 +41,25 @@ def test_gemma3_kv_cache_is_counted_in_vllm_hybrid_blocks() -> None:
     assert layout.block_bytes == 1_310_720
     blocks = layout.blocks(20.0)
     assert blocks == 16_384  # 20 GiB / 1.25 MiB
-    # vLLM's "GPU KV cache size": blocks // 7 groups x 16 tokens.
+    # The blocks the groups share: blocks // 7 groups x 16 tokens.
     assert layout.tokens(blocks) == 37_440
-    # One 131072-token sequence: 8192 blocks in the global group, and in each local group
-    # ceil(min(1023 + 8192, 131072) / 16) + 1 = 577: 8192 + 6 x 577 = 11654 blocks, so one fits
-    # in 20 GiB where 62 layers of full attention would need 62 GiB.
-    assert layout.blocks_per_sequence(131_072) == 11_654
-    assert layout.sequence_gib(131_072) == pytest.approx(11_654 * 1.25 / 1024)
+    # One 131072-token sequence: 8192 blocks in the global group, and in each local group the
+    # window and two steps in flight (vLLM schedules asynchronously), ceil(min(1023 + 2 x 8192,
+    # 131072) / 16) + 1 = 1089: 8192 + 6 x 1089 = 14726 blocks, so one fits in 20 GiB where 62
+    # layers of full attention would need 62 GiB.
+    assert layout.blocks_per_sequence(131_072) == 14_726
+    assert layout.sequence_gib(131_072) == pytest.approx(14_726 * 1.25 / 1024)
+    # vLLM's "GPU KV cache size" (kv_cache_size_tokens): 16384 / 14726 sequences x 131072.
+    assert layout.tokens(blocks, 131_072) == 145_829
 
 
 @pytest.mark.parametrize(
     ("max_model_len", "hybrid", "every_layer_global"),
     [
-        # 2048 + 6 x 577 = 5510 blocks a sequence of 16384 blocks; 20 GiB / (507904 B x 32768).
-        pytest.param(32_768, 2, 1, id="32k"),
-        # 8192 + 3462 = 11654 blocks; every layer global would need 62 GiB.
-        pytest.param(131_072, 1, 0, id="128k"),
+        # 2048 + 6 x 1089 = 8582 blocks a sequence of 32768; 40 GiB / (507904 B x 32768) = 2.6.
+        pytest.param(32_768, 3, 2, id="32k"),
+        # 8192 + 6534 = 14726 blocks; every layer global would need 62 GiB a sequence.
+        pytest.param(131_072, 2, 0, id="128k"),
     ],
 )
 def test_sliding_window_layers_hold_more_long_sequences(
@@ -66,15 +69,15 @@ def test_sliding_window_layers_hold_more_long_sequences(
     layout = kv_layout(arch, "auto", 1, 1, 8192)
     dense = kv_layout(arch.model_copy(update={"sliding_window": None}), "auto", 1, 1, 8192)
 
-    assert layout.blocks(20.0) // layout.blocks_per_sequence(max_model_len) == hybrid
-    assert int(20 * GIB) // (dense.bytes_per_token * max_model_len) == every_layer_global
+    assert layout.blocks(40.0) // layout.blocks_per_sequence(max_model_len) == hybrid
+    assert int(40 * GIB) // (dense.bytes_per_token * max_model_len) == every_layer_global
 
 
 def test_a_model_whose_every_layer_slides_holds_one_window_per_sequence() -> None:
     layout = kv_layout(from_config("mistralai--Mistral-7B-v0.1"), "auto", 1, 1, 2048)
-    # One group of all 32 layers; ceil(min(4095 + 2048, 32768) / 16) + 1 = 385 blocks.
+    # One group of all 32 layers; ceil(min(4095 + 2 x 2048, 32768) / 16) + 1 = 513 blocks.
     assert (layout.full_groups, layout.sliding_groups) == (0, 1)
-    assert layout.blocks_per_sequence(32_768) == 385
+    assert layout.blocks_per_sequence(32_768) == 513
 
 
 def test_the_catalog_gemma3_plans_a_128k_context_on_one_h100() -> None:

@@ -40,11 +40,11 @@ CUDA reports for the GPU; it loads its shard of the weights, profiles a forward 
   and a sequence of L tokens takes ceil(L / 16) blocks. With sliding-window layers beside full
   ones (Gemma 2/3) it groups the layers by kind into groups of equal size (the smaller kind's
   count, padded), a block holds one group's tokens, and a sequence takes ceil(L / 16) blocks in
-  each full-attention group but only ceil(min(window - 1 + maxNumBatchedTokens, L) / 16) + 1 in
-  each sliding one. vLLM reports `num_blocks // groups x 16` tokens ("GPU KV cache size") and
-  `num_blocks / blocks per sequence` as its concurrency; the planner's kv_tokens and sequences
-  are those two figures. Multi-latent attention (DeepSeek) caches kvLoraRank + qkRopeHeadDim
-  values per token per layer on every tensor-parallel GPU.
+  each full-attention group but only ceil(min(window - 1 + in-flight tokens, L) / 16) + 1 in
+  each sliding one (kv_cache.kv_layout). vLLM reports `num_blocks / blocks per sequence` as its
+  concurrency and that times maxModelLen as its tokens ("GPU KV cache size"); the planner's
+  sequences and kv_tokens are those two figures. Multi-latent attention (DeepSeek) caches
+  kvLoraRank + qkRopeHeadDim values per token per layer on every tensor-parallel GPU.
 """
 
 from __future__ import annotations
@@ -211,10 +211,12 @@ def fit_on_gpu(
     pipeline_parallel_size: int = 1,
     lora_gib: float = 0.0,
     cuda_gib: float | None = None,
+    max_model_len: int | None = None,
 ) -> GpuFit:
     """One GPU of a replica of `tensor_parallel_size` x `pipeline_parallel_size` GPUs, with
     `lora_gib` of LoRA buffers: with pipeline parallelism, a GPU of the stage with the fewest KV
-    blocks (each stage's own layers and weights, `pipeline_stages`), whose count vLLM gives all."""
+    blocks (each stage's own layers and weights, `pipeline_stages`), whose count vLLM gives all.
+    A hybrid (sliding-window) model's tokens are vLLM's for `max_model_len` when given."""
     budget = budget_gib(memory_gib, gpu_memory_utilization, cuda_gib)
     reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size))
     layout = kv_layout(
@@ -246,7 +248,7 @@ def fit_on_gpu(
             weights,
             reserve,
             kv_cache,
-            layout.tokens(blocks),
+            layout.tokens(blocks, max_model_len),
             lora_gib,
             layout,
             stage,

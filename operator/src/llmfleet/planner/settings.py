@@ -153,6 +153,7 @@ def gpu_fit(
         quantization="fp8" if fp8 else spec.model.quantization,
         memory_gib=gpus.memory_gib,
         cuda_gib=gpus.cuda_gib,
+        max_model_len=settings.max_model_len,
         gpu_memory_utilization=settings.gpu_memory_utilization,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         tensor_parallel_size=tensor_parallel_size,
