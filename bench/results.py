@@ -229,7 +229,7 @@ FIGURES: dict[str, tuple[str, str]] = {
         "%",
     ),
     "gpu_kv_hybrid_error_max_pct": (
-        "Planner KV-cache tokens vs vLLM's \"GPU KV cache size\" for sliding-window models sized "
+        'Planner KV-cache tokens vs vLLM\'s "GPU KV cache size" for sliding-window models sized '
         "from their config.json: Gemma 3 27B's text model at 32k, Gemma 2 9B at 8k (H200, vLLM "
         "0.26.0, 2026-11-25); the concurrency floors agree (4 and 40)",
         "%",
