@@ -176,8 +176,9 @@ def test_cpu_only_plan_sizes_kv_from_cpu_cache_and_uses_no_gpu() -> None:
         pytest.param(
             deployment(L70, gpus=2, strategy="SinglePod", engine={"maxModelLen": 32768}),
             "spec.gpus.count",
-            # 3.01 GiB of KV cache per GPU at TP=2 (2.49 GiB reserve at 16384 batched tokens).
-            ["spec.engine.maxModelLen 19712 or less", "spec.gpus.count 4"],
+            # 3.01 GiB of KV cache per GPU at TP=2 (2.49 GiB reserve at 16384 batched tokens):
+            # 1232 blocks, one kept back by vLLM, so 1231 x 16 tokens.
+            ["spec.engine.maxModelLen 19696 or less", "spec.gpus.count 4"],
             id="forced-single-pod-too-small-suggests-shorter-context",
         ),
         pytest.param(
@@ -271,3 +272,21 @@ def test_runtime_suggestions_grow_with_layout(
 
     assert result.shm_size_gib == shm
     assert result.startup_budget_seconds >= startup_at_least
+
+
+@pytest.mark.parametrize(
+    ("max_model_len", "plans"),
+    [
+        # 1232 KV blocks per GPU at TP=2: vLLM keeps one back, so 1231 x 16 = 19696 tokens start.
+        pytest.param(19_696, True, id="one-block-to-spare"),
+        pytest.param(19_712, False, id="every-block-but-the-null-one-missing"),
+    ],
+)
+def test_a_single_pod_needs_a_sequence_beside_the_block_vllm_keeps_back(
+    max_model_len: int, plans: bool
+) -> None:
+    spec = deployment(L70, gpus=2, strategy="SinglePod", engine={"maxModelLen": max_model_len})
+    if plans:
+        assert plan(spec).tensor_parallel_size == 2
+    else:
+        assert "spec.engine.maxModelLen 19696 or less" in refusal(spec).message

@@ -53,7 +53,7 @@ def allowed_sizes(
     count = gpus.count
     allowed = []
     for size in sizes:
-        if size > count or fits[size].sequences(length) < 1:
+        if size > count or not fits[size].starts(length):
             continue
         if not splits_evenly(count, size, gpus.per_node):
             continue

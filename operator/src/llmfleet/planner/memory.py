@@ -189,6 +189,15 @@ class GpuFit:
         """Whether vLLM's start-up KV cache check passes (`pipeline_stages`)."""
         return passes_kv_check(self.blocks(), self.blocks_per_sequence(max_model_len))
 
+    def longest_start(self, below: int) -> int:
+        """The longest maxModelLen under `below` that passes vLLM's start-up check (0: none),
+        found by bisection as vLLM's estimate_max_model_len does."""
+        low, high = 0, below - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if self.starts(middle) else (low, middle - 1)
+        return low
+
 
 def embedding_matrix_gib(
     arch: ModelArchitecture, dtype: Dtype, quantization: Quantization

@@ -60,7 +60,7 @@ def choose_layout(
                 f"{arch.num_attention_heads} attention heads and {arch.num_key_value_heads} "
                 f"KV heads: one of {join(sizes)}",
             )
-        if fits[count].sequences(length) < 1:
+        if not fits[count].starts(length):
             raise does_not_fit(
                 spec, gpus=gpus, arch=arch, settings=settings, sizes=sizes, fits=fits
             )
@@ -71,7 +71,7 @@ def choose_layout(
         )
 
     within = [size for size in sizes if size <= count]
-    acceptable = [size for size in within if fits[size].sequences(length) >= 1]
+    acceptable = [size for size in within if fits[size].starts(length)]
     if not acceptable:
         raise does_not_fit(spec, gpus=gpus, arch=arch, settings=settings, sizes=sizes, fits=fits)
     preferred = [s for s in acceptable if fits[s].sequences(length) >= MIN_CONCURRENT_SEQUENCES]
@@ -162,21 +162,22 @@ def does_not_fit(
         f"{settings.gpu_memory_utilization:g})"
     )
     options: list[str] = []
-    wider = [s for s in sizes if s > widest and fits[s].sequences(length) >= 1]
+    wider = [s for s in sizes if s > widest and fits[s].starts(length)]
     if wider:
         options.append(f"spec.gpus.count {wider[0]} (tensor-parallel size {wider[0]})")
     if spec.model.quantization == "none":
         fp8 = gpu_fit(spec, gpus, arch, settings, widest, fp8=True)
-        if fp8.sequences(length) >= 1:
+        if fp8.starts(length):
             options.append(
                 f"spec.model.quantization fp8 ({fp8.weights_gib:.2f} GiB of weights per GPU, "
                 f"{plural(fp8.sequences(length), 'full-length sequence')} of KV cache at "
                 f"TP={widest})"
             )
-    if fit.kv_tokens >= 16:
+    longest = fit.longest_start(length)
+    if longest >= 16:
         # Only where some KV cache is left: with none, a shorter context frees nothing (the
         # activation reserve follows maxNumBatchedTokens, not maxModelLen).
-        options.append(f"spec.engine.maxModelLen {fit.kv_tokens} or less")
+        options.append(f"spec.engine.maxModelLen {longest} or less")
     room = fit.budget_gib - fit.weights_gib - fit.lora_gib - one_sequence
     batched = batched_tokens_within(arch, room, fit.tensor_parallel_size)
     if settings.max_num_seqs is not None:

@@ -190,10 +190,7 @@ def stages_refused(  # noqa: PLR0917
     stages (`pipeline_stages`): its numbers, and the longest maxModelLen that passes, found as
     vLLM's own estimate_max_model_len finds it, by bisection."""
     length, tp = settings.max_model_len, fit.tensor_parallel_size
-    low, high = 0, length - 1
-    while low < high:
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if fit.starts(middle) else (low, middle - 1)
+    low = fit.longest_start(length)
     need = fit.blocks_per_sequence(length)
     layers = stage_layers(arch.num_layers, depth)[fit.stage]
     total = weights_gib(arch, spec.model.dtype, spec.model.quantization)

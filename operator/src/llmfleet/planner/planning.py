@@ -112,7 +112,7 @@ def _spans_nodes(
     """MultiNode as asked, or under Auto when no size within a node holds one full-length
     sequence and the GPUs span nodes."""
     one_node = [s for s in sizes if s <= min(gpus.count, gpus.per_node)]
-    fits_one_node = any(fits[s].sequences(settings.max_model_len) >= 1 for s in one_node)
+    fits_one_node = any(fits[s].starts(settings.max_model_len) for s in one_node)
     return spec.strategy == "MultiNode" or (
         spec.strategy == "Auto" and not fits_one_node and gpus.count > gpus.per_node
     )
