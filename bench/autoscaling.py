@@ -33,7 +33,6 @@ from dashboards.promql import VLLM_WAITING
 from kubernetes import client
 from kubernetes import config as k8s_config
 from localcluster.metricsstack import MetricsStack
-from localcluster.metricsstack.config import OPERATOR_JOB
 from localcluster.metricsstack.load import (
     EngineLoad,
     delete_llmd,
@@ -43,6 +42,7 @@ from localcluster.metricsstack.load import (
     tiny_llmd,
     wait_until,
 )
+from localcluster.metricsstack.scrape_config import OPERATOR_JOB
 from localcluster.operator_process import Operator
 from localcluster.routerapi import routed_engines
 from localcluster.supervisor import REPO, UPSTREAM_HPA_SYNC_PERIOD, Cluster, ahead_of_workloads

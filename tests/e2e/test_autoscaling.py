@@ -45,7 +45,6 @@ import pytest
 import yaml
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
-from localcluster.metricsstack.config import ENGINE_JOB, OPERATOR_JOB
 from localcluster.metricsstack.load import (
     EngineLoad,
     delete_llmd,
@@ -56,6 +55,7 @@ from localcluster.metricsstack.load import (
     tiny_llmd,
     wait_until,
 )
+from localcluster.metricsstack.scrape_config import ENGINE_JOB, OPERATOR_JOB
 from localcluster.promtext import per_worker, scrape, total
 from localcluster.routerapi import routed_engines
 from localcluster.sampler import read as sampler_read

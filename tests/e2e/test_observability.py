@@ -15,8 +15,8 @@ import pytest
 import yaml
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
-from localcluster.metricsstack.config import OPERATOR_JOB
 from localcluster.metricsstack.load import GROUP, VERSION, wait_until
+from localcluster.metricsstack.scrape_config import OPERATOR_JOB
 from localcluster.supervisor import Cluster
 
 from . import observe

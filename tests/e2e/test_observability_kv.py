@@ -18,7 +18,6 @@ import pytest
 import yaml
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
-from localcluster.metricsstack.config import OPERATOR_JOB
 from localcluster.metricsstack.load import (
     EngineLoad,
     delete_llmd,
@@ -27,6 +26,7 @@ from localcluster.metricsstack.load import (
     tiny_llmd,
     wait_until,
 )
+from localcluster.metricsstack.scrape_config import OPERATOR_JOB
 from localcluster.supervisor import Cluster
 
 from e2e import localnode, observe

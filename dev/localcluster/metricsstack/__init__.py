@@ -3,6 +3,8 @@ module by build-tools.sh; Debian supplies only promtool) discovering and scrapin
 kube-state-metrics and the operator; prometheus-adapter serving `custom.metrics.k8s.io` to the HPA
 controller through the aggregation layer. See docs/autoscaling.md."""
 
-from .stack import ADAPTER_RULES, NAMESPACE, MetricsStack
+from .cmdlines import ADAPTER_RULES
+from .names import NAMESPACE
+from .stack import MetricsStack
 
 __all__ = ["ADAPTER_RULES", "NAMESPACE", "MetricsStack"]

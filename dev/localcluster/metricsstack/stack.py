@@ -35,15 +35,11 @@ import yaml
 from llmfleet.render.autoscaling import QUEUE_METRIC
 
 from ..supervisor import BUILD_TOOLS, Cluster, ahead_of_workloads, bindir
-from . import config
-from .config import (
-    ADAPTER,
-    ADAPTER_RULES,
-    KSM,
-    NAMESPACE,
-    OPERATOR_JOB,
-    StackPorts,
-)
+from . import cluster_objects, identities
+from .cmdlines import ADAPTER_RULES, adapter_cmd, ksm_cmd, prometheus_cmd
+from .identities import ADAPTER, KSM
+from .names import NAMESPACE, StackPorts
+from .scrape_config import OPERATOR_JOB, SCRAPE_INTERVAL, prometheus_config
 
 NAME = "metrics-stack"
 
@@ -70,7 +66,7 @@ def _pid_alive(pid: int) -> bool:
 class MetricsStack:
     cluster: Cluster
     # How often Prometheus scrapes the engine pods (the other jobs: SCRAPE_INTERVAL).
-    engine_scrape_interval: str = config.SCRAPE_INTERVAL
+    engine_scrape_interval: str = SCRAPE_INTERVAL
 
     # --- paths ------------------------------------------------------------------------------
 
@@ -156,26 +152,26 @@ class MetricsStack:
         try:
             yield self
         finally:
-            self.engine_scrape_interval = config.SCRAPE_INTERVAL
+            self.engine_scrape_interval = SCRAPE_INTERVAL
             self._write_prometheus_config(self.ports, reload=True)
 
     def stop(self) -> None:
         """Remove the APIServices, then stop every process of the stack."""
         with contextlib.suppress(subprocess.CalledProcessError):
             self.cluster.kubectl(
-                "delete", "apiservice", *config.apiservice_names(), "--ignore-not-found"
+                "delete", "apiservice", *cluster_objects.apiservice_names(), "--ignore-not-found"
             )
         self._stop_supervisor()
 
     def _launch(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         self.targets_dir.mkdir(exist_ok=True)
-        config.ensure_certs(self.cluster.pki_dir, self.pki)
+        identities.ensure_certs(self.cluster.pki_dir, self.pki)
         ca = self.cluster.pki_dir / "ca.crt"
-        for ident in config.IDENTITIES:
-            cfg = config.kubeconfig(self.cluster.server, ca, self.pki, ident)
+        for ident in identities.IDENTITIES:
+            cfg = identities.kubeconfig(self.cluster.server, ca, self.pki, ident)
             self.kubeconfig_for(ident.stem).write_text(yaml.safe_dump(cfg, sort_keys=True))
-        self._apply(config.rbac())
+        self._apply(cluster_objects.rbac())
         ports = StackPorts(
             prometheus=_free_port(),
             adapter=_free_port(),
@@ -186,18 +182,18 @@ class MetricsStack:
         if not (self.targets_dir / f"{OPERATOR_JOB}.json").exists():
             (self.targets_dir / f"{OPERATOR_JOB}.json").write_text("[]\n")
         processes = {
-            "prometheus": config.prometheus_cmd(
+            "prometheus": prometheus_cmd(
                 bindir("prometheus") / "prometheus",
                 self.home / "prometheus.yml",
                 self.home / "prometheus-data",
                 ports,
             ),
-            "kube-state-metrics": config.ksm_cmd(
+            "kube-state-metrics": ksm_cmd(
                 bindir("kube-state-metrics") / "kube-state-metrics",
                 self.kubeconfig_for(KSM.stem),
                 ports,
             ),
-            "prometheus-adapter": config.adapter_cmd(
+            "prometheus-adapter": adapter_cmd(
                 bindir("prometheus-adapter") / "adapter",
                 self.kubeconfig_for(ADAPTER.stem),
                 self.pki,
@@ -211,7 +207,7 @@ class MetricsStack:
                 str(self.cluster.kubectl_path()),
                 f"--kubeconfig={self.cluster.kubeconfig}",
             ],
-            "apiservices": config.apiservice_names(),
+            "apiservices": cluster_objects.apiservice_names(),
         }
         self.spec_file.write_text(json.dumps(spec, indent=2) + "\n")
         dev_dir = Path(__file__).resolve().parents[2]
@@ -249,7 +245,7 @@ class MetricsStack:
 
     def _write_prometheus_config(self, ports: StackPorts, reload: bool) -> None:
         self.rules_dir.mkdir(parents=True, exist_ok=True)
-        cfg = config.prometheus_config(
+        cfg = prometheus_config(
             self.cluster.server,
             self.cluster.pki_dir / "ca.crt",
             self.pki,
@@ -294,8 +290,10 @@ class MetricsStack:
         (the aggregator reached the adapter with TLS and the front-proxy client certificate)."""
         port = self.ports.adapter
         ca = base64.b64encode((self.cluster.pki_dir / "ca.crt").read_bytes()).decode()
-        self._apply([*config.adapter_service(port), *config.apiservices(port, ca)])
-        names = config.apiservice_names()
+        self._apply(
+            [*cluster_objects.adapter_service(port), *cluster_objects.apiservices(port, ca)]
+        )
+        names = cluster_objects.apiservice_names()
         while True:
             got = json.loads(self.cluster.kubectl("get", "apiservice", *names, "-o", "json"))
             unavailable = [
