@@ -4,7 +4,7 @@ chart's operator pod above all.
 The GPU node runner (`local-gpu-0`) is started and stopped by the data-plane tests with the GPU
 slots each needs; the operator pod must outlive those restarts, as an operator on a system node
 pool outlives a GPU pool's scale-down. This node has no GPUs and a taint of its own
-(noderunner.runner.SYSTEM_TAINT), so nothing lands on it unless placed there on purpose.
+(noderunner.node.SYSTEM_TAINT), so nothing lands on it unless placed there on purpose.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 
 from . import nodes
-from .noderunner.runner import SYSTEM_TAINT
+from .noderunner.node import SYSTEM_TAINT
 from .supervisor import CLUSTER_INDEX, REPO, Cluster
 
 NODE = "local-system-0"

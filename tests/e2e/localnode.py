@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kubernetes import client
 from localcluster.metricsstack.load import wait_until
-from localcluster.noderunner.runner import FEATURES, FEATURES_ANNOTATION
+from localcluster.noderunner.node import FEATURES, FEATURES_ANNOTATION
 from localcluster.supervisor import REPO, Cluster
 
 NODE = "local-gpu-0"

@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from .runner import NODE_NAME, POD_NETWORK, REPO, Config, Runner
+from .ipam import POD_NETWORK
+from .node import NODE_NAME, Config
+from .runner import REPO, Runner
 
 INSTALL_VLLM = REPO / "dev" / "dataplane" / "install-vllm.sh"
 
