@@ -143,6 +143,12 @@ class Runner(NodeRegistration):
             if worker is not None:
                 worker.update(pod)
                 return
+            if meta.get("deletionTimestamp"):
+                # Being deleted and nothing of it runs here (refused, or left from before the
+                # runner restarted): a kubelet confirms such a deletion at once. Left alone, it
+                # stayed Terminating for ever and a Deployment's roll never ended.
+                self._delete_pod(meta["namespace"], meta["name"], uid)
+                return
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 return
             refused = admission.refusal(pod, self.cfg.node)
