@@ -145,6 +145,22 @@ def test_cache_aware_balances_at_a_quarter_of_the_batch_and_no_other_policy_is_t
     assert not untouched & set(args)
 
 
+@pytest.mark.parametrize(
+    "autoscaling",
+    [{}, {"minReplicas": 0, "maxReplicas": 2}],
+    ids=["fixed-attempts", "scale-to-zero-hold"],
+)
+def test_a_dead_engines_circuit_opens_before_a_request_spends_its_attempts_on_it(
+    autoscaling: dict[str, Any],
+) -> None:
+    # power_of_two sends every retry to a crashed engine with nothing in flight (it looks least
+    # loaded) until its circuit opens; the request must have attempts left for another engine.
+    args = router_pod(spec(autoscaling=autoscaling))["spec"]["containers"][0]["args"]
+    (opens_after,) = flag(args, "--cb-failure-threshold")
+    (attempts,) = flag(args, "--retry-max-retries")
+    assert int(opens_after) < int(attempts)
+
+
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="policy"):
         spec(router={"policy": "least_busy"})

@@ -83,7 +83,10 @@ def test_min_replicas_one_keeps_the_hpa_and_renders_no_scaled_object() -> None:
     objects = kinds(spec({"minReplicas": 1, "maxReplicas": 3}))
     assert "HorizontalPodAutoscaler/chat" in objects
     assert not [k for k in objects if k.startswith("ScaledObject/")]
-    assert "--retry-max-retries" not in router_args(spec({"minReplicas": 1, "maxReplicas": 3}))
+    # Upstream's 5 attempts, not the hold's.
+    assert flag(router_args(spec({"minReplicas": 1, "maxReplicas": 3})), "--retry-max-retries") == [
+        "5"
+    ]
 
 
 def test_the_wake_up_reads_the_routers_requests_without_an_engine() -> None:

@@ -36,6 +36,14 @@ WORKER_STARTUP_CHECK_SECONDS = 1
 # The router's own health checks of each engine (its default is 60 s): a crashed engine is marked
 # unhealthy within about 3 x this, before Kubernetes' readiness (and discovery) catches up.
 HEALTH_CHECK_INTERVAL_SECONDS = 10
+# A crashed engine with nothing in flight looks least loaded, so power_of_two sends every retry
+# of a request to it until its circuit opens; upstream opens it after 10 failures in a row, more
+# than the 5 attempts (upstream's default) one request makes, so a request could spend them all on
+# the dead engine and fail (tests/e2e/test_router.py saw it). Opening after fewer failures than a
+# request's attempts leaves each request at least RETRY_ATTEMPTS - CIRCUIT_BREAKER_FAILURES tries on
+# another engine.
+RETRY_ATTEMPTS = 5
+CIRCUIT_BREAKER_FAILURES = 3
 TERMINATION_GRACE_SECONDS = 30
 PRESTOP_SLEEP_SECONDS = 5
 RBAC_API = "rbac.authorization.k8s.io"
@@ -107,11 +115,17 @@ def router_args(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> list[str]:
         str(WORKER_STARTUP_CHECK_SECONDS),
         "--health-check-interval-secs",
         str(HEALTH_CHECK_INTERVAL_SECONDS),
+        "--cb-failure-threshold",
+        str(CIRCUIT_BREAKER_FAILURES),
         "--prometheus-host",
         "0.0.0.0",
         "--prometheus-port",
         str(METRICS_PORT),
-        *(hold_args(spec.autoscaling.wake_timeout) if spec.autoscaling.scales_to_zero else ()),
+        *(
+            hold_args(spec.autoscaling.wake_timeout)
+            if spec.autoscaling.scales_to_zero
+            else ["--retry-max-retries", str(RETRY_ATTEMPTS)]
+        ),
     ]
 
 
