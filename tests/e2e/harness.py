@@ -62,8 +62,9 @@ LOCAL_GPU_PROFILES = {
 
 # What every e2e test gets as `operator`: the chart's Deployment, its pod run from the image.
 Operator = OperatorPod
-# Reconciles every 5 s rather than the chart's 60: tests wait for resyncs.
-E2E_CHART_VALUES = ("resyncSeconds=5",)
+# Reconciles every 5 s rather than the chart's 60: tests wait for resyncs. Reads Secrets by name:
+# test_lora.py's engine is behind an API key, which the operator sends to its LoRA API.
+E2E_CHART_VALUES = ("resyncSeconds=5", "rbac.readSecrets=true")
 
 
 # Engine pods with this annotation run the engine stand-in instead of vLLM (docs/cpu-adaptations.md,

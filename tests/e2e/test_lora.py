@@ -1,8 +1,10 @@
 """LoRA adapters on the real CPU vLLM, through the router: adapters written by the test (no
 download) are added to and removed from a running engine by editing spec.adapters, and no engine
 pod restarts. A new engine joins only with its adapters loaded (the readiness gate); an adapter
-that cannot load is named in status, with vLLM's reason, while the others serve. See
-docs/lora.md.
+that cannot load is named in status, with vLLM's reason, while the others serve. The engine runs
+behind an API key (spec.engine.apiKeySecretRef), which guards vLLM's LoRA API too: the operator
+reads it from the Secret (the session's operator has rbac.readSecrets) and sends it on each call,
+and a request without it is refused. See docs/lora.md.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ CHANGED_WITHIN = 30.0  # an edit of spec.adapters reaches the engine in a reconc
 TINY_LORA = REPO / "dev" / "dataplane" / "tiny_lora.py"
 ENGINES = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"
 ROUTERS = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=router"
+API_KEY = "sk-lora-e2e-4b1d"
+API_KEY_SECRET = {"name": "lora-api-key", "key": "key"}
+# What clients send: the router passes it on to the engine (vllm-router 0.1.17).
+AUTHORIZED = {"Authorization": f"Bearer {API_KEY}"}
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +70,7 @@ def post(ip: str, port: int, path: str, body: dict[str, Any]) -> tuple[int, dict
     req = urllib.request.Request(
         f"http://{ip}:{port}{path}",
         json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **AUTHORIZED},
     )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
@@ -80,8 +86,9 @@ def complete(router_ip: str, model: str) -> tuple[int, str]:
     return status, str(answer["choices"][0]["text"]) if status == 200 else json.dumps(answer)
 
 
-def listed(ip: str, port: int) -> set[str]:
-    with urllib.request.urlopen(f"http://{ip}:{port}/v1/models", timeout=10) as r:
+def listed(ip: str, port: int, headers: dict[str, str] = AUTHORIZED) -> set[str]:
+    req = urllib.request.Request(f"http://{ip}:{port}/v1/models", headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as r:
         return {str(m["id"]) for m in json.load(r)["data"]}
 
 
@@ -140,9 +147,14 @@ def test_adapters_change_in_running_engines_without_a_restart(
         "source": adapter(vllm_python, "hollow", "--broken", "missing-weights"),
     }
     wait_until(lambda: free_gpus(core, node_runner) >= 1, 150, 2, "a free GPU on the node")
+    core.create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": API_KEY_SECRET["name"]}, "stringData": {"key": API_KEY}},
+    )
     body = tiny_llmd(NAME)
     body["spec"]["model"]["servedModelName"] = BASE
     body["spec"]["engine"]["lora"] = {"maxAdapters": 2, "maxRank": 16}
+    body["spec"]["engine"]["apiKeySecretRef"] = API_KEY_SECRET
     body["spec"]["adapters"] = [sql]
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
     try:
@@ -161,6 +173,10 @@ def test_adapters_change_in_running_engines_without_a_restart(
             "the engine pod Ready",
         )
         assert {BASE, "sql"} <= listed(engine.status.pod_ip, HTTP_PORT)
+        # The key guards the engine: only the operator's key-bearing calls loaded `sql`.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            listed(engine.status.pod_ip, HTTP_PORT, headers={})
+        assert refused.value.code == 401
         gate = [c for c in engine.status.conditions if c.type == ADAPTERS_GATE]
         assert [c.status for c in gate] == ["True"]
         (router,) = wait_until(

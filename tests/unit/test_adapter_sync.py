@@ -10,6 +10,7 @@ import pytest
 from llmfleet.reconcile.adapter_status import adapter_report
 from llmfleet.reconcile.adapters import (
     AdapterSync,
+    Endpoint,
     EngineOutcome,
     HttpEngineApi,
     Wanted,
@@ -31,20 +32,20 @@ class FakeEngines:
         self.calls: list[tuple[str, str, str]] = []
         self.down: set[str] = set()
 
-    def adapters(self, ip: str, port: int) -> dict[str, str] | None:
-        self.calls.append(("list", ip, ""))
-        return None if ip in self.down else dict(self.loaded.setdefault(ip, {}))
+    def adapters(self, at: Endpoint) -> dict[str, str] | str | None:
+        self.calls.append(("list", at.ip, ""))
+        return None if at.ip in self.down else dict(self.loaded.setdefault(at.ip, {}))
 
-    def load(self, ip: str, port: int, name: str, source: str) -> str | None:
-        self.calls.append(("load", ip, name))
+    def load(self, at: Endpoint, name: str, source: str) -> str | None:
+        self.calls.append(("load", at.ip, name))
         if source in self.refuse:
             return self.refuse[source]
-        self.loaded.setdefault(ip, {})[name] = source
+        self.loaded.setdefault(at.ip, {})[name] = source
         return None
 
-    def unload(self, ip: str, port: int, name: str) -> str | None:
-        self.calls.append(("unload", ip, name))
-        self.loaded.setdefault(ip, {}).pop(name, None)
+    def unload(self, at: Endpoint, name: str) -> str | None:
+        self.calls.append(("unload", at.ip, name))
+        self.loaded.setdefault(at.ip, {}).pop(name, None)
         return None
 
 
@@ -252,4 +253,4 @@ def test_vllm_s_wrapped_worker_error_reads_as_its_inner_reason() -> None:
         'the root cause","type":"InternalServerError","code":500}}'
     )
     assert _why(500, text) == "LoRA rank 32 is greater than max_lora_rank 16."
-    assert HttpEngineApi().load("not-an-ip", 8000, "a", "/x") == "no address 'not-an-ip'"
+    assert HttpEngineApi().load(Endpoint("not-an-ip", 8000), "a", "/x") == "no address 'not-an-ip'"

@@ -1,5 +1,5 @@
-"""The chart's huggingFace values: where the operator reads config.json, and the one Secret grant
-it takes only when asked to."""
+"""The chart's huggingFace values, where the operator reads config.json, and the one Secret grant
+it takes only when asked to (rbac.readSecrets, or its older name huggingFace.readTokenSecrets)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from test_chart_render import (
 
 from llmfleet.cli import build_parser
 from llmfleet.models.hub import DEFAULT_ENDPOINT
+from llmfleet.reconcile.secrets import READ_SECRETS_VALUE
 
 SECRETS = ("", "secrets")
 
@@ -35,14 +36,21 @@ def test_the_operator_reads_config_json_from_the_hub_unless_an_endpoint_is_given
 
 
 @pytest.mark.parametrize(
+    "grant",
+    [
+        pytest.param("rbac.readSecrets=true", id="read-secrets"),
+        pytest.param("huggingFace.readTokenSecrets=true", id="older-name"),
+    ],
+)
+@pytest.mark.parametrize(
     ("set_args", "scope"),
     [
         pytest.param((), "ClusterRole", id="all-namespaces"),
         pytest.param(("watchNamespaces={team-a,team-b}",), "Role", id="listed-namespaces"),
     ],
 )
-def test_secrets_are_read_by_name_only_when_token_secrets_are_enabled(
-    set_args: tuple[str, ...], scope: str
+def test_secrets_are_read_by_name_only_when_the_grant_is_asked_for(
+    set_args: tuple[str, ...], scope: str, grant: str
 ) -> None:
     def rules(*extra: str) -> list[dict[tuple[str, str], set[str]]]:
         docs = [d for d in render(*set_args, *extra) if not is_lease_rbac(d)]
@@ -51,8 +59,16 @@ def test_secrets_are_read_by_name_only_when_token_secrets_are_enabled(
         return [granted(r) for r in roles]
 
     assert all(SECRETS not in r for r in rules())
-    enabled = rules("huggingFace.readTokenSecrets=true")
+    enabled = rules(grant)
     assert enabled == [{**EXPECTED_RULES, SECRETS: {"get"}}] * len(enabled)
+
+
+def test_the_value_the_operator_names_when_it_may_not_read_a_secret_grants_it() -> None:
+    docs = [d for d in render(f"{READ_SECRETS_VALUE}=true") if not is_lease_rbac(d)]
+    roles = of_kind(docs, *RBAC_KINDS)
+
+    assert roles
+    assert all(granted(r).get(SECRETS) == {"get"} for r in roles)
 
 
 @pytest.mark.parametrize(
@@ -60,10 +76,12 @@ def test_secrets_are_read_by_name_only_when_token_secrets_are_enabled(
     [
         pytest.param("huggingFace.endpoint=hub.internal", id="endpoint-without-scheme"),
         pytest.param("huggingFace.readTokenSecret=true", id="typo-in-the-key"),
+        pytest.param("rbac.readSecret=true", id="typo-in-the-grant"),
+        pytest.param("rbac.readSecrets=yes", id="grant-not-a-bool"),
     ],
 )
-def test_bad_huggingface_values_are_refused_naming_them(value: str) -> None:
-    result = run_helm("template", "fleet", str(CHART), "--set", value)
+def test_bad_huggingface_and_grant_values_are_refused_naming_them(value: str) -> None:
+    result = run_helm("template", "fleet", str(CHART), "--set-string", value)
 
     assert result.returncode != 0
-    assert "huggingFace" in result.stderr, result.stderr
+    assert value.split(".", 1)[0] in result.stderr, result.stderr

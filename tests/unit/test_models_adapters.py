@@ -9,6 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from llmfleet.models import LLMBatchJobSpec, LLMDeploymentSpec, field_problems
+from llmfleet.models.crd import custom_resource_definition
+from llmfleet.models.resources import LLMDEPLOYMENT
 
 MODEL = {"name": "meta-llama/Llama-3.1-8B-Instruct"}
 
@@ -135,3 +137,16 @@ def test_a_batch_job_refuses_engine_lora() -> None:
 
     (problem,) = field_problems(caught.value)
     assert str(problem).startswith("spec.engine.lora: engine.lora is for an LLMDeployment's")
+
+
+def test_adapters_are_accepted_on_engines_behind_an_api_key() -> None:
+    key = {"name": "api-keys", "key": "key"}
+    spec = LLMDeploymentSpec.model_validate(
+        {"model": MODEL, "engine": {"apiKeySecretRef": key}, "adapters": [adapter()]}
+    )
+    rules = custom_resource_definition(LLMDEPLOYMENT)["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"
+    ]["properties"]["spec"]["x-kubernetes-validations"]
+
+    assert spec.engine.api_key_secret_ref is not None
+    assert [r["rule"] for r in rules if "apiKeySecretRef" in r["rule"]] == []

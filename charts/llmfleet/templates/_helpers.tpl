@@ -187,9 +187,11 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-{{- if .Values.huggingFace.readTokenSecrets }}
-# huggingFace.readTokenSecrets: spec.model.tokenSecretRef's token, read by name when the operator
-# reads a model's config.json from the Hub. No list or watch: it never learns other Secrets.
+{{- if or .Values.rbac.readSecrets .Values.huggingFace.readTokenSecrets }}
+# rbac.readSecrets (or its older name huggingFace.readTokenSecrets): the two tokens the operator
+# sends itself, read by name: spec.model.tokenSecretRef's to the Hub when it reads a model's
+# config.json, spec.engine.apiKeySecretRef's to the engines' LoRA API. No list or watch: it never
+# learns other Secrets.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]

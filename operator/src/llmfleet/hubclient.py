@@ -33,9 +33,10 @@ def endpoint_from_env() -> str:
     return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
-class _TokenStaysHome(urllib.request.HTTPRedirectHandler):
+class TokenStaysHome(urllib.request.HTTPRedirectHandler):
     """Follows redirects (a renamed repo), but sends the token only to the host it was meant
-    for: the standard library would pass it to any host a redirect names."""
+    for: the standard library would pass it to any host a redirect names. The operator's calls
+    to engines behind an API key use it too."""
 
     def redirect_request(  # noqa: PLR0917 (the standard library's signature)
         self,
@@ -57,7 +58,7 @@ def read_config(url: str, token: str | None = None, timeout: float = TIMEOUT_SEC
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     if token:
         request.add_header("Authorization", f"Bearer {token}")
-    opener = urllib.request.build_opener(_TokenStaysHome)
+    opener = urllib.request.build_opener(TokenStaysHome)
     try:
         with opener.open(request, timeout=timeout) as answer:
             body = answer.read(MAX_BYTES + 1)

@@ -146,19 +146,6 @@ class LLMDeploymentSpec(ApiModel):
             holds=lambda s: all(a.name != s.served_model_name for a in s.adapters),
             field="adapters",
         ),
-        CelRule(
-            rule=(
-                "!has(self.adapters) || size(self.adapters) == 0 || !has(self.engine) || "
-                "!has(self.engine.apiKeySecretRef)"
-            ),
-            message=(
-                "adapters cannot be served with engine.apiKeySecretRef yet: the operator loads "
-                "adapters through the engine's API, and does not read the key's Secret (remove "
-                "one of them)"
-            ),
-            holds=lambda s: not s.adapters or s.engine.api_key_secret_ref is None,
-            field="adapters",
-        ),
     )
 
     model: ModelSpec = Field(description="The model to serve.")

@@ -193,7 +193,11 @@ class EngineSpec(ApiModel):
         default=None,
         description=(
             "Secret key holding an API key that clients must send as a bearer token; "
-            "passed to vLLM as VLLM_API_KEY. Without it the endpoint is unauthenticated."
+            "passed to vLLM as VLLM_API_KEY. Without it the endpoint is unauthenticated. With "
+            "LoRA on (an LLMDeployment's spec.adapters or spec.engine.lora) the operator reads it "
+            "too, and sends it on its calls to the engines' LoRA API: it then needs `get` on "
+            "Secrets (Helm chart value rbac.readSecrets), or AdaptersReady says it cannot read "
+            "the key."
         ),
     )
     cpu_kv_cache_gib: float = Field(

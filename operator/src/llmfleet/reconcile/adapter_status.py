@@ -7,7 +7,11 @@ from dataclasses import dataclass
 
 from llmfleet.models.status import AdapterStatus, Condition
 from llmfleet.reconcile.adapters import EngineOutcome, Wanted
-from llmfleet.reconcile.conditions import FALSE, TRUE, UNKNOWN, condition
+from llmfleet.reconcile.causes import Blocker
+from llmfleet.reconcile.conditions import FALSE, TRUE, UNKNOWN, condition, find
+from llmfleet.reconcile.references import API_KEY_FIELD, API_KEY_STEM
+from llmfleet.reconcile.secrets import SecretUnreadableError
+from llmfleet.render.names import ADAPTERS_GATE
 
 ADAPTERS_READY = "AdaptersReady"
 # How a refusal reads in status when vLLM's own words do not name the field to change.
@@ -79,3 +83,35 @@ def adapter_report(
             g,
         )
     return AdapterReport(statuses=tuple(statuses), condition=cond)
+
+
+def key_unreadable(
+    wanted: Sequence[Wanted], problem: SecretUnreadableError, generation: int
+) -> AdapterReport:
+    """What status says when the engines want spec.engine.apiKeySecretRef's key and the operator
+    cannot read it: no engine was called. The reasons of a missing Secret or key are those the
+    kubelet's refusal of the same Secret is reported with."""
+    message = (
+        f"{API_KEY_FIELD}: {problem}; the operator sends this key to the engines' LoRA API, so "
+        f"it loads and unloads no adapter, and new engines stay out of service (readiness gate "
+        f"{ADAPTERS_GATE}), until it can read it"
+    )
+    error = f"not loaded: the operator cannot read {API_KEY_FIELD} (condition {ADAPTERS_READY})"
+    return AdapterReport(
+        statuses=tuple(AdapterStatus(name=w.name, engines=0, of=0, error=error) for w in wanted),
+        condition=condition(ADAPTERS_READY, FALSE, API_KEY_STEM + problem.why, message, generation),
+    )
+
+
+def newly_keyless(
+    old: Sequence[Condition], new: Sequence[Condition], blockers: Sequence[Blocker]
+) -> Condition | None:
+    """AdaptersReady when it turns to saying that the key cannot be read (the moment for one
+    Warning Event), else None: a resync while it stays so says nothing again, and a missing
+    Secret that also keeps the pods from starting has its Event from `blockers` already."""
+    before, after = find(old, ADAPTERS_READY), find(new, ADAPTERS_READY)
+    if after is None or not after.reason.startswith(API_KEY_STEM):
+        return None
+    if any(b.field == API_KEY_FIELD for b in blockers):
+        return None
+    return None if before is not None and before.message == after.message else after

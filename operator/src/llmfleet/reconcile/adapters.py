@@ -11,6 +11,9 @@ What each engine holds is remembered per pod uid and container restart count: a 
 has lost its adapters, so it counts as new. A new engine is asked `/v1/models` once (a new leader
 finds what its predecessor loaded), then only told what changed. A failed load is retried after
 RETRY_SECONDS, or at once when its source changes.
+
+Behind spec.engine.apiKeySecretRef every call carries the key (vLLM's --api-key guards every /v1
+path): the caller reads it once per reconcile and passes it in each Endpoint.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from llmfleet.hubclient import TokenStaysHome
 from llmfleet.reconcile.kvcache import engine_url
+from llmfleet.reconcile.references import API_KEY_FIELD
+from llmfleet.reconcile.secrets import BearerToken
 from llmfleet.render.names import ADAPTERS_GATE
 
 log = logging.getLogger(__name__)
@@ -37,7 +43,10 @@ LIST_TIMEOUT_SECONDS = 3.0
 # A Hugging Face id is downloaded by the engine while the call waits.
 LOAD_TIMEOUT_SECONDS = 120.0
 RETRY_SECONDS = 60.0
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+# Pod IPs directly, never through a proxy; the key goes to the engine's own address only.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), TokenStaysHome)
 # vLLM wraps a worker's refusal: "Call to add_lora method failed: Worker failed with error
 # '<why>', please check the stack trace above for the root cause".
 _WORKER_ERROR = re.compile(r"failed with error '(.*)', please check", re.DOTALL)
@@ -49,22 +58,35 @@ class Wanted:
     source: str
 
 
-class EngineApi(Protocol):
-    def adapters(self, ip: str, port: int) -> dict[str, str] | None:
-        """Loaded adapters, name -> source, or None when the engine does not answer."""
+@dataclass(frozen=True)
+class Endpoint:
+    """An engine's API, and the key it wants (None: it was given none)."""
 
-    def load(self, ip: str, port: int, name: str, source: str) -> str | None:
+    ip: str
+    port: int
+    key: BearerToken | None = None
+
+
+class EngineApi(Protocol):
+    def adapters(self, at: Endpoint) -> dict[str, str] | str | None:
+        """Loaded adapters, name -> source; why not when the engine refuses the call; None when
+        it does not answer."""
+
+    def load(self, at: Endpoint, name: str, source: str) -> str | None:
         """None when loaded, else why not."""
 
-    def unload(self, ip: str, port: int, name: str) -> str | None:
+    def unload(self, at: Endpoint, name: str) -> str | None:
         """None when unloaded (or not loaded), else why not."""
 
 
-def _call(url: str, body: Mapping[str, Any] | None, timeout: float) -> tuple[int, str]:
+def _call(
+    url: str, body: Mapping[str, Any] | None, timeout: float, key: BearerToken | None
+) -> tuple[int, str]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url, data=data, headers={"Content-Type": "application/json"} if data else {}
-    )
+    headers = key.headers() if key else {}
+    if data:
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with _OPENER.open(request, timeout=timeout) as r:
             return int(r.status), r.read(1 << 20).decode("utf-8", errors="replace")
@@ -81,13 +103,28 @@ def _why(status: int, text: str) -> str:
     return (inner.group(1) if inner else message).strip()
 
 
+def refused(key: BearerToken | None) -> str:
+    """Why an engine answers the operator 401 (or 403): its API key is not the one sent."""
+    if key is None:
+        return (
+            "the engine wants an API key and the operator has none: give the key with "
+            f"{API_KEY_FIELD} (not --api-key in spec.engine.extraArgs)"
+        )
+    return (
+        f"the engine refused the key of {API_KEY_FIELD}: an engine reads it when it starts, so "
+        "one started before the Secret changed wants the old key until it restarts"
+    )
+
+
 class HttpEngineApi:
-    def adapters(self, ip: str, port: int) -> dict[str, str] | None:
-        base = engine_url(ip, port)
+    def adapters(self, at: Endpoint) -> dict[str, str] | str | None:
+        base = engine_url(at.ip, at.port)
         if base is None:
             return None
         try:
-            status, text = _call(f"{base}/v1/models", None, LIST_TIMEOUT_SECONDS)
+            status, text = _call(f"{base}/v1/models", None, LIST_TIMEOUT_SECONDS, at.key)
+            if status in (401, 403):
+                return refused(at.key)
             models = json.loads(text)["data"] if status == 200 else None
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.debug("cannot list the adapters of %s: %s", base, e)
@@ -97,31 +134,34 @@ class HttpEngineApi:
         # vLLM lists each adapter with its base as `parent` and its path as `root`.
         return {str(m["id"]): str(m.get("root") or "") for m in models if m.get("parent")}
 
-    def load(self, ip: str, port: int, name: str, source: str) -> str | None:
-        base = engine_url(ip, port)
+    def load(self, at: Endpoint, name: str, source: str) -> str | None:
+        base = engine_url(at.ip, at.port)
         if base is None:
-            return f"no address {ip!r}"
+            return f"no address {at.ip!r}"
         body = {"lora_name": name, "lora_path": source}
         try:
-            status, text = _call(f"{base}/v1/load_lora_adapter", body, LOAD_TIMEOUT_SECONDS)
+            status, text = _call(f"{base}/v1/load_lora_adapter", body, LOAD_TIMEOUT_SECONDS, at.key)
         except OSError as e:
             return f"the engine did not answer: {e}"
         if status == 200 or (status == 400 and "already been loaded" in text):
             return None
         if status in (401, 403):
-            return "the engine refused the operator's call (an API key guards it)"
+            return refused(at.key)
         return _why(status, text)
 
-    def unload(self, ip: str, port: int, name: str) -> str | None:
-        base = engine_url(ip, port)
+    def unload(self, at: Endpoint, name: str) -> str | None:
+        base = engine_url(at.ip, at.port)
         if base is None:
-            return f"no address {ip!r}"
+            return f"no address {at.ip!r}"
+        body = {"lora_name": name}
         try:
             status, text = _call(
-                f"{base}/v1/unload_lora_adapter", {"lora_name": name}, LIST_TIMEOUT_SECONDS
+                f"{base}/v1/unload_lora_adapter", body, LIST_TIMEOUT_SECONDS, at.key
             )
         except OSError as e:
             return f"the engine did not answer: {e}"
+        if status in (401, 403):
+            return refused(at.key)
         return None if status in (200, 404) else _why(status, text)
 
 
@@ -178,8 +218,14 @@ class AdapterSync:
         self._engines: dict[tuple[str, str], dict[tuple[str, int], _Engine]] = {}
 
     def sync(
-        self, namespace: str, name: str, wanted: Sequence[Wanted], pods: Sequence[dict[str, Any]]
+        self,
+        namespace: str,
+        name: str,
+        wanted: Sequence[Wanted],
+        pods: Sequence[dict[str, Any]],
+        api_key: BearerToken | None = None,
     ) -> tuple[EngineOutcome, ...]:
+        """`api_key`: what the engines want, spec.engine.apiKeySecretRef's (None without one)."""
         key = (namespace, name)
         with self._lock:
             known = self._engines.get(key, {})
@@ -188,7 +234,7 @@ class AdapterSync:
         if todo:
             with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
                 results = list(
-                    pool.map(lambda t: self._converge(t[1], known.get(t[0]), wanted), todo)
+                    pool.map(lambda t: self._converge(t[1], known.get(t[0]), wanted, api_key), todo)
                 )
         fresh = {k: e for (k, _), (_, e) in zip(todo, results, strict=True) if e is not None}
         with self._lock:
@@ -200,18 +246,26 @@ class AdapterSync:
             self._engines.pop((namespace, name), None)
 
     def _converge(
-        self, pod: dict[str, Any], engine: _Engine | None, wanted: Sequence[Wanted]
+        self,
+        pod: dict[str, Any],
+        engine: _Engine | None,
+        wanted: Sequence[Wanted],
+        api_key: BearerToken | None,
     ) -> tuple[EngineOutcome, _Engine | None]:
-        pod_name, ip = str(pod["metadata"]["name"]), str(pod["status"]["podIP"])
+        pod_name = str(pod["metadata"]["name"])
+        at = Endpoint(str(pod["status"]["podIP"]), self._port, api_key)
         if engine is None:
-            listed = self._api.adapters(ip, self._port)
+            listed = self._api.adapters(at)
             if listed is None:  # not answering yet: nothing known, nothing tried
                 return EngineOutcome(pod_name, frozenset(), {}, complete=False), None
+            if isinstance(listed, str):  # the key is refused: nothing known, asked again
+                failed = {w.name: listed for w in wanted}
+                return EngineOutcome(pod_name, frozenset(), failed, complete=False), None
             engine = _Engine(loaded=listed)
         want = {w.name: w.source for w in wanted}
         now = time.monotonic()
         for adapter, source in sorted(engine.loaded.items()):
-            if want.get(adapter) != source and self._api.unload(ip, self._port, adapter) is None:
+            if want.get(adapter) != source and self._api.unload(at, adapter) is None:
                 del engine.loaded[adapter]
         engine.failed = {
             a: f for a, f in engine.failed.items() if want.get(a) == f[0] and a not in engine.loaded
@@ -221,7 +275,7 @@ class AdapterSync:
                 continue
             if adapter in engine.failed and now - engine.failed[adapter][2] < RETRY_SECONDS:
                 continue
-            why = self._api.load(ip, self._port, adapter, source)
+            why = self._api.load(at, adapter, source)
             if why is None:
                 engine.loaded[adapter] = source
                 engine.failed.pop(adapter, None)

@@ -16,7 +16,12 @@ from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, weakening_args
-from llmfleet.reconcile.adapter_status import AdapterReport, adapter_report
+from llmfleet.reconcile.adapter_status import (
+    AdapterReport,
+    adapter_report,
+    key_unreadable,
+    newly_keyless,
+)
 from llmfleet.reconcile.adapters import AdapterSync, Wanted, gates_to_open, lora_engines
 from llmfleet.reconcile.apply import ApplyResult, ref
 from llmfleet.reconcile.base import Reconciler, generation
@@ -26,6 +31,7 @@ from llmfleet.reconcile.conditions import find
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
 from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.references import deployment_references
+from llmfleet.reconcile.secrets import SecretUnreadableError, read_token
 from llmfleet.reconcile.status import Observed, invalid_status, newly_unverified, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
 from llmfleet.render.leaderworkerset import (
@@ -222,6 +228,9 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         if wrote and blocked:
             degraded = find(old_status.conditions, "Degraded")
             self.announce_blockers(body, degraded.message if degraded else "", blocked)
+        keyless = newly_keyless(old_status.conditions, new.conditions, blocked) if wrote else None
+        if keyless is not None:
+            self.events.emit(body, "Warning", keyless.reason, keyless.message)
         m.set_planned(ns, name, planned)
         m.record_planner_decision(ns, name, spec, planned)
         _publish_conditions(ns, name, new)
@@ -243,8 +252,15 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         if planned.lora is None:
             return None
         wanted = tuple(Wanted(a.name, a.source) for a in spec.adapters)
-        outcomes = self.adapters.sync(ns, name, wanted, lora_engines(pods, ENGINE_CONTAINER))
         core = k8s.CoreV1Api(self.api)
+        ref = spec.engine.api_key_secret_ref
+        try:
+            # Read on every reconcile, so a changed Secret is sent from the next one.
+            key = None if ref is None else read_token(core, ns, ref)
+        except SecretUnreadableError as e:
+            return key_unreadable(wanted, e, generation)
+        engines = lora_engines(pods, ENGINE_CONTAINER)
+        outcomes = self.adapters.sync(ns, name, wanted, engines, key)
         for pod in gates_to_open(pods, outcomes):
             gate = {"type": ADAPTERS_GATE, "status": "True", "reason": "AdaptersLoaded"}
             try:

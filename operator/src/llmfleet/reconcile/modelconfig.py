@@ -13,12 +13,9 @@ the process, and its failures turned into what status and the Events say:
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable
 
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from llmfleet.hubclient import read_config
 from llmfleet.models.hub import (
@@ -37,15 +34,13 @@ from llmfleet.models.hub import (
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.planner import PlanError
 from llmfleet.reconcile.errors import UnavailableError
+from llmfleet.reconcile.secrets import SecretUnreadableError, read_token
 
 UNAVAILABLE = "ModelConfigUnavailable"
 DENIED = "ModelConfigDenied"
 NOT_FOUND = "ModelConfigNotFound"
 UNSUPPORTED = "ModelConfigUnsupported"
 TOKEN_FIELD = "spec.model.tokenSecretRef"
-# The chart value that grants the operator `get` on Secrets, for tokenSecretRef.
-TOKEN_VALUE = "huggingFace.readTokenSecrets"
-SECRET_TIMEOUT_SECONDS = 10
 
 Reader = Callable[[str, str | None], Config]
 
@@ -112,25 +107,9 @@ class ModelConfigs:
         if ref is None:
             return None, ""
         try:
-            secret = self._core.read_namespaced_secret(
-                ref.name, namespace, _request_timeout=SECRET_TIMEOUT_SECONDS
-            )
-        except ApiException as e:
-            if e.status == 403:
-                return None, (
-                    f"the operator may not read Secret {ref.name} (enable the chart value "
-                    f"{TOKEN_VALUE})"
-                )
-            if e.status == 404:
-                return None, f'secret "{ref.name}" not found'
-            raise
-        value = (secret.data or {}).get(ref.key)
-        if value is None:
-            return None, f"Secret {ref.name} has no key {ref.key}"
-        try:
-            return base64.b64decode(value).decode().strip(), ""
-        except (binascii.Error, UnicodeDecodeError):
-            return None, f"Secret {ref.name} key {ref.key} is not text"
+            return read_token(self._core, namespace, ref).value, ""
+        except SecretUnreadableError as e:
+            return None, str(e)
 
 
 def _denied(model: ModelSpec, e: HubDeniedError, untokened: list[str]) -> str:

@@ -11,6 +11,11 @@ from llmfleet.reconcile.causes import CLAIM, CONFIGMAP, IMAGE, NODES, SECRET, Re
 from llmfleet.render.batchjob import CONTAINER as BATCH_CONTAINER
 from llmfleet.render.names import ENGINE_CONTAINER
 
+# The engines' API key, which the operator also reads itself for their LoRA API: what it says
+# when it cannot shares these words with what the kubelet's refusal is attributed to.
+API_KEY_FIELD = "spec.engine.apiKeySecretRef"
+API_KEY_STEM = "APIKeySecret"
+
 
 def _model(model: ModelSpec) -> list[Reference]:
     out = []
@@ -44,9 +49,7 @@ def deployment_references(spec: LLMDeploymentSpec, plan: Plan) -> list[Reference
     out = _model(spec.model)
     if spec.engine.api_key_secret_ref is not None:
         ref = spec.engine.api_key_secret_ref
-        out.append(
-            Reference("spec.engine.apiKeySecretRef", SECRET, ref.name, "APIKeySecret", ref.key)
-        )
+        out.append(Reference(API_KEY_FIELD, SECRET, ref.name, API_KEY_STEM, ref.key))
     out.append(Reference("spec.engine.image", IMAGE, ENGINE_CONTAINER, "EngineImage"))
     out.append(Reference("spec.router.image", IMAGE, "router", "RouterImage"))
     return out + _nodes(spec.gpus, plan)
