@@ -122,6 +122,7 @@ def cel_rules_in_schema() -> dict[str, list[str]]:
         pytest.param(".spec", "adapters must have unique names", id="adapter-names-unique"),
         pytest.param(".spec", "adapters must not be named as", id="adapter-not-the-base"),
         pytest.param(".spec.engine.lora", "maxCpuAdapters must be at least", id="lora-cache"),
+        pytest.param(".spec", "adapters with a source under /adapters", id="adapter-claim-path"),
     ],
 )
 def test_cross_field_rules_reach_the_api_server(path: str, message_start: str) -> None:
@@ -144,6 +145,8 @@ def test_cross_field_rules_reach_the_api_server(path: str, message_start: str) -
         "self.maxCpuAdapters",
         "self.maxAdapters",
         "self.model.servedModelName",
+        "self.engine.lora",
+        "self.engine.lora.claim",
     ],
 )
 def test_cel_rules_guard_optional_fields_with_has(optional: str) -> None:

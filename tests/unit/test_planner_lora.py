@@ -156,7 +156,7 @@ def test_lora_flags_follow_the_derived_ones() -> None:
 
 @pytest.mark.parametrize("adapters", [0, 1, 2, 64], ids=lambda n: f"{n}-adapters")
 def test_the_adapter_list_never_changes_the_plan(adapters: int) -> None:
-    listed = [{"name": f"a{i}", "source": f"/adapters/{i}"} for i in range(adapters)]
+    listed = [{"name": f"a{i}", "source": f"/models/adapters/{i}"} for i in range(adapters)]
     base = lora_plan_for(engine=with_lora())
 
     assert lora_plan_for(engine=with_lora(), adapters=listed) == base

@@ -1,5 +1,5 @@
-"""`spec.adapters` and `spec.engine.lora`: LoRA adapters served beside the base model, and the
-room vLLM keeps for them.
+"""`spec.adapters` and `spec.engine.lora`: LoRA adapters served beside the base model, the room
+vLLM keeps for them, and a claim they may be read from.
 
 vLLM sizes its LoRA buffers once, at start (--max-loras, --max-lora-rank, --max-cpu-loras), and
 the operator loads and unloads adapters in the running engines. So the defaults here never
@@ -15,6 +15,7 @@ from pydantic import Field
 
 from llmfleet.models.base import ApiModel, CelRule
 from llmfleet.models.model_spec import LOCAL_OR_HUB_PATTERN, NAME_SEGMENT_PATTERN
+from llmfleet.models.refs import VolumeClaimRef
 
 MAX_ADAPTERS = 64
 MAX_ADAPTER_NAME_LENGTH = 128
@@ -32,6 +33,8 @@ DEFAULT_MAX_RANK = 16
 # adapters as fit the GPUs at once reads no files.
 CPU_ADAPTERS_PER_SLOT = 2
 MAX_CPU_ADAPTERS = 2 * MAX_ADAPTERS
+# Where every engine container mounts spec.engine.lora.claim, read-only.
+ADAPTERS_MOUNT_PATH = "/adapters"
 
 
 class AdapterSpec(ApiModel):
@@ -55,15 +58,18 @@ class AdapterSpec(ApiModel):
         description=(
             "Where vLLM loads the adapter from: a Hugging Face repo id, `name` or `org/name` "
             "(downloaded with spec.model.tokenSecretRef's token, at its main revision), or an "
-            "absolute path inside the engine container, e.g. on spec.model.cache's claim. "
-            "Object-store URIs (s3://, gs://) are not accepted: vLLM's runtime LoRA loader "
-            "reads only local paths and Hugging Face repos."
+            "absolute path inside the engine container: under "
+            f"{ADAPTERS_MOUNT_PATH} on spec.engine.lora.claim (e.g. "
+            f"{ADAPTERS_MOUNT_PATH}/sql), or on spec.model.cache's claim. Object-store URIs "
+            "(s3://, gs://) are not accepted: vLLM's runtime LoRA loader reads only local paths "
+            "and Hugging Face repos."
         ),
     )
 
 
 class LoraSpec(ApiModel):
-    """Room vLLM keeps for LoRA adapters, fixed when the engines start."""
+    """Room vLLM keeps for LoRA adapters, and the claim it may read them from: fixed when the
+    engines start."""
 
     cel_rules = (
         CelRule(
@@ -111,5 +117,16 @@ class LoraSpec(ApiModel):
             "Adapters each engine worker keeps loaded in host memory (vLLM --max-cpu-loras), "
             "so that moving one onto the GPUs reads no files; at least maxAdapters. Default "
             f"{CPU_ADAPTERS_PER_SLOT} x maxAdapters."
+        ),
+    )
+    claim: VolumeClaimRef | None = Field(
+        default=None,
+        description=(
+            "A PersistentVolumeClaim of adapters, mounted read-only at "
+            f"{ADAPTERS_MOUNT_PATH} in every engine container (a multi-node replica's leader "
+            "and workers alike): spec.adapters[].source names a directory on it as "
+            f"{ADAPTERS_MOUNT_PATH}/<path on the claim>. Part of the pod template, so setting "
+            "or changing it restarts the engines once; adapters added to the claim later load "
+            "without a restart. Unset: no such volume."
         ),
     )

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from llmfleet.models.adapters import MAX_ADAPTERS, AdapterSpec
+from llmfleet.models.adapters import ADAPTERS_MOUNT_PATH, MAX_ADAPTERS, AdapterSpec
 from llmfleet.models.autoscaling import AutoscalingSpec
 from llmfleet.models.base import ApiModel, CelRule
 from llmfleet.models.engine import EngineSpec
@@ -48,6 +48,14 @@ _ENABLE_LORA_FLAGS = ("--enable-lora", "--enable_lora")
 def _adapter_names_unique(spec: LLMDeploymentSpec) -> bool:
     names = [adapter.name for adapter in spec.adapters]
     return len(set(names)) == len(names)
+
+
+def _adapter_paths_mounted(spec: LLMDeploymentSpec) -> bool:
+    lora = spec.engine.lora
+    return (lora is not None and lora.claim is not None) or not any(
+        a.source == ADAPTERS_MOUNT_PATH or a.source.startswith(f"{ADAPTERS_MOUNT_PATH}/")
+        for a in spec.adapters
+    )
 
 
 def _max_model_len_within_context(spec: LLMDeploymentSpec) -> bool:
@@ -144,6 +152,20 @@ class LLMDeploymentSpec(ApiModel):
                 "else model.name): clients pick the base model or an adapter by that name"
             ),
             holds=lambda s: all(a.name != s.served_model_name for a in s.adapters),
+            field="adapters",
+        ),
+        CelRule(
+            rule=(
+                "!has(self.adapters) || (has(self.engine) && has(self.engine.lora) && "
+                "has(self.engine.lora.claim)) || self.adapters.all(a, a.source != "
+                f"'{ADAPTERS_MOUNT_PATH}' && !a.source.startsWith('{ADAPTERS_MOUNT_PATH}/'))"
+            ),
+            message=(
+                f"adapters with a source under {ADAPTERS_MOUNT_PATH} need engine.lora.claim: "
+                f"{ADAPTERS_MOUNT_PATH} is where the engines mount that claim, and holds nothing "
+                "without it"
+            ),
+            holds=_adapter_paths_mounted,
             field="adapters",
         ),
     )

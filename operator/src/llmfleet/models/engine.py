@@ -213,11 +213,12 @@ class EngineSpec(ApiModel):
     lora: LoraSpec | None = Field(
         default=None,
         description=(
-            "Room for LoRA adapters (spec.adapters) in every engine; unset fields are derived. "
-            "LoRA is on when this is set or spec.adapters is not empty. vLLM fixes that at "
-            "start, so set it to keep LoRA on while there are no adapters: without it, adding "
-            "the first adapter or removing the last restarts the engines once. Adding or "
-            "removing other adapters restarts nothing. LLMDeployment only."
+            "Room for LoRA adapters (spec.adapters) in every engine, and a claim to read them "
+            "from; unset fields are derived. LoRA is on when this is set or spec.adapters is "
+            "not empty. vLLM fixes that at start, so set it to keep LoRA on while there are no "
+            "adapters: without it, adding the first adapter or removing the last restarts the "
+            "engines once. Adding or removing other adapters restarts nothing. LLMDeployment "
+            "only."
         ),
     )
     resources: ContainerResources | None = Field(

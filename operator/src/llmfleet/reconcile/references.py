@@ -50,6 +50,9 @@ def deployment_references(spec: LLMDeploymentSpec, plan: Plan) -> list[Reference
     if spec.engine.api_key_secret_ref is not None:
         ref = spec.engine.api_key_secret_ref
         out.append(Reference(API_KEY_FIELD, SECRET, ref.name, API_KEY_STEM, ref.key))
+    if spec.engine.lora is not None and spec.engine.lora.claim is not None:
+        claim = spec.engine.lora.claim.claim_name
+        out.append(Reference("spec.engine.lora.claim.claimName", CLAIM, claim, "AdapterClaim"))
     out.append(Reference("spec.engine.image", IMAGE, ENGINE_CONTAINER, "EngineImage"))
     out.append(Reference("spec.router.image", IMAGE, "router", "RouterImage"))
     return out + _nodes(spec.gpus, plan)

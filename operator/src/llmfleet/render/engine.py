@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
+from llmfleet.models.adapters import ADAPTERS_MOUNT_PATH
 from llmfleet.planner import Plan
 from llmfleet.render.modelpod import (
     GPU_RESOURCE,
@@ -46,6 +47,7 @@ TERMINATION_GRACE_SECONDS = 120
 # What is left of the grace period after the preStop sleep, less time for vLLM's own teardown.
 SHUTDOWN_TIMEOUT_SECONDS = TERMINATION_GRACE_SECONDS - PRESTOP_SLEEP_SECONDS - 20
 PROBE_PERIOD_SECONDS = 10
+ADAPTERS_VOLUME = "lora-adapters"
 
 
 def _env(spec: LLMDeploymentSpec, plan: Plan) -> list[dict[str, Any]]:
@@ -91,7 +93,18 @@ def _volumes(
     # Tensor parallelism's workers exchange tensors through shared memory.
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{plan.shm_size_gib}Gi"}}
     volumes, mounts = cache_and_tmp(spec.model)
-    return [shm, *volumes], [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts]
+    volumes, mounts = [shm, *volumes], [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts]
+    claim = spec.engine.lora.claim if spec.engine.lora is not None else None
+    if claim is not None:
+        # Read-only: engines only read adapters, and many pods may mount a ReadOnlyMany claim.
+        volumes.append(
+            {
+                "name": ADAPTERS_VOLUME,
+                "persistentVolumeClaim": {"claimName": claim.claim_name, "readOnly": True},
+            }
+        )
+        mounts.append({"name": ADAPTERS_VOLUME, "mountPath": ADAPTERS_MOUNT_PATH, "readOnly": True})
+    return volumes, mounts
 
 
 def engine_pod_template(
