@@ -36,6 +36,14 @@ REFUSED = {
         lambda s: s.setdefault("engine", {}).update(lora={}),
         "engine.lora is for an LLMDeployment's spec.adapters",
     ),
+    "unknown-priority": (
+        lambda s: s.update(priority="Low"),
+        'spec.priority: Unsupported value: "Low"',
+    ),
+    "grace-period-too-short": (
+        lambda s: s.update(terminationGracePeriodSeconds=5),
+        "spec.terminationGracePeriodSeconds: Invalid value: 5",
+    ),
 }
 
 
@@ -88,3 +96,41 @@ def test_a_second_job_writing_the_same_output_is_refused_by_a_condition_and_an_e
     assert "jobName" not in st
     assert [e for e in events(api, namespace, "second") if e.reason == "OutputConflict"]
     assert status(api, namespace, "first").get("phase") != "Failed"
+
+
+# Pods of these jobs would find no node (no such GPU): the operator decides all the same.
+NO_GPU = {"count": 1, "memoryGiB": 16, "product": "NoSuchGPU"}
+
+
+def test_a_spare_job_runs_its_shards_at_the_charts_spare_class(
+    api: client.ApiClient, operator: Operator, namespace: str
+) -> None:
+    spare_class = client.SchedulingV1Api(api).read_priority_class("llmfleet-spare")
+    assert (spare_class.value, spare_class.preemption_policy) == (-100, "Never")
+    create(api, namespace, batch_job("spare", gpus=NO_GPU, priority="Spare"))
+    name = wait_until(lambda: status(api, namespace, "spare").get("jobName"), what="its Job")
+    job = client.BatchV1Api(api).read_namespaced_job(name, namespace)
+    assert job.spec.template.spec.priority_class_name == "llmfleet-spare"
+    rules = api.sanitize_for_serialization(job)["spec"]["podFailurePolicy"]["rules"]
+    ignored = [{"type": "DisruptionTarget", "status": "True"}]
+    assert {"action": "Ignore", "onPodConditions": ignored} in rules
+
+
+def test_a_spare_job_waits_reported_while_the_operator_has_no_spare_class(
+    api: client.ApiClient, operator: Operator, namespace: str
+) -> None:
+    with operator.configured("priorityClasses.spare.name="):
+        create(api, namespace, batch_job("waits", gpus=NO_GPU, priority="Spare"))
+        st = wait_until(
+            lambda: (s := status(api, namespace, "waits")).get("phase") == "Pending" and s,
+            what="the spare job reported waiting",
+        )
+        running = cond(st, "Running")
+        assert (running["status"], running["reason"]) == ("False", "SparePriorityClassUnset")
+        assert "spec.priority" in running["message"]
+        assert "priorityClasses.spare.name" in running["message"]
+        assert cond(st, "Failed")["status"] == "False"
+        assert "jobName" not in st
+        assert [e for e in events(api, namespace, "waits") if e.reason == "SparePriorityClassUnset"]
+    # The operator runs with the chart's spare class again: the job starts, unedited.
+    wait_until(lambda: status(api, namespace, "waits").get("jobName"), what="the job started")

@@ -19,6 +19,8 @@ pytestmark = pytest.mark.cluster
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "llmfleet"
 LLMDEPLOYMENT_CRD = "llmdeployments.llmfleet.dev"
+# A release beside the session's, which creates the cluster's PriorityClasses.
+BESIDE = ("--set", "priorityClasses.create=false")
 
 
 def helm(cluster: Cluster, *args: str) -> str:
@@ -166,15 +168,16 @@ def test_install_upgrade_uninstall(
 ) -> None:
     release = new_release()
     # The session's other releases may hold the CRDs: this one takes them over, as an upgrade
-    # from 0.1.0 does (charts/llmfleet/README.md, Upgrading).
-    notes = helm(
-        cluster, "install", release, str(CHART), "--namespace", namespace, "--take-ownership"
-    )
+    # from 0.1.0 does (charts/llmfleet/README.md, Upgrading). The PriorityClasses stay the
+    # session release's: one release per cluster creates them.
+    install = ("install", release, str(CHART), "--namespace", namespace)
+    notes = helm(cluster, *install, "--take-ownership", *BESIDE)
     assert "kubectl get llmd" in notes
     assert crd_labels(api, LLMDEPLOYMENT_CRD)["app.kubernetes.io/instance"] == release
     objects = release_objects(api, namespace, release)
     assert objects["Deployment"] == [f"{release}-llmfleet"]
-    assert objects["ClusterRole"] == objects["ClusterRoleBinding"] == [f"{release}-llmfleet"]
+    cluster_wide = [f"{release}-llmfleet", f"{release}-llmfleet-priority-classes"]
+    assert objects["ClusterRole"] == objects["ClusterRoleBinding"] == cluster_wide
     assert objects["Service"] == [f"{release}-llmfleet-metrics"]
     assert "--log-level=INFO" in operator_args(api, namespace, release)
 
@@ -213,12 +216,15 @@ def test_install_watching_listed_namespaces_grants_roles_there_only(
         namespace,
         "--set",
         f"watchNamespaces={{{namespace}}}",
-        # Another release of the cluster owns the CRDs.
+        # Another release of the cluster owns the CRDs and the PriorityClasses.
         "--set",
         "crds.enabled=false",
+        *BESIDE,
     )
     objects = release_objects(api, namespace, release)
-    assert objects["ClusterRole"] == objects["ClusterRoleBinding"] == []
+    # Cluster-wide only: get the spare PriorityClass (cluster-scoped) by name.
+    cluster_wide = [f"{release}-llmfleet-priority-classes"]
+    assert objects["ClusterRole"] == objects["ClusterRoleBinding"] == cluster_wide
     # The operator's rules in the watched namespace, and the leader Lease's where it runs (here
     # the same namespace).
     assert (

@@ -17,7 +17,12 @@ from llmfleet.models import DEFAULT_BATCH_IMAGE, LLMBatchJobSpec, describe_valid
 from llmfleet.models.crd import custom_resource_definition
 from llmfleet.models.resources import LLMBATCHJOB
 from llmfleet.planner import plan
-from llmfleet.render.batchjob import BatchOwner, job_name, render_batch_job
+from llmfleet.render.batchjob import (
+    BatchOwner,
+    SpareClassUnsetError,
+    job_name,
+    render_batch_job,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 OWNER = BatchOwner(name="nightly", namespace="team", uid="u-1")
@@ -71,12 +76,71 @@ def test_the_job_is_indexed_with_one_completion_per_shard_from_the_plan() -> Non
 
 
 def test_configuration_errors_fail_the_job_at_once_and_disruptions_do_not_count() -> None:
-    rules = job()["spec"]["podFailurePolicy"]["rules"]
-    assert rules[0] == {
-        "action": "FailJob",
-        "onExitCodes": {"containerName": "runner", "operator": "In", "values": [2, 3]},
-    }
-    assert rules[1]["action"] == "Ignore"
+    j = job()
+    assert j["spec"]["podFailurePolicy"]["rules"] == [
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "runner", "operator": "In", "values": [2, 3]},
+        },
+        # A preempted, evicted or drained pod is replaced without counting against
+        # backoffLimitPerIndex (the scheduler marks a victim DisruptionTarget=True).
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+    # A Job's podFailurePolicy is accepted only with restartPolicy Never.
+    assert j["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+SPARE_CLASS = "llmfleet-spare"
+
+
+def spare_job(**over: Any) -> dict[str, Any]:
+    s = LLMBatchJobSpec.model_validate(spec(priority="Spare", **over))
+    return render_batch_job(OWNER, s, plan(s.deployment_spec()), spare_priority_class=SPARE_CLASS)
+
+
+def test_spare_shards_run_at_the_spare_class_and_differ_from_normal_in_nothing_else() -> None:
+    spare, normal = spare_job(), job()
+    assert spare["spec"]["template"]["spec"].pop("priorityClassName") == SPARE_CLASS
+    assert spare == normal
+
+
+@pytest.mark.parametrize(
+    "over",
+    [pytest.param({}, id="priority-left-out"), pytest.param({"priority": "Normal"}, id="normal")],
+)
+def test_a_normal_job_sets_no_priority_class_even_where_the_operator_has_one(
+    over: dict[str, Any],
+) -> None:
+    s = LLMBatchJobSpec.model_validate(spec(**over))
+    j = render_batch_job(OWNER, s, plan(s.deployment_spec()), spare_priority_class=SPARE_CLASS)
+    assert "priorityClassName" not in j["spec"]["template"]["spec"]
+    assert j == job()
+
+
+def test_a_spare_job_cannot_render_without_a_spare_class() -> None:
+    s = LLMBatchJobSpec.model_validate(spec(priority="Spare"))
+    with pytest.raises(SpareClassUnsetError, match=r"spec\.priority Spare"):
+        render_batch_job(OWNER, s, plan(s.deployment_spec()))
+
+
+GRACE = {
+    # spec.terminationGracePeriodSeconds -> the pod's, and the runner's --grace-seconds
+    "default": ({}, 30, None),
+    "longer-for-long-generations": ({"terminationGracePeriodSeconds": 120}, 120, "120"),
+    "shortest": ({"terminationGracePeriodSeconds": 10}, 10, "10"),
+}
+
+
+@pytest.mark.parametrize(("over", "pod_grace", "runner_grace"), GRACE.values(), ids=GRACE.keys())
+def test_the_grace_period_is_the_pods_and_the_runner_stops_within_it(
+    over: dict[str, Any], pod_grace: int, runner_grace: str | None
+) -> None:
+    j = job(**over)
+    assert j["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == pod_grace
+    args = container(j)["args"]
+    # The runner assumes the default itself: a job that leaves it unset renders as before.
+    found = args[args.index("--grace-seconds") + 1] if "--grace-seconds" in args else None
+    assert found == runner_grace
 
 
 def test_the_runner_gets_the_planners_engine_flags_and_the_job_settings() -> None:
@@ -166,6 +230,18 @@ REFUSED = {
         "must not contain '..'",
     ),
     "negative-retries": (lambda s: s.update(maxRetriesPerLine=-1), "spec.maxRetriesPerLine"),
+    "unknown-priority": (
+        lambda s: s.update(priority="Low"),
+        "spec.priority: Input should be 'Normal' or 'Spare'",
+    ),
+    "grace-too-short-to-finish-a-line": (
+        lambda s: s.update(terminationGracePeriodSeconds=5),
+        "spec.terminationGracePeriodSeconds: Input should be greater than or equal to 10",
+    ),
+    "grace-keeping-an-online-engine-waiting": (
+        lambda s: s.update(terminationGracePeriodSeconds=3600),
+        "spec.terminationGracePeriodSeconds: Input should be less than or equal to 600",
+    ),
 }
 
 
@@ -196,7 +272,18 @@ def test_the_crd_is_served_with_a_short_name_status_and_progress_columns() -> No
     version = crd_version()
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Status", "Shards", "Progress", "Failed", "Tok/s", "ETA", "Age", "Reason"]
+    assert columns == [
+        "Status",
+        "Shards",
+        "Progress",
+        "Failed",
+        "Tok/s",
+        "ETA",
+        "Age",
+        "Reason",
+        "Priority",
+        "Preemptions",
+    ]
 
 
 def test_the_crd_says_in_cel_what_the_models_check() -> None:
@@ -209,6 +296,11 @@ def test_the_crd_says_in_cel_what_the_models_check() -> None:
     )
     assert schema["properties"]["shards"]["minimum"] == 1
     assert schema["required"] == ["model", "input", "output"]
+    # The API server refuses what the models refuse.
+    assert schema["properties"]["priority"]["enum"] == ["Normal", "Spare"]
+    assert schema["properties"]["priority"]["default"] == "Normal"
+    grace = schema["properties"]["terminationGracePeriodSeconds"]
+    assert (grace["minimum"], grace["maximum"], grace["default"]) == (10, 600, 30)
 
 
 BATCH_EXAMPLES = sorted((REPO / "examples").glob("batch-*.yaml"))

@@ -38,20 +38,45 @@ def pod(
     ip: str | None = None,
     created: str = "2026-01-01T12:00:00Z",
     terminated: dict[str, Any] | None = None,
+    disrupted: str | None = None,
 ) -> dict[str, Any]:
+    """A shard pod; `disrupted`: the reason of a DisruptionTarget condition on it, as the
+    scheduler (PreemptionByScheduler) or an eviction (EvictionByEvictionAPI) writes it."""
     state = {"terminated": terminated} if terminated else {"running": {}}
+    conditions = (
+        [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": disrupted,
+                "message": SCHEDULER_SAID
+                if disrupted == "PreemptionByScheduler"
+                else "Eviction API: evicting",
+                "lastTransitionTime": created,
+            }
+        ]
+        if disrupted
+        else []
+    )
+    name = f"j-{index}-{created[-6:-4]}{created[-3:-1]}"
     return {
         "metadata": {
-            "name": f"j-{index}-{created[-3:-1]}",
+            "name": name,
+            "uid": f"uid-{name}",
             "creationTimestamp": created,
             "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
         },
         "status": {
             "phase": phase,
             **({"podIP": ip} if ip else {}),
+            "conditions": conditions,
             "containerStatuses": [{"name": "runner", "state": state}],
         },
     }
+
+
+# kube-scheduler's words on a victim (pkg/scheduler/framework/preemption): the scheduler's name.
+SCHEDULER_SAID = "default-scheduler: preempting to accommodate a higher priority pod"
 
 
 def metrics(shard: int, total: int, succeeded: int, failed: int, rate: float) -> str:
@@ -90,6 +115,7 @@ def compute(
     the_job: dict[str, Any],
     scraped: dict[str, str] | None = None,
     previous: dict[int, ShardStatus] | None = None,
+    preemptors: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
     status = the_job["status"]
     observed = observe_shards(
@@ -109,6 +135,7 @@ def compute(
             job=the_job,
             observed=observed,
             at=NOW,
+            preemptors=preemptors,
         )
     )
 
@@ -144,6 +171,8 @@ def test_a_shard_still_loading_leaves_the_total_unknown() -> None:
         "failed": 0,
         "tokensPerSecond": None,
         "restarts": 0,
+        "preemptions": 0,
+        "linesRedone": 0,
     }
 
 
@@ -276,3 +305,94 @@ def test_two_jobs_may_not_write_the_same_output(
     assert (found is not None) == refused
     if found:
         assert "is the output of LLMBatchJob other" in found
+
+
+# --- preemption --------------------------------------------------------------------------------
+
+T0, T1 = "2026-01-01T12:00:00Z", "2026-01-01T12:05:00Z"
+STOPPED = {"exitCode": 143, "message": summary(0, 150, 60, 0)}
+VICTIM = pod(0, "Failed", None, T0, STOPPED, disrupted="PreemptionByScheduler")
+PREEMPTIONS = {
+    # shard 0's pods, oldest first -> shard 0 phase, restarts, preemptions; job phase; Preempted
+    "preempted-pod-still-draining": (
+        [pod(0, "Running", "10.0.0.1", T0, disrupted="PreemptionByScheduler")],
+        ("Preempted", 0, 1),
+        ("Preempted", "True", "ShardsPreempted"),
+    ),
+    "replacement-waits-for-a-gpu": (
+        [VICTIM, pod(0, "Pending", None, T1)],
+        ("Preempted", 0, 1),
+        ("Preempted", "True", "ShardsPreempted"),
+    ),
+    "replacement-runs-again": (
+        [VICTIM, pod(0, "Running", "10.0.0.1", T1)],
+        ("Running", 0, 1),
+        ("Running", "False", "Resumed"),
+    ),
+    "evicted-by-a-drain-is-no-preemption-and-no-failure": (
+        [
+            pod(0, "Failed", None, T0, STOPPED, disrupted="EvictionByEvictionAPI"),
+            pod(0, "Pending", None, T1),
+        ],
+        ("Pending", 0, 0),
+        ("Running", "False", "NotPreempted"),
+    ),
+    "a-crash-is-a-restart": (
+        [pod(0, "Failed", None, T0, {"exitCode": 1}), pod(0, "Pending", None, T1)],
+        ("Pending", 1, 0),
+        ("Running", "False", "NotPreempted"),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("shard0", "expected_shard", "expected_job"), PREEMPTIONS.values(), ids=PREEMPTIONS.keys()
+)
+def test_a_preempted_shard_is_preempted_not_failed_until_it_runs_again(
+    shard0: list[dict[str, Any]],
+    expected_shard: tuple[str, int, int],
+    expected_job: tuple[str, str, str],
+) -> None:
+    st = compute([*shard0, pod(1, "Running", "10.0.0.2")], job(), {})
+    s0 = st["shardStatus"][0]
+    assert (s0["phase"], s0["restarts"], s0["preemptions"]) == expected_shard
+    preempted = cond(st, "Preempted")
+    assert (st["phase"], preempted["status"], preempted["reason"]) == expected_job
+    assert st["preemptions"] == expected_shard[2]
+    assert cond(st, "Running")["status"] == "True"  # shard 1 runs throughout
+
+
+def test_the_preempted_condition_names_the_preemptor_where_its_event_was_read() -> None:
+    victims = [VICTIM, pod(1, "Running", "10.0.0.2", T0, disrupted="PreemptionByScheduler")]
+    named = {"uid-j-0-0000": "pod team-a/llama-engine-7f9c on node gpu-3"}
+    st = compute(victims, job(), {}, preemptors=named)
+    assert st["phase"] == "Preempted"
+    message = cond(st, "Preempted")["message"]
+    assert message.startswith("2 of 2 shard(s) preempted: ")
+    assert "shard 0 by pod team-a/llama-engine-7f9c on node gpu-3" in message
+    assert f"shard 1 by {SCHEDULER_SAID}" in message  # its Event was not (yet) read
+    running = cond(st, "Running")
+    assert (running["status"], running["reason"]) == ("False", "ShardsPreempted")
+    assert running["message"].startswith("0 of 2 shards running, 2 preempted")
+
+
+def test_preemptions_are_not_forgotten_when_kubernetes_deletes_old_pods() -> None:
+    previous = {0: ShardStatus(index=0, phase="Running", preemptions=3)}
+    st = compute(
+        [pod(0, "Running", "10.0.0.1"), pod(1, "Running", "10.0.0.2")], job(), {}, previous
+    )
+    assert (st["shardStatus"][0]["preemptions"], st["preemptions"]) == (3, 3)
+
+
+def test_lines_redone_add_up_over_the_shards_reports() -> None:
+    redone = [ShardReport(i, 2, 150, 150, 0, redone=n).to_json() for i, n in enumerate((4, 1))]
+    st = compute(
+        [
+            pod(0, "Succeeded", terminated={"exitCode": 0, "message": redone[0]}),
+            pod(1, "Succeeded", terminated={"exitCode": 0, "message": redone[1]}),
+        ],
+        job(completed="0-1", condition="Complete"),
+    )
+    assert [s["linesRedone"] for s in st["shardStatus"]] == [4, 1]
+    assert st["linesRedone"] == 5
+    assert cond(st, "Preempted")["reason"] == "Finished"

@@ -8,8 +8,8 @@ from test_chart_render import (
     CHART,
     EXPECTED_RULES,
     RBAC_KINDS,
+    beside_the_operator_rules,
     granted,
-    is_lease_rbac,
     of_kind,
     operator_container,
     render,
@@ -53,7 +53,7 @@ def test_secrets_are_read_by_name_only_when_the_grant_is_asked_for(
     set_args: tuple[str, ...], scope: str, grant: str
 ) -> None:
     def rules(*extra: str) -> list[dict[tuple[str, str], set[str]]]:
-        docs = [d for d in render(*set_args, *extra) if not is_lease_rbac(d)]
+        docs = [d for d in render(*set_args, *extra) if not beside_the_operator_rules(d)]
         roles = of_kind(docs, *RBAC_KINDS)
         assert {r["kind"] for r in roles} == {scope}
         return [granted(r) for r in roles]

@@ -214,4 +214,33 @@ on them, so `helm template`, `helm install` and `helm upgrade` all fail early.
 {{- if and (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) -}}
 {{- fail "serviceAccount.create=false needs serviceAccount.name: name the existing ServiceAccount the operator runs as, or set serviceAccount.create=true." -}}
 {{- end -}}
+{{- include "llmfleet.validatePriorityClasses" . -}}
+{{- end -}}
+
+{{/*
+The PriorityClasses must leave online serving above spare work: otherwise an engine that finds no
+free GPU cannot preempt the spare shards holding it.
+*/}}
+{{- define "llmfleet.validatePriorityClasses" -}}
+{{- $spare := .Values.priorityClasses.spare -}}
+{{- $online := .Values.priorityClasses.online -}}
+{{- if and $online.assignToEngines (not $online.name) -}}
+{{- fail "priorityClasses.online.assignToEngines=true needs priorityClasses.online.name: the class the engines run at." -}}
+{{- end -}}
+{{- if .Values.priorityClasses.create -}}
+{{- range $key, $class := dict "spare" $spare "online" $online -}}
+{{- if hasPrefix "system-" $class.name -}}
+{{- fail (printf "priorityClasses.%s.name %q: names starting with system- are Kubernetes' own." $key $class.name) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $spare.name $online.name (eq $spare.name $online.name) -}}
+{{- fail (printf "priorityClasses.spare.name and priorityClasses.online.name are both %q: spare work and online serving need two classes." $spare.name) -}}
+{{- end -}}
+{{- if and $spare.name $online.name (ge (int64 $spare.value) (int64 $online.value)) -}}
+{{- fail (printf "priorityClasses.spare.value (%v) must be below priorityClasses.online.value (%v): online serving preempts spare work, never the other way." $spare.value $online.value) -}}
+{{- end -}}
+{{- if and $spare.name (not $online.assignToEngines) (ge (int64 $spare.value) 0) -}}
+{{- fail (printf "priorityClasses.spare.value (%v) must be below 0, the priority engines run at while priorityClasses.online.assignToEngines is false: else they cannot preempt spare shards." $spare.value) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}

@@ -49,6 +49,9 @@ class OperatorConfig:
     engine_network_policy: EngineNetworkPolicy | None = None
     keda_prometheus_url: str = ""
     hf_endpoint: str = DEFAULT_ENDPOINT
+    # PriorityClasses; "": none set (the cluster's default priority), and no Spare job starts.
+    engine_priority_class: str = ""
+    spare_priority_class: str = ""
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -82,6 +85,8 @@ def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
         network_policy=cfg.engine_network_policy,
         keda_prometheus_url=cfg.keda_prometheus_url,
         hf_endpoint=cfg.hf_endpoint,
+        engine_priority_class=cfg.engine_priority_class,
+        spare_priority_class=cfg.spare_priority_class,
         namespaces=cfg.namespaces,
         resync_seconds=cfg.resync_seconds,
     )

@@ -14,6 +14,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 METRICS_PORT = 8080
+# The grace period a runner assumes unless told otherwise (--grace-seconds): a pod's default.
+DEFAULT_GRACE_SECONDS = 30
 LINES = "llmfleet_batch_shard_lines"
 TOKENS = "llmfleet_batch_shard_tokens"
 TOKENS_PER_SECOND = "llmfleet_batch_shard_tokens_per_second"
@@ -34,6 +36,7 @@ class ShardReport:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     tokens_per_second: float = 0.0
+    redone: int = 0  # lines run again after a pod stopped with them running
     error: str | None = None
 
     @property
@@ -50,6 +53,7 @@ class ShardReport:
             "promptTokens": self.prompt_tokens,
             "completionTokens": self.completion_tokens,
             "tokensPerSecond": round(self.tokens_per_second, 3),
+            "redone": self.redone,
         }
         if self.error:
             data["error"] = self.error[:2048]
@@ -69,6 +73,7 @@ def parse_summary(message: str | None) -> ShardReport | None:
             prompt_tokens=int(data.get("promptTokens", 0)),
             completion_tokens=int(data.get("completionTokens", 0)),
             tokens_per_second=float(data.get("tokensPerSecond", 0.0)),
+            redone=int(data.get("redone", 0)),
             error=data.get("error"),
         )
     except (ValueError, KeyError, TypeError):
@@ -102,4 +107,5 @@ def parse_metrics(text: str) -> ShardReport | None:
         prompt_tokens=int(values.get((TOKENS, "prompt"), 0)),
         completion_tokens=int(values.get((TOKENS, "completion"), 0)),
         tokens_per_second=values.get((TOKENS_PER_SECOND, ""), 0.0),
+        redone=int(values.get((LINES, "redone"), 0)),
     )

@@ -5,15 +5,22 @@ project's virtualenv have no vLLM. The runner enqueues requests (`LLM.enqueue` /
 `LLM.enqueue_chat`, which render prompts exactly as `LLM.generate` / `LLM.chat` do) and steps the
 engine itself, so finished requests are written as they finish while the engine keeps the rest of
 the queue batched.
+
+A stopping runner hands back the requests the engine has not started. vLLM reports no progress
+before a request finishes (the offline `LLM` asks for final outputs only), so the ones it runs are
+taken to be the oldest --max-num-seqs: its scheduler serves requests first come, first served.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llmfleet.batch.records import CHAT_URL, Choice, Completion, Request, prompt_of
+
+log = logging.getLogger("llmfleet.batch")
 
 
 class RequestRejectedError(Exception):
@@ -45,6 +52,11 @@ class Engine(Protocol):
 
     def has_unfinished(self) -> bool: ...
 
+    def withdraw(self, lines: Sequence[int]) -> list[int]:
+        """Stop: drop the queued requests of `lines` (oldest first) that the engine has not
+        started, and return their lines; the rest stay to finish."""
+        ...
+
 
 class VllmEngine:
     """vLLM's offline engine, loaded once per process from vLLM command-line engine arguments
@@ -74,6 +86,7 @@ class VllmEngine:
             served = served[0]
         self._model = str(served or engine_args.model)
         self._lines: dict[str, int] = {}
+        self._running_at_most = _max_num_seqs(self._llm, engine_args)
 
     @property
     def model_name(self) -> str:
@@ -121,6 +134,26 @@ class VllmEngine:
 
     def has_unfinished(self) -> bool:
         return bool(self._llm.llm_engine.has_unfinished_requests())
+
+    def withdraw(self, lines: Sequence[int]) -> list[int]:
+        if self._running_at_most is None:
+            return []
+        queued = set(lines[self._running_at_most :])
+        ids = [rid for rid, line in self._lines.items() if line in queued]
+        try:
+            self._llm.llm_engine.abort_request(ids)
+        except Exception as e:  # an older vLLM's signature: the lines simply run on
+            log.warning("could not hand queued requests back (%s: %s)", type(e).__name__, e)
+            return []
+        dropped = {self._lines.pop(rid) for rid in ids}
+        return [line for line in lines if line in dropped]
+
+
+def _max_num_seqs(llm: Any, engine_args: Any) -> int | None:
+    """Sequences the engine runs at once, as it was configured."""
+    config = getattr(getattr(llm.llm_engine, "vllm_config", None), "scheduler_config", None)
+    value = getattr(config, "max_num_seqs", None) or getattr(engine_args, "max_num_seqs", None)
+    return int(value) if value else None
 
 
 def _external_id(request_id: object) -> str:

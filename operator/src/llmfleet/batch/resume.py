@@ -6,13 +6,16 @@
 * The shard's output file: every complete line is a record already written and stays as is. A
   kill can leave a torn last line (no newline); it is cut off, and its request runs again.
 * The attempts file `.shard-NNNNN-of-MMMMM.attempts`: line numbers appended (and fsynced) before
-  they are submitted to the engine. A line submitted more than maxRetriesPerLine + 1 times without
-  a record is given an error record instead of running again.
+  they are submitted to the engine. A line charged more than maxRetriesPerLine + 1 attempts without
+  a record is given an error record instead of running again. A stopping pod (SIGTERM) appends
+  `-N` for a line it hands back unstarted (that submission never happened) and `~N` for one it
+  was running (it was started, so running it again is work redone, but a stop is not the line's
+  fault: no attempt is charged). Runners that predate the markers skip `~N` and count `-N`
+  against line -N, which no input has.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections import Counter
@@ -113,27 +116,75 @@ def attempts_name(shard: int, shards: int) -> str:
     return "." + output_name(shard, shards).removesuffix(".jsonl") + ".attempts"
 
 
-def read_attempts(path: Path) -> Counter[int]:
-    counts: Counter[int] = Counter()
-    if not path.exists():
-        return counts
-    for raw in path.read_bytes().splitlines():
-        with contextlib.suppress(ValueError):
-            counts[int(raw)] += 1
-    return counts
-
-
-class AttemptLog:
-    """Appends the lines about to be submitted, durably, before they are."""
+class Attempts:
+    """The shard's attempts file: what earlier pods handed to an engine, and this pod's own
+    appends (each fsynced before the engine sees the line)."""
 
     def __init__(self, path: Path) -> None:
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._submitted: Counter[int] = Counter()
+        self._returned: Counter[int] = Counter()
+        self._stopped: Counter[int] = Counter()
+        data = path.read_bytes() if path.exists() else b""
+        for raw in data.splitlines():
+            self._count(raw.decode(errors="replace").strip())
+        self._redone = sum(max(0, self._started(n) - 1) for n in self._submitted)
+        self._path = path
+        self._fd: int | None = None
+        # A kill mid-append left a partial entry: the next entry must not extend it.
+        self._torn = bool(data) and not data.endswith(b"\n")
 
-    def record(self, lines: Iterable[int]) -> None:
-        data = "".join(f"{n}\n" for n in lines).encode()
-        if data:
-            os.write(self._fd, data)
-            os.fsync(self._fd)
+    def _count(self, entry: str) -> None:
+        counter = {"-": self._returned, "~": self._stopped}.get(entry[:1], self._submitted)
+        number = entry[1:] if counter is not self._submitted else entry
+        if number.isdigit():
+            counter[int(number)] += 1
+
+    def _started(self, line: int) -> int:
+        return self._submitted[line] - self._returned[line]
+
+    def charged(self, line: int) -> int:
+        """Attempts that count against maxRetriesPerLine: the pod died with the line running."""
+        return self._started(line) - self._stopped[line]
+
+    @property
+    def redone(self) -> int:
+        """Submissions of lines an earlier submission had already started."""
+        return self._redone
+
+    def submit(self, lines: Iterable[int]) -> None:
+        lines = list(lines)
+        self._append("", lines)
+        for n in lines:
+            self._redone += self._started(n) >= 1
+            self._submitted[n] += 1
+
+    def returned(self, lines: Iterable[int]) -> None:
+        """Lines handed back unstarted: as if never submitted."""
+        lines = list(lines)
+        self._append("-", lines)
+        for n in lines:
+            self._returned[n] += 1
+            self._redone -= self._started(n) >= 1
+
+    def stopped(self, lines: Iterable[int]) -> None:
+        """Lines running when the pod was told to stop: not charged if they do not finish."""
+        lines = list(lines)
+        self._append("~", lines)
+        for n in lines:
+            self._stopped[n] += 1
+
+    def _append(self, mark: str, lines: list[int]) -> None:
+        data = "".join(f"{mark}{n}\n" for n in lines).encode()
+        if not data:
+            return
+        if self._torn:
+            data, self._torn = b"\n" + data, False
+        if self._fd is None:
+            self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(self._fd, data)
+        os.fsync(self._fd)
 
     def close(self) -> None:
-        os.close(self._fd)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -7,13 +7,15 @@ In an Indexed Job the shard is the pod's JOB_COMPLETION_INDEX. The runner
 2. reads its share of the input (`sharding`), and what its output file already answers
    (`resume`: a torn last line is cut, answered lines are skipped),
 3. writes error records for lines that cannot run, then loads the model once and keeps the engine
-   fed: up to --max-in-flight requests are queued at any time (far more than the engine runs at
-   once, so continuous batching stays full), refilled as results come back,
+   fed (`feeding`),
 4. appends each record as its request finishes (flushed at once, fsynced at least every
    --fsync-seconds and at the end), and serves its progress on /metrics.
 
 It ends with exit 0 when every line has a record (failed lines included), and writes a JSON
-summary to --termination-log, which Kubernetes shows in the pod status.
+summary to --termination-log, which Kubernetes shows in the pod status. SIGTERM stops it within
+--grace-seconds (the pod's terminationGracePeriodSeconds): at once while the model loads, else
+once the lines the engine runs are written (`feeding`); it then exits 143 unless every line of
+the shard has its record.
 """
 
 from __future__ import annotations
@@ -26,34 +28,26 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import Any
 
-from llmfleet.batch.engine import Engine, RequestRejectedError, VllmEngine
+from llmfleet.batch.engine import Engine, VllmEngine
+from llmfleet.batch.feeding import Feed, RecordWriter, StoppedError, drain_seconds, feed
 from llmfleet.batch.progress import Progress
-from llmfleet.batch.records import (
-    ENGINE_ERROR,
-    RETRIES_EXHAUSTED,
-    LineError,
-    Request,
-    encode,
-    error_record,
-    sampling_kwargs,
-    success_record,
-)
+from llmfleet.batch.records import RETRIES_EXHAUSTED, LineError, Request, error_record
 from llmfleet.batch.resume import (
-    AttemptLog,
+    Attempts,
     OutputOwnedError,
     attempts_name,
     claim_output,
-    read_attempts,
     recover_output,
 )
 from llmfleet.batch.sharding import output_name, read_shard
-from llmfleet.shard_report import METRICS_PORT
+from llmfleet.shard_report import DEFAULT_GRACE_SECONDS, METRICS_PORT
 
 log = logging.getLogger("llmfleet.batch")
 
@@ -63,7 +57,7 @@ EXIT_CONFIG = 3  # retrying cannot help (the Job fails at once)
 EXIT_TERMINATED = 143
 DEFAULT_MAX_IN_FLIGHT = 1024
 DEFAULT_FSYNC_SECONDS = 1.0
-PUBLISH_SECONDS = 1.0
+__all__ = ["ShardConfig", "StoppedError", "main", "run_shard"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +71,7 @@ class ShardConfig:
     max_retries_per_line: int = 3
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     fsync_seconds: float = DEFAULT_FSYNC_SECONDS
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
 
     @property
     def output(self) -> Path:
@@ -87,32 +82,32 @@ class ShardConfig:
         return self.output_dir / attempts_name(self.shard, self.shards)
 
 
-class _Writer:
-    """Appends whole records: one write() per line, flushed at once, fsynced periodically."""
+class Stop:
+    """SIGTERM's flag, asked by the feeding loop. While the model loads nothing is in flight, so
+    then the signal ends the load at once rather than waiting out a load the pod has no time
+    left for."""
 
-    def __init__(self, path: Path, fsync_seconds: float) -> None:
-        self._f: IO[bytes] = path.open("ab")
-        self._fsync_seconds = fsync_seconds
-        self._synced = time.monotonic()
+    def __init__(self) -> None:
+        self.requested = False
+        self._interruptible = False
 
-    def write(self, record: Mapping[str, Any]) -> None:
-        self._f.write(encode(record))
-        self._f.flush()
-        if time.monotonic() - self._synced >= self._fsync_seconds:
-            self.sync()
+    def __call__(self) -> bool:
+        return self.requested
 
-    def sync(self) -> None:
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._synced = time.monotonic()
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+        if self._interruptible:
+            raise StoppedError("stopped while the model loaded")
 
-    def close(self) -> None:
-        self.sync()
-        self._f.close()
-
-
-class StoppedError(Exception):
-    """SIGTERM: stop taking work; what is written stays, the rest runs after a restart."""
+    @contextmanager
+    def interrupting(self) -> Iterator[None]:
+        if self.requested:
+            raise StoppedError("stopped before the model loaded")
+        self._interruptible = True
+        try:
+            yield
+        finally:
+            self._interruptible = False
 
 
 def run_shard(
@@ -129,7 +124,6 @@ def run_shard(
     found = recover_output(cfg.output)
     if found.torn_bytes:
         log.warning("cut a torn last line (%d bytes) from %s", found.torn_bytes, cfg.output)
-    attempts = read_attempts(cfg.attempts)
     progress.total = shard.total
     progress.succeeded, progress.failed = found.succeeded, found.failed
     progress.prompt_tokens, progress.completion_tokens = (
@@ -145,7 +139,9 @@ def run_shard(
         len(found.done),
         len(shard.errors),
     )
-    writer = _Writer(cfg.output, cfg.fsync_seconds)
+    attempts = Attempts(cfg.attempts)
+    progress.redone = attempts.redone
+    writer = RecordWriter(cfg.output, cfg.fsync_seconds)
     try:
         for error in shard.errors:
             if error.line not in found.done:
@@ -155,15 +151,25 @@ def run_shard(
         for request in shard.requests:
             if request.line in found.done:
                 continue
-            if attempts[request.line] > cfg.max_retries_per_line:
-                writer.write(error_record(_exhausted(request, attempts[request.line])))
+            if attempts.charged(request.line) > cfg.max_retries_per_line:
+                writer.write(error_record(_exhausted(request, attempts.charged(request.line))))
                 progress.errored()
             else:
                 todo.append(request)
         progress.publish()
         if todo:
-            _run(cfg, engine_factory(), todo, writer, progress, should_stop=should_stop)
+            work = Feed(
+                engine=engine_factory(),
+                writer=writer,
+                progress=progress,
+                attempts=attempts,
+                defaults=cfg.defaults,
+                max_in_flight=cfg.max_in_flight,
+                drain_seconds=drain_seconds(cfg.grace_seconds),
+            )
+            feed(work, todo, should_stop)
     finally:
+        attempts.close()
         writer.close()
         progress.publish()
     return progress
@@ -174,66 +180,8 @@ def _exhausted(request: Request, attempts: int) -> LineError:
         request.line,
         request.custom_id,
         RETRIES_EXHAUSTED,
-        f"line {request.line}: not run again after {attempts} attempts; its shard stopped "
+        f"line {request.line}: not run again after {attempts} attempts; its shard's pod died "
         "while running it each time (maxRetriesPerLine)",
-    )
-
-
-def _run(
-    cfg: ShardConfig,
-    engine: Engine,
-    todo: deque[Request],
-    writer: _Writer,
-    progress: Progress,
-    *,
-    should_stop: Callable[[], bool],
-) -> None:
-    attempt_log = AttemptLog(cfg.attempts)
-    in_flight: dict[int, Request] = {}
-    progress.engine_started = time.monotonic()
-    published = time.monotonic()
-    try:
-        while todo or in_flight:
-            if should_stop():
-                raise StoppedError
-            if todo and len(in_flight) < cfg.max_in_flight:
-                batch = [
-                    todo.popleft()
-                    for _ in range(min(len(todo), cfg.max_in_flight - len(in_flight)))
-                ]
-                attempt_log.record(r.line for r in batch)  # durable before the engine sees them
-                for request in batch:
-                    try:
-                        engine.submit(request, sampling_kwargs(request, cfg.defaults))
-                    except RequestRejectedError as e:
-                        writer.write(error_record(_engine_error(request, str(e))))
-                        progress.errored()
-                        continue
-                    in_flight[request.line] = request
-            if not in_flight:
-                continue
-            for finished in engine.step():
-                request = in_flight.pop(finished.line)
-                if finished.completion is None:
-                    writer.write(error_record(_engine_error(request, finished.error or "failed")))
-                    progress.errored()
-                    continue
-                writer.write(success_record(request, finished.completion, engine.model_name))
-                progress.answered(
-                    finished.completion.prompt_tokens, finished.completion.completion_tokens
-                )
-            if time.monotonic() - published >= PUBLISH_SECONDS:
-                progress.publish()
-                published = time.monotonic()
-            if in_flight and not engine.has_unfinished():
-                raise RuntimeError(f"the engine lost {len(in_flight)} requests")
-    finally:
-        attempt_log.close()
-
-
-def _engine_error(request: Request, message: str) -> LineError:
-    return LineError(
-        request.line, request.custom_id, ENGINE_ERROR, f"line {request.line}: {message}"
     )
 
 
@@ -272,6 +220,13 @@ def build_parser(prog: str = "python -m llmfleet.batch.runner") -> argparse.Argu
     p.add_argument("--max-retries-per-line", type=int, default=3)
     p.add_argument("--max-in-flight", type=int, default=DEFAULT_MAX_IN_FLIGHT)
     p.add_argument("--fsync-seconds", type=float, default=DEFAULT_FSYNC_SECONDS)
+    p.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        help="seconds between SIGTERM and SIGKILL (the pod's terminationGracePeriodSeconds): "
+        "the runner stops within them (default %(default)s)",
+    )
     p.add_argument("--host", default="0.0.0.0", help="address of the metrics endpoint")
     p.add_argument(
         "--metrics-port",
@@ -331,28 +286,30 @@ def main(
         max_retries_per_line=args.max_retries_per_line,
         max_in_flight=max(1, args.max_in_flight),
         fsync_seconds=args.fsync_seconds,
+        grace_seconds=args.grace_seconds,
     )
     progress = Progress(cfg.shard, cfg.shards)
     if args.metrics_port:
         from prometheus_client import start_http_server
 
         start_http_server(args.metrics_port, addr=args.host, registry=progress.registry)
-    stop = {"requested": False}
+    stop = Stop()
+    signal.signal(signal.SIGTERM, stop.on_signal)
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        stop["requested"] = True
+    def load() -> Engine:
+        with stop.interrupting():
+            return engine_factory(engine_argv)
 
-    signal.signal(signal.SIGTERM, on_term)
     started = time.monotonic()
     code, error = EXIT_OK, None
     try:
         if not cfg.input.is_file():
             raise OutputOwnedError(f"input file {cfg.input} does not exist")
-        run_shard(cfg, lambda: engine_factory(engine_argv), progress, lambda: stop["requested"])
+        run_shard(cfg, load, progress, stop)
     except OutputOwnedError as e:
         code, error = EXIT_CONFIG, str(e)
-    except StoppedError:
-        code, error = EXIT_TERMINATED, "terminated; the shard resumes from its output"
+    except StoppedError as e:
+        code, error = EXIT_TERMINATED, f"terminated: {e}"
     except Exception as e:
         log.exception("shard %d failed", cfg.shard)
         code, error = EXIT_FAILED, f"{type(e).__name__}: {e}"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE
 from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy, parse_engine_network_policy
+from llmfleet.models.refs import OBJECT_NAME_PATTERN
 
 if TYPE_CHECKING:
     from llmfleet.operator_app import OperatorConfig
@@ -137,6 +138,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "neither spec.model.architecture nor the built-in catalog describes (env HF_ENDPOINT; "
         f"default {DEFAULT_ENDPOINT})",
     )
+    for pods, whose in (
+        (
+            "spare",
+            "the pods of LLMBatchJobs with spec.priority Spare (default: none, and such "
+            "jobs wait, reported)",
+        ),
+        (
+            "engine",
+            "LLMDeployments' engine pods (default: none, the cluster's default "
+            "priority; changing it restarts every engine once)",
+        ),
+    ):
+        variable = f"LLMFLEET_{pods.upper()}_PRIORITY_CLASS"
+        p.add_argument(
+            f"--{pods}-priority-class",
+            default=env(variable, ""),
+            type=_priority_class,
+            help=f"PriorityClass of {whose}; env {variable}",
+        )
     p.add_argument(
         "--kubeconfig",
         default=env("KUBECONFIG") or None,
@@ -151,6 +171,13 @@ def _network_policy(text: str) -> EngineNetworkPolicy | None:
         return parse_engine_network_policy(text)
     except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
         raise argparse.ArgumentTypeError(f"not a valid engine NetworkPolicy: {e}") from None
+
+
+def _priority_class(text: str) -> str:
+    """argparse type: a PriorityClass name (a DNS subdomain) or nothing."""
+    if text and (len(text) > 253 or not re.fullmatch(OBJECT_NAME_PATTERN, text)):
+        raise argparse.ArgumentTypeError(f"not a PriorityClass name: {text!r}")
+    return text
 
 
 def _http_url(text: str, example: str) -> str:
@@ -202,6 +229,8 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         engine_network_policy=args.engine_network_policy,
         keda_prometheus_url=args.keda_prometheus_url,
         hf_endpoint=args.hf_endpoint,
+        engine_priority_class=args.engine_priority_class,
+        spare_priority_class=args.spare_priority_class,
     )
 
 

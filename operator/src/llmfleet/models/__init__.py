@@ -11,10 +11,9 @@ from llmfleet.models.batchjob import (
     ClaimPath,
     ConfigMapKey,
     LLMBatchJobSpec,
-    LLMBatchJobStatus,
     SamplingDefaults,
-    ShardStatus,
 )
+from llmfleet.models.batchjob_status import LLMBatchJobStatus, ShardStatus
 from llmfleet.models.catalog import CATALOG, lookup_architecture, resolve_architecture
 from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE
 from llmfleet.models.deployment import KIND, LLMDeploymentSpec, Objective, Strategy

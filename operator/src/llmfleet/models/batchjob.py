@@ -7,7 +7,6 @@ planner (`deployment_spec()` turns a batch job into the LLMDeploymentSpec it pla
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Literal
 
 from pydantic import Field
@@ -19,7 +18,7 @@ from llmfleet.models.engine import EngineSpec
 from llmfleet.models.gpus import GpuSpec
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.models.refs import OBJECT_NAME_PATTERN, SECRET_KEY_PATTERN
-from llmfleet.models.status import Condition, PlanSummary
+from llmfleet.shard_report import DEFAULT_GRACE_SECONDS
 
 KIND = "LLMBatchJob"
 PLURAL = "llmbatchjobs"
@@ -40,6 +39,12 @@ DEFAULT_BATCH_IMAGE = f"docker.io/llmfleet/vllm:v0.32.0-llmfleet{__version__}"
 DEFAULT_MAX_RETRIES_PER_LINE = 3
 DEFAULT_MAX_RESTARTS_PER_SHARD = 3
 MAX_SHARDS = 1_000
+# Under 10 s a stopping shard has no time to finish a line; over 10 minutes an online engine
+# waits too long for the GPU of a spare shard it preempts.
+MIN_GRACE_SECONDS = 10
+MAX_GRACE_SECONDS = 600
+
+BatchPriority = Literal["Normal", "Spare"]
 
 # A path relative to the claim's root, never leaving it.
 _PARENT_SEGMENT = r"(^|/)[.][.](/|$)"
@@ -230,8 +235,9 @@ class LLMBatchJobSpec(ApiModel):
         ge=0,
         le=100,
         description=(
-            "Times a line is run again after its shard stopped while the line was in flight "
-            "(a crash or a preemption). After that it gets an error record, so a line that "
+            "Times a line is run again after its shard's pod died while running it (a crash, or "
+            "a stop that outlasted terminationGracePeriodSeconds; a line the pod handed back as "
+            "it stopped does not count). After that it gets an error record, so a line that "
             f"crashes the engine cannot stall its shard. Default {DEFAULT_MAX_RETRIES_PER_LINE}."
         ),
     )
@@ -241,7 +247,33 @@ class LLMBatchJobSpec(ApiModel):
         le=100,
         description=(
             "Pod failures tolerated per shard (the Job's backoffLimitPerIndex); each restart "
-            f"resumes from the shard's output. Default {DEFAULT_MAX_RESTARTS_PER_SHARD}."
+            "resumes from the shard's output. A pod preempted, evicted or drained is not a "
+            f"failure and does not count. Default {DEFAULT_MAX_RESTARTS_PER_SHARD}."
+        ),
+    )
+
+    priority: BatchPriority = Field(
+        default="Normal",
+        description=(
+            "Normal: the shards run at the cluster's default priority, as any pod. Spare: they "
+            "run at the operator's spare PriorityClass (the chart's priorityClasses.spare), "
+            "below every other pod, on GPUs nothing else asks for; when online engines need "
+            "those GPUs the scheduler preempts spare shards, and each resumes where it stopped "
+            "once a GPU frees, every line still answered exactly once. With no spare class "
+            "configured the job waits (Running=False, reason SparePriorityClassUnset). One of "
+            "Normal, Spare. Default Normal."
+        ),
+    )
+    termination_grace_period_seconds: int = Field(
+        default=DEFAULT_GRACE_SECONDS,
+        ge=MIN_GRACE_SECONDS,
+        le=MAX_GRACE_SECONDS,
+        description=(
+            "Seconds a shard pod is given to stop (preemption, drain, deletion): it takes no new "
+            "line, hands back the lines the engine has not started, finishes and writes those "
+            "it runs, and exits a few seconds before the limit; what it could not finish runs "
+            "again in the shard's next pod. A preempting online engine waits at most this long "
+            f"for the GPU. Default {DEFAULT_GRACE_SECONDS}."
         ),
     )
 
@@ -257,64 +289,3 @@ class LLMBatchJobSpec(ApiModel):
                 "autoscaling": {"enabled": False},
             }
         )
-
-
-ShardPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
-JobPhase = Literal["Pending", "Running", "Complete", "Failed"]
-
-
-class ShardStatus(ApiModel):
-    """Progress of one shard."""
-
-    index: int = Field(ge=0, description="Shard index (the Job's completion index).")
-    phase: ShardPhase = Field(description="Pending, Running, Succeeded or Failed.")
-    total: int | None = Field(default=None, ge=0, description="Lines of this shard.")
-    succeeded: int = Field(default=0, ge=0, description="Lines answered.")
-    failed: int = Field(default=0, ge=0, description="Lines with an error record.")
-    tokens_per_second: float | None = Field(
-        default=None, ge=0, description="Generated tokens per second of the running pod."
-    )
-    restarts: int = Field(default=0, ge=0, description="Pods of this shard that failed.")
-
-
-class LLMBatchJobStatus(ApiModel):
-    """Observed state of an LLMBatchJob."""
-
-    observed_generation: int | None = Field(
-        default=None, ge=0, description="metadata.generation of the reconciled spec."
-    )
-    conditions: tuple[Condition, ...] = Field(
-        default=(),
-        description="Current conditions (Running, Complete, Failed), one per type.",
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["type"],
-        },
-    )
-    phase: JobPhase | None = Field(
-        default=None, description="Pending, Running, Complete or Failed."
-    )
-    plan: PlanSummary | None = Field(default=None, description="The planned layout per shard.")
-    job_name: str | None = Field(default=None, description="The Kubernetes Job running shards.")
-    shards: int | None = Field(default=None, ge=1, description="Shards (Job completions).")
-    total: int | None = Field(
-        default=None, ge=0, description="Lines in the input (known once a shard has started)."
-    )
-    succeeded: int = Field(default=0, ge=0, description="Lines answered, over all shards.")
-    failed: int = Field(default=0, ge=0, description="Lines with an error record.")
-    progress: str | None = Field(
-        default=None, description="Lines done (succeeded + failed) of total, e.g. 150/300 (50%)."
-    )
-    prompt_tokens: int = Field(default=0, ge=0, description="Prompt tokens processed.")
-    completion_tokens: int = Field(default=0, ge=0, description="Tokens generated.")
-    tokens_per_second: float | None = Field(
-        default=None, ge=0, description="Generated tokens per second over the running shards."
-    )
-    eta: str | None = Field(
-        default=None, description="Estimated time left at the current rate, e.g. 12m30s."
-    )
-    start_time: datetime | None = Field(default=None, description="When the Job started.")
-    completion_time: datetime | None = Field(
-        default=None, description="When the Job completed or failed."
-    )
-    shard_status: tuple[ShardStatus, ...] = Field(default=(), description="Per-shard progress.")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmfleet import API_GROUP, API_VERSION
-from llmfleet.models import batchjob
+from llmfleet.models import batchjob, batchjob_status
 from llmfleet.models.crd import AGE_COLUMN, CrdDefinition, PrinterColumn, ResourceNames
 from llmfleet.models.deployment import (
     CATEGORIES,
@@ -74,10 +74,12 @@ LLMBATCHJOB = CrdDefinition(
         "restart, answering every line exactly once."
     ),
     spec_model=batchjob.LLMBatchJobSpec,
-    status_model=batchjob.LLMBatchJobStatus,
+    status_model=batchjob_status.LLMBatchJobStatus,
     object_rules=(batchjob.NAME_RULE,),
     printer_columns=(
-        PrinterColumn("Status", "string", ".status.phase", "Pending, Running, Complete, Failed."),
+        PrinterColumn(
+            "Status", "string", ".status.phase", "Pending, Running, Preempted, Complete, Failed."
+        ),
         PrinterColumn("Shards", "integer", ".status.shards", "Pods working in parallel."),
         PrinterColumn("Progress", "string", ".status.progress", "Lines done of total."),
         PrinterColumn("Failed", "integer", ".status.failed", "Lines with an error record."),
@@ -90,6 +92,10 @@ LLMBATCHJOB = CrdDefinition(
             '.status.conditions[?(@.type=="Running")].reason',
             "Why shards (do not) run, e.g. InputConfigMapNotFound, OutputClaimNotFound.",
             priority=1,
+        ),
+        PrinterColumn("Priority", "string", ".spec.priority", "Normal or Spare.", priority=1),
+        PrinterColumn(
+            "Preemptions", "integer", ".status.preemptions", "Shard pods preempted.", priority=1
         ),
     ),
 )

@@ -5,23 +5,29 @@ written once and only when it changed.
 
 A Job's pod template is immutable, and so is an LLMBatchJob's spec (CEL), so the Job is applied
 when it is missing and otherwise only observed. A Job deleted before the batch finished is
-created again and resumes from the output files.
+created again and resumes from the output files. A Spare job's Job is created only once the
+operator's spare PriorityClass is configured and exists (reconcile/spare.py).
 """
 
 from __future__ import annotations
 
 import urllib.request
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
 
-from llmfleet.models.batchjob import KIND, LLMBatchJobSpec, LLMBatchJobStatus
+from llmfleet import metrics_batch
+from llmfleet.models.batchjob import KIND, LLMBatchJobSpec
+from llmfleet.models.batchjob_status import LLMBatchJobStatus
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.reconcile.apply import ApplyResult
 from llmfleet.reconcile.base import Reconciler, generation
+from llmfleet.reconcile.batchpods import parse_time
 from llmfleet.reconcile.batchstatus import (
     Scraper,
+    ShardObservation,
     batch_status,
     indexes,
     observe_shards,
@@ -33,6 +39,7 @@ from llmfleet.reconcile.conditions import find
 from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.references import batch_references
 from llmfleet.reconcile.resync import Resyncer
+from llmfleet.reconcile.spare import SpareClass, waiting_status
 from llmfleet.render.batchjob import (
     BATCHJOB_LABEL,
     BatchOwner,
@@ -46,6 +53,9 @@ SCRAPE_TIMEOUT_SECONDS = 2.0
 # How often running jobs' progress is read (their pods change no object while they work).
 POLL_SECONDS = 10.0
 FINISHED = ("Complete", "Failed")
+# The scheduler posts its Preempted Event as it deletes the victim: one not found this soon after
+# may still come, one not found later is gone (Events expire) and is not asked for again.
+PREEMPTOR_EVENT_SECONDS = 120.0
 
 
 def scrape(pod_ip: str) -> str | None:
@@ -74,11 +84,18 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         scraper: Scraper = scrape,
         view: ChildView | None = None,
         model_configs: ModelConfigs | None = None,
+        *,
+        spare_priority_class: str = "",
     ) -> None:
+        """`spare_priority_class`: the operator's --spare-priority-class, the PriorityClass of
+        Spare jobs' pods ("" refuses to start them)."""
         super().__init__(api, profiles, view, model_configs)
         self.scraper = scraper
+        self.spare = SpareClass(api, spare_priority_class)
         self._active: set[tuple[str, str]] = set()  # jobs whose progress is polled
         self._poller: Resyncer | None = None
+        # Per job, victim pod uid -> who preempted it.
+        self._preemptors: dict[tuple[str, str], dict[str, str]] = {}
 
     def plan(self, spec: LLMBatchJobSpec, namespace: str) -> Plan:
         config = self.model_configs.for_model(spec.model, namespace)
@@ -106,6 +123,7 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
     def forget(self, namespace: str, name: str) -> None:
         with self._guard:
             self._active.discard((namespace, name))
+            self._preemptors.pop((namespace, name), None)
 
     def run(
         self, body: dict[str, Any], old: LLMBatchJobStatus, spec: LLMBatchJobSpec, planned: Plan
@@ -122,7 +140,15 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         job = self.view.get("batch/v1", "Job", ns, job_name(name))
         finished = old.job_name and old.phase in FINISHED
         if job is None and not finished:
-            job = self.applier.apply(render_batch_job(owner, spec, planned), result)
+            waiting = self.spare.missing() if spec.priority == "Spare" else None
+            if waiting is not None:
+                new = waiting_status(old, generation(body), planned.summary(), waiting)
+                if self.write_status(body, new):
+                    self.events.emit(body, "Warning", waiting.reason, waiting.message)
+                self._poll(ns, name, new)  # the class may be created meanwhile
+                return result
+            rendered = render_batch_job(owner, spec, planned, spare_priority_class=self.spare.name)
+            job = self.applier.apply(rendered, result)
         pods = self.view.by_label("v1", "Pod", ns, BATCHJOB_LABEL, name)
         if job is not None and self._release_from_terminating_namespace(ns, job, pods, result):
             pods = []
@@ -140,25 +166,60 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
             job=job,
             observed=observed,
             blockers=blocked,
+            preemptors=self._who_preempted((ns, name), observed, pods),
+            pods=pods,
         )
         if result.created:
             self.events.emit(
                 body, "Normal", "Created", f"Job {job_name(name)} with {shards} shard(s)"
             )
         wrote = self.write_status(body, new)
+        if wrote:
+            metrics_batch.count_status_write(ns, spec.priority, old, new)
         if wrote and blocked:
             self.announce_blockers(body, _message(old, "Running"), blocked)
+        if wrote and new.preemptions > old.preemptions and new.phase == "Preempted":
+            self.events.emit(body, "Normal", "Preempted", _message(new, "Preempted"))
         if wrote and old.phase != new.phase:
             if new.phase == "Complete":
                 self.events.emit(body, "Normal", "Complete", _message(new, "Complete"))
             elif new.phase == "Failed":
                 self.events.emit(body, "Warning", "Failed", _message(new, "Failed"))
+            elif old.phase == "Preempted" and new.phase == "Running":
+                self.events.emit(body, "Normal", "Resumed", _message(new, "Running"))
+        self._poll(ns, name, new)
+        return result
+
+    def _poll(self, ns: str, name: str, new: LLMBatchJobStatus) -> None:
         with self._guard:
             if new.phase in FINISHED:
                 self._active.discard((ns, name))
             else:
                 self._active.add((ns, name))
-        return result
+
+    def _who_preempted(
+        self, key: tuple[str, str], observed: list[ShardObservation], pods: list[dict[str, Any]]
+    ) -> dict[str, str | None]:
+        """Who preempted each shard waiting after a preemption, from the scheduler's Event on the
+        victim: read once per victim, and only while the shard waits."""
+        now = datetime.now(UTC)
+        present = {str(p["metadata"].get("uid")) for p in pods}
+        with self._guard:
+            known = {
+                uid: who for uid, who in self._preemptors.get(key, {}).items() if uid in present
+            }
+        out: dict[str, str | None] = {}
+        for victim in (o.preempted_by for o in observed if o.preempted_by is not None):
+            at = parse_time(victim.at)
+            recent = at is None or (now - at).total_seconds() < PREEMPTOR_EVENT_SECONDS
+            if victim.uid not in known and recent:
+                who = self.events.preemptor(key[0], victim.uid)
+                if who is not None:
+                    known[victim.uid] = who
+            out[victim.uid] = known.get(victim.uid)
+        with self._guard:
+            self._preemptors[key] = known
+        return out
 
     def _release_from_terminating_namespace(
         self, ns: str, job: dict[str, Any], pods: list[dict[str, Any]], result: ApplyResult

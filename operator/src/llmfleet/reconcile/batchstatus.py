@@ -5,26 +5,27 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from llmfleet.models.batchjob import (
-    JobPhase,
-    LLMBatchJobSpec,
-    LLMBatchJobStatus,
-    ShardPhase,
-    ShardStatus,
-)
+from llmfleet.models.batchjob import LLMBatchJobSpec
+from llmfleet.models.batchjob_status import JobPhase, LLMBatchJobStatus, ShardPhase, ShardStatus
 from llmfleet.models.status import PlanSummary
+from llmfleet.reconcile.batchpods import held_seconds, parse_time, runner_end, shard_index
 from llmfleet.reconcile.causes import Blocker, describe
 from llmfleet.reconcile.conditions import FALSE, TRUE, condition, keep_transition_times
-from llmfleet.render.batchjob import CONTAINER, output_key
+from llmfleet.reconcile.preemption import (
+    Preemption,
+    disruption,
+    preempted_condition,
+    preempted_now,
+    preemption,
+)
+from llmfleet.render.batchjob import output_key
 from llmfleet.shard_report import ShardReport, parse_metrics, parse_summary
-
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 Scraper = Callable[[str], str | None]
 
@@ -36,24 +37,8 @@ class ShardObservation:
     report: ShardReport | None
     restarts: int
     error: str | None = None  # why its last pod failed, when it did
-
-
-def _index(pod: dict[str, Any]) -> int | None:
-    meta = pod.get("metadata") or {}
-    value = (meta.get("annotations") or {}).get(INDEX_ANNOTATION) or (meta.get("labels") or {}).get(
-        INDEX_ANNOTATION
-    )
-    return int(value) if value is not None and str(value).isdigit() else None
-
-
-def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == CONTAINER:
-            state = cs.get("state") or {}
-            if "terminated" in state:
-                terminated: dict[str, Any] = state["terminated"]
-                return terminated
-    return None
+    preemptions: int = 0
+    preempted_by: Preemption | None = None  # while the shard waits after a preemption
 
 
 def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at the call
@@ -68,7 +53,7 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
     termination message once it ended), else the counts status last showed."""
     by_index: dict[int, list[dict[str, Any]]] = {}
     for pod in pods:
-        index = _index(pod)
+        index = shard_index(pod)
         if index is not None:
             by_index.setdefault(index, []).append(pod)
     running_ips = sorted(
@@ -77,7 +62,7 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
             for p in pods
             if (p.get("status") or {}).get("phase") == "Running"
             and (p.get("status") or {}).get("podIP")
-            and _terminated(p) is None
+            and runner_end(p) is None
         }
     )
     # Shards are scraped at once: a reconcile waits for the slowest, not for their sum.
@@ -89,13 +74,18 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
             by_index.get(index, []),
             key=lambda p: str(p["metadata"].get("creationTimestamp") or ""),
         )
-        restarts = sum(1 for p in mine if (p.get("status") or {}).get("phase") == "Failed")
+        # What the Job counts against backoffLimitPerIndex: disruptions are not failures.
+        restarts = sum(
+            1
+            for p in mine
+            if (p.get("status") or {}).get("phase") == "Failed" and disruption(p) is None
+        )
         report: ShardReport | None = None
         error: str | None = None
         phase: ShardPhase = "Succeeded" if index in completed else "Pending"
         for pod in reversed(mine):
             status = pod.get("status") or {}
-            terminated = _terminated(pod)
+            terminated = runner_end(pod)
             if terminated is not None:
                 report = parse_summary(terminated.get("message"))
                 if error is None and int(terminated.get("exitCode") or 0) != 0:
@@ -105,8 +95,11 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
                 report = parse_metrics(text) if text else None
             if report is not None:
                 break
+        victim = preempted_now(mine) if index not in completed else None
         if index in failed_for_good:
             phase = "Failed"
+        elif victim is not None:
+            phase = "Preempted"
         elif mine and index not in completed:
             newest = (mine[-1].get("status") or {}).get("phase")
             if newest == "Running":
@@ -125,8 +118,23 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
                 total=last.total,
                 succeeded=last.succeeded,
                 failed=last.failed,
+                redone=last.lines_redone,
             )
-        out.append(ShardObservation(index, phase, report, restarts, error))
+        # Pods of a long job may be gone (pod garbage collection): never count fewer than before.
+        preemptions = max(
+            sum(1 for p in mine if preemption(p) is not None), last.preemptions if last else 0
+        )
+        out.append(
+            ShardObservation(
+                index,
+                phase,
+                report,
+                restarts,
+                error,
+                preemptions,
+                victim if phase == "Preempted" else None,
+            )
+        )
     return out
 
 
@@ -158,14 +166,6 @@ def _job_condition(job: dict[str, Any] | None, ctype: str) -> dict[str, Any] | N
     return None
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    with contextlib.suppress(ValueError):
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return None
-
-
 def batch_status(
     *,
     old: LLMBatchJobStatus,
@@ -176,9 +176,13 @@ def batch_status(
     observed: list[ShardObservation],
     at: datetime | None = None,
     blockers: Sequence[Blocker] = (),
+    preemptors: Mapping[str, str | None] | None = None,
+    pods: Sequence[Mapping[str, Any]] = (),
 ) -> LLMBatchJobStatus:
     """The status of a job whose Job exists (or is about to): counts, rate, ETA, conditions;
-    `blockers` say why shards cannot start (a missing input or output)."""
+    `blockers` say why shards cannot start (a missing input or output), `preemptors` who
+    preempted a victim pod (by uid; `preemption.preemptor_of`), `pods` the shard pods, for the
+    GPU-seconds they held."""
     at = at or datetime.now(UTC)
     g = generation
     reports = [o.report for o in observed]
@@ -190,7 +194,7 @@ def batch_status(
     running = [o for o in observed if o.phase == "Running"]
     rate = sum(o.report.tokens_per_second for o in running if o.report is not None)
     job_status = (job or {}).get("status") or {}
-    start = _parse_time(job_status.get("startTime"))
+    start = parse_time(job_status.get("startTime"))
     complete = _job_condition(job, "Complete")
     failed_cond = _job_condition(job, "Failed")
 
@@ -205,6 +209,8 @@ def batch_status(
         progress = f"{done}/{total} ({percent}%)"
 
     counts = f"{succeeded} answered, {failed} failed" + (f" of {total} lines" if total else "")
+    preempted = {o.index: o.preempted_by for o in observed if o.preempted_by is not None}
+    preemptions = sum(o.preemptions for o in observed)
     phase: JobPhase
     if complete:
         phase = "Complete"
@@ -214,6 +220,7 @@ def batch_status(
             ),
             condition("Running", FALSE, "Finished", "the job completed", g),
             condition("Failed", FALSE, "Complete", "no shard failed", g),
+            condition("Preempted", FALSE, "Finished", "the job completed", g),
         ]
     elif failed_cond:
         phase = "Failed"
@@ -224,28 +231,27 @@ def batch_status(
             condition("Failed", TRUE, reason, f"{message} ({counts})", g),
             condition("Running", FALSE, "Finished", "the job failed", g),
             condition("Complete", FALSE, "Failed", "the job failed", g),
+            condition("Preempted", FALSE, "Finished", "the job failed", g),
         ]
     else:
-        phase = "Running" if running else "Pending"
+        phase = "Preempted" if preempted else "Running" if running else "Pending"
         restarts = sum(o.restarts for o in observed)
         extra = f", {restarts} shard restart(s)" if restarts else ""
-        running_now = f"{len(running)} of {shards} shards running"
+        running_now = f"{len(running)} of {shards} shards running" + (
+            f", {len(preempted)} preempted" if preempted else ""
+        )
+        if blockers and not running:
+            message = f"{running_now}, the others cannot start: {describe(blockers)}"
+            running_cond = condition("Running", FALSE, blockers[0].reason, message, g)
+        else:
+            reason = "ShardsRunning" if running else "ShardsStarting"
+            if preempted and not running:
+                reason = "ShardsPreempted"
+            message = f"{running_now}: {counts}{extra}"
+            running_cond = condition("Running", TRUE if running else FALSE, reason, message, g)
         conds = [
-            condition(
-                "Running",
-                FALSE,
-                blockers[0].reason,
-                f"{running_now}, the others cannot start: {describe(blockers)}",
-                g,
-            )
-            if blockers and not running
-            else condition(
-                "Running",
-                TRUE if running else FALSE,
-                "ShardsRunning" if running else "ShardsStarting",
-                f"{running_now}: {counts}{extra}",
-                g,
-            ),
+            running_cond,
+            preempted_condition(preempted, shards, preemptions, preemptors or {}, g),
             condition("Complete", FALSE, "InProgress", f"{counts}", g),
             condition("Failed", FALSE, "InProgress", "no shard failed for good", g),
         ]
@@ -262,10 +268,17 @@ def batch_status(
         progress=progress,
         prompt_tokens=sum(r.prompt_tokens for r in known),
         completion_tokens=sum(r.completion_tokens for r in known),
+        preemptions=preemptions,
+        lines_redone=sum(r.redone for r in known),
+        # Pods of a long job may be gone (pod garbage collection): never less than before.
+        gpu_seconds=max(
+            old.gpu_seconds,
+            round(planned.gpus_per_replica * sum(held_seconds(p, at) for p in pods)),
+        ),
         tokens_per_second=round(rate, 1) if running else None,
         eta=eta,
         start_time=start,
-        completion_time=_parse_time(
+        completion_time=parse_time(
             job_status.get("completionTime") or (failed_cond or {}).get("lastTransitionTime")
         ),
         shard_status=tuple(
@@ -279,6 +292,8 @@ def batch_status(
                 if o.report and o.phase == "Running"
                 else None,
                 restarts=o.restarts,
+                preemptions=o.preemptions,
+                lines_redone=o.report.redone if o.report else 0,
             )
             for o in observed
         ),

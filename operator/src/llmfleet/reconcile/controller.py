@@ -61,11 +61,13 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         *,
         keda_prometheus_url: str = "",
         model_configs: ModelConfigs | None = None,
+        engine_priority_class: str = "",
     ) -> None:
         super().__init__(api, profiles, view, model_configs)
         self.default_engine_image = default_engine_image  # for specs without engine.image
         self.network_policy = network_policy  # None: the engines get no NetworkPolicy
         self.keda_prometheus_url = keda_prometheus_url  # for scale to zero; "" refuses it
+        self.engine_priority_class = engine_priority_class  # "": the cluster's default
         self.kv_cache = EngineKVCache(HTTP_PORT)
         self.adapters = AdapterSync(HTTP_PORT)
 
@@ -155,6 +157,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             self.default_engine_image,
             self.network_policy,
             keda_prometheus_url=self.keda_prometheus_url,
+            engine_priority_class=self.engine_priority_class,
         )
         for obj in rendered:
             live[ref(obj)] = self.applier.apply(obj, result)

@@ -11,6 +11,7 @@ from kubernetes import client as k8s
 
 from llmfleet import FIELD_MANAGER
 from llmfleet.reconcile.conditions import now
+from llmfleet.reconcile.preemption import PREEMPTED_EVENT, preemptor_of
 
 log = logging.getLogger(__name__)
 COMPONENT = FIELD_MANAGER
@@ -55,8 +56,16 @@ class EventRecorder:
 
     def said_about(self, namespace: str, uid: str, reason: str) -> list[str]:
         """The messages of the Events `reason` on the object `uid` (the kubelet's FailedMount on
-        a pod), newest last; none when they cannot be read. The only read of Events, made for a
-        pod that waits for its volumes: what the kubelet says about them is in no status."""
+        a pod), newest last; none when they cannot be read. Made for a pod that waits for its
+        volumes: what the kubelet says about them is in no status."""
+        items = sorted(
+            self._events(namespace, uid, reason),
+            key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.name),
+        )
+        return [str(e.message or "") for e in items]
+
+    def _events(self, namespace: str, uid: str, reason: str) -> list[Any]:
+        """The Events `reason` on the object `uid`; none when they cannot be read."""
         try:
             found = self._core.list_namespaced_event(
                 namespace,
@@ -66,10 +75,25 @@ class EventRecorder:
         except k8s.ApiException as e:
             log.warning("could not read %s events in %s: %s", reason, namespace, e.reason)
             return []
-        items = sorted(
-            found.items, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.name)
-        )
-        return [str(e.message or "") for e in items]
+        return list(found.items)
+
+    def preemptor(self, namespace: str, uid: str) -> str | None:
+        """Who preempted the pod `uid`, from the scheduler's Preempted Event on it (the only
+        place that names the preemptor); None when no such Event can be read (yet, or any
+        more: Events expire)."""
+        for event in self._events(namespace, uid, PREEMPTED_EVENT):
+            related = event.related
+            who = preemptor_of(
+                {
+                    "message": event.message,
+                    "related": {"namespace": related.namespace, "name": related.name}
+                    if related is not None
+                    else {},
+                }
+            )
+            if who:
+                return who
+        return None
 
     def namespace_terminating(self, namespace: str) -> bool:
         """Whether `namespace` is being deleted. Asked with a dry-run Event, which the API

@@ -47,6 +47,8 @@ class Manager:
         namespaces: Sequence[str] = (),
         resync_seconds: float = 60.0,
         hf_endpoint: str = DEFAULT_ENDPOINT,
+        engine_priority_class: str = "",
+        spare_priority_class: str = "",
     ) -> None:
         self.view = ChildView.of_children(api, self._changed, namespaces)
         # One cache of config.json for both kinds: a model read for one is read for all.
@@ -59,8 +61,15 @@ class Manager:
             network_policy=network_policy,
             keda_prometheus_url=keda_prometheus_url,
             model_configs=model_configs,
+            engine_priority_class=engine_priority_class,
         )
-        self.batch = BatchJobController(api, profiles, view=self.view, model_configs=model_configs)
+        self.batch = BatchJobController(
+            api,
+            profiles,
+            view=self.view,
+            model_configs=model_configs,
+            spare_priority_class=spare_priority_class,
+        )
         self._queues = {
             DEPLOYMENT_LABEL: WorkQueue(
                 "llmdeployments", self.deployments.reconcile_queued, WORKERS

@@ -4,7 +4,10 @@
 completions = parallelism = shards, so every shard runs at once; JOB_COMPLETION_INDEX is the
 shard. A failed pod is replaced (backoffLimitPerIndex) only once it is gone
 (podReplacementPolicy Failed), so one shard's output file never has two writers. Exit codes 2
-(usage) and 3 (the output belongs to another job, the input is missing) fail the Job at once.
+(usage) and 3 (the output belongs to another job, the input is missing) fail the Job at once; a
+pod the scheduler preempted, or one evicted or drained (the DisruptionTarget condition), is
+replaced without counting as a failure. A Spare job's pods run at the operator's spare
+PriorityClass.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from llmfleet.render.modelpod import (
     resources,
 )
 from llmfleet.render.names import MANAGED_BY, VERSION_LABEL
-from llmfleet.shard_report import METRICS_PORT
+from llmfleet.shard_report import DEFAULT_GRACE_SECONDS, METRICS_PORT
 
 BATCHJOB_LABEL = "llmfleet.dev/batchjob"
 # Every kind an LLMBatchJob renders.
@@ -41,8 +44,6 @@ CONFIGMAP_INPUT_DIR = "/llmfleet/input"
 CONFIGMAP_INPUT_FILE = "input.jsonl"
 TERMINATION_LOG = "/dev/termination-log"
 RUN_AS = 1000
-# SIGTERM stops the runner taking work; it flushes and exits at once (the rest resumes later).
-TERMINATION_GRACE_SECONDS = 30
 MAX_JOB_NAME = 52  # pod names add -<index>-<5 chars>; the Job name is also a label value
 
 
@@ -176,11 +177,28 @@ def runner_args(
         str(METRICS_PORT),
         "--termination-log",
         TERMINATION_LOG,
+        # The runner assumes the default grace period; the flag only when it differs keeps the
+        # Job of a spec that leaves it unset as it rendered before the flag existed.
+        *(
+            ["--grace-seconds", str(spec.termination_grace_period_seconds)]
+            if spec.termination_grace_period_seconds != DEFAULT_GRACE_SECONDS
+            else []
+        ),
         *plan.vllm_args,
     ]
 
 
-def render_batch_job(owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan) -> dict[str, Any]:
+class SpareClassUnsetError(ValueError):
+    """A Spare job rendered without the spare PriorityClass it must run at."""
+
+
+def render_batch_job(
+    owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan, *, spare_priority_class: str = ""
+) -> dict[str, Any]:
+    """The Job; `spare_priority_class` (the operator's --spare-priority-class) is the class a
+    Spare job's pods run at, and such a job cannot render without one."""
+    if spec.priority == "Spare" and not spare_priority_class:
+        raise SpareClassUnsetError("spec.priority Spare needs a spare PriorityClass")
     shards = shard_count(spec, plan)
     volumes, mounts, input_path, output_dir = _volumes(spec)
     container: dict[str, Any] = {
@@ -209,7 +227,7 @@ def render_batch_job(owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan) -> di
         "containers": [container],
         "volumes": volumes,
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "securityContext": {
@@ -227,6 +245,8 @@ def render_batch_job(owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan) -> di
         ]
     if plan.node_selector:
         pod_spec["nodeSelector"] = dict(plan.node_selector)
+    if spec.priority == "Spare":
+        pod_spec["priorityClassName"] = spare_priority_class
     pod_labels = labels(owner)
     return {
         "apiVersion": "batch/v1",
@@ -254,7 +274,8 @@ def render_batch_job(owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan) -> di
                             "values": list(NON_RETRYABLE_EXIT_CODES),
                         },
                     },
-                    # Preemption and node drains are not the shard's fault.
+                    # Preemption, eviction and node drains are not the shard's fault: the pod
+                    # is replaced without counting against backoffLimitPerIndex.
                     {
                         "action": "Ignore",
                         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],

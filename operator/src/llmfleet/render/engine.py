@@ -115,10 +115,12 @@ def engine_pod_template(
     *,
     launcher_args: tuple[str, ...] = (),
     worker: bool = False,
+    priority_class: str = "",
 ) -> dict[str, Any]:
     """The pod of one engine: a serving one (the OpenAI API on HTTP_PORT, probed, drained), or a
     multi-node replica's headless `worker` (no API, so no probes, ports or scrape annotations).
-    `launcher_args` are the multi-node launcher's flags."""
+    `launcher_args` are the multi-node launcher's flags; `priority_class` its PriorityClass
+    ("": none, the cluster's default priority)."""
     serving = not worker
     component = COMPONENT_ENGINE_WORKER if worker else COMPONENT_ENGINE
     command = HEADLESS_COMMAND if worker else ENGINE_COMMAND
@@ -181,6 +183,9 @@ def engine_pod_template(
         ]
     if plan.node_selector:
         pod_spec["nodeSelector"] = dict(plan.node_selector)
+    if priority_class:
+        # Opt-in: setting it changes the template, so every running engine restarts once.
+        pod_spec["priorityClassName"] = priority_class
     annotations = (
         {
             "prometheus.io/scrape": "true",
@@ -198,6 +203,8 @@ def render_engine(
     spec: LLMDeploymentSpec,
     plan: Plan,
     default_image: str = DEFAULT_ENGINE_IMAGE,
+    *,
+    priority_class: str = "",
 ) -> dict[str, Any]:
     """The engine Deployment; `default_image` runs it when spec.engine.image is unset."""
     name = engine_deployment_name(owner.name, plan)
@@ -209,7 +216,9 @@ def render_engine(
             "type": "RollingUpdate",
             "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
         },
-        "template": engine_pod_template(owner, spec, plan, default_image),
+        "template": engine_pod_template(
+            owner, spec, plan, default_image, priority_class=priority_class
+        ),
     }
     if not spec.autoscaling.enabled:
         # With an HPA the HPA owns replicas; rendering them would fight it on every apply.

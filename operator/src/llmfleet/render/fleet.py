@@ -52,14 +52,19 @@ def render_fleet(
     network_policy: EngineNetworkPolicy | None = None,
     *,
     keda_prometheus_url: str = "",
+    engine_priority_class: str = "",
 ) -> list[dict[str, Any]]:
     """Every child of the LLMDeployment; `default_engine_image` (the operator's
     --default-engine-image) runs the engines when spec.engine.image is unset,
-    `network_policy` (its --engine-network-policy) adds the engines' NetworkPolicy, and
+    `network_policy` (its --engine-network-policy) adds the engines' NetworkPolicy,
     `keda_prometheus_url` (its --keda-prometheus-url) is the Prometheus that a scale-to-zero
-    ScaledObject queries."""
+    ScaledObject queries, and `engine_priority_class` (its --engine-priority-class) the
+    PriorityClass of the engine pods ("": the cluster's default priority)."""
     engines = render_leaderworkerset if plan.pipeline_parallel_size > 1 else render_engine
-    objects = [render_service(owner), engines(owner, spec, plan, default_engine_image)]
+    objects = [
+        render_service(owner),
+        engines(owner, spec, plan, default_engine_image, priority_class=engine_priority_class),
+    ]
     if network_policy is not None:
         objects.append(render_network_policy(owner, spec, plan, network_policy))
     if spec.autoscaling.scales_to_zero:

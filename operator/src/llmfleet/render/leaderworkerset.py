@@ -63,9 +63,16 @@ def render_leaderworkerset(
     spec: LLMDeploymentSpec,
     plan: Plan,
     default_image: str = DEFAULT_ENGINE_IMAGE,
+    *,
+    priority_class: str = "",
 ) -> dict[str, Any]:
     leader = engine_pod_template(
-        owner, spec, plan, default_image, launcher_args=launcher_args(plan, "0")
+        owner,
+        spec,
+        plan,
+        default_image,
+        launcher_args=launcher_args(plan, "0"),
+        priority_class=priority_class,
     )
     worker = engine_pod_template(
         owner,
@@ -74,6 +81,7 @@ def render_leaderworkerset(
         default_image,
         launcher_args=(*launcher_args(plan, f"$({WORKER_INDEX_ENV})"), "--headless"),
         worker=True,
+        priority_class=priority_class,
     )
     lws_spec: dict[str, Any] = {
         "leaderWorkerTemplate": {

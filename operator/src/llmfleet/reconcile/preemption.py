@@ -1,0 +1,124 @@
+"""Preempted shard pods, from what Kubernetes writes on them: pure functions, no cluster.
+
+kube-scheduler (pkg/scheduler/framework/preemption) marks each victim before deleting it with the
+condition `DisruptionTarget=True`, reason `PreemptionByScheduler`, message `<scheduler name>:
+preempting to accommodate a higher priority pod`, which names the scheduler, not the preemptor.
+The preemptor is named only by the Event it posts on the victim: reason `Preempted`, message
+`Preempted by pod <preemptor uid> on node <node>`, with the preemptor as the Event's related
+object (read by `EventRecorder.preemptor`).
+
+Evictions and drains mark the pod DisruptionTarget too (reasons EvictionByEvictionAPI,
+DeletionByTaintManager, TerminationByKubelet, ...): like a preemption, the Job's podFailurePolicy
+does not count them as failures, but only the scheduler's are a job's preemptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llmfleet.models.status import Condition
+from llmfleet.reconcile.conditions import FALSE, TRUE, condition
+
+DISRUPTION_TARGET = "DisruptionTarget"
+BY_SCHEDULER = "PreemptionByScheduler"
+PREEMPTED_EVENT = "Preempted"
+# Shards named in a condition message; the rest are counted.
+NAMED = 5
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """One victim pod: its name and uid, when, and the scheduler's words."""
+
+    pod: str
+    uid: str
+    at: str  # the condition's lastTransitionTime, as the API server wrote it
+    said: str  # the condition's message
+
+
+def disruption(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's DisruptionTarget=True condition: it is being (or was) stopped by Kubernetes,
+    not by a fault of its own."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == DISRUPTION_TARGET and c.get("status") == "True":
+            found: Mapping[str, Any] = c
+            return found
+    return None
+
+
+def preemption(pod: Mapping[str, Any]) -> Preemption | None:
+    """The scheduler's preemption of `pod`, if it preempted it."""
+    c = disruption(pod)
+    if c is None or c.get("reason") != BY_SCHEDULER:
+        return None
+    meta = pod.get("metadata") or {}
+    return Preemption(
+        pod=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        at=str(c.get("lastTransitionTime") or ""),
+        said=str(c.get("message") or BY_SCHEDULER),
+    )
+
+
+def preempted_now(pods: Sequence[Mapping[str, Any]]) -> Preemption | None:
+    """Why a shard waits, from its pods oldest first: its newest pod that got as far as a node was
+    preempted (it is stopping, or its replacement waits for a GPU)."""
+    for pod in reversed(pods):
+        if (pod.get("status") or {}).get("phase") in (None, "Pending") and disruption(pod) is None:
+            continue  # a replacement not yet running
+        return preemption(pod)
+    return None
+
+
+def preemptor_of(event: Mapping[str, Any]) -> str | None:
+    """Who preempted, from the scheduler's Preempted Event on the victim: `pod NS/NAME on node
+    N` (the related object and the message's node), else the message's own words."""
+    message = str(event.get("message") or "")
+    related = event.get("related") or {}
+    node = message.rsplit(" on node ", 1)[1] if " on node " in message else ""
+    if related.get("name"):
+        where = f" on node {node}" if node else ""
+        return f"pod {related.get('namespace') or '?'}/{related['name']}{where}"
+    return message.removeprefix("Preempted by ") or None
+
+
+def describe(shards: Mapping[int, Preemption], preemptors: Mapping[str, str | None]) -> str:
+    """`shard 0 by pod a/b on node n; shards 1, 2 by default-scheduler: ...`: who preempted which
+    shards, the preemptor where its Event was read, else the scheduler's condition message."""
+    groups: dict[str, list[int]] = {}
+    for index, p in sorted(shards.items()):
+        groups.setdefault(preemptors.get(p.uid) or p.said, []).append(index)
+    parts = []
+    for who, indexes in list(groups.items())[:NAMED]:
+        named = ", ".join(str(i) for i in indexes[:NAMED])
+        more = f" and {len(indexes) - NAMED} more" if len(indexes) > NAMED else ""
+        parts.append(f"shard{'s' if len(indexes) > 1 else ''} {named}{more} by {who}")
+    if len(groups) > NAMED:
+        parts.append(f"{len(groups) - NAMED} more preemptor(s)")
+    return "; ".join(parts)
+
+
+def preempted_condition(
+    preempted: Mapping[int, Preemption],
+    shards: int,
+    preemptions: int,
+    preemptors: Mapping[str, str | None],
+    generation: int,
+) -> Condition:
+    """Preempted=True while shards wait after a preemption, naming who preempted them."""
+    if preempted:
+        return condition(
+            "Preempted",
+            TRUE,
+            "ShardsPreempted",
+            f"{len(preempted)} of {shards} shard(s) preempted: "
+            f"{describe(preempted, preemptors)}; each resumes from its output when "
+            f"a GPU frees ({preemptions} preemption(s) so far)",
+            generation,
+        )
+    if preemptions:
+        message = f"every preempted shard runs again ({preemptions} preemption(s) so far)"
+        return condition("Preempted", FALSE, "Resumed", message, generation)
+    return condition("Preempted", FALSE, "NotPreempted", "no shard was preempted", generation)

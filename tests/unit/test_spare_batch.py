@@ -1,0 +1,126 @@
+"""What the operator does around a Spare LLMBatchJob, without a cluster: it waits, reported, while
+the operator has no spare PriorityClass; it names who preempted a shard from the scheduler's
+Event; and its metrics count each preemption, line redone and GPU-second once."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from prometheus_client import REGISTRY
+from test_batch_status import PLAN
+
+from llmfleet import metrics_batch
+from llmfleet.models import LLMBatchJobStatus
+from llmfleet.reconcile.events import EventRecorder
+from llmfleet.reconcile.preemption import preemptor_of
+from llmfleet.reconcile.spare import NOT_FOUND, UNSET, SpareClass, Waiting, waiting_status
+
+
+class FakeScheduling:
+    """SchedulingV1Api's read of one PriorityClass: there, missing, or forbidden."""
+
+    def __init__(self, status: int | None) -> None:
+        self.status = status
+        self.read: list[str] = []
+
+    def read_priority_class(self, name: str, **_: Any) -> object:
+        self.read.append(name)
+        if self.status is not None:
+            raise k8s.ApiException(status=self.status)
+        return {"metadata": {"name": name}, "value": -100}
+
+
+SPARE_CLASSES = {
+    # operator's spare class, what reading it answers -> why a Spare job waits (None: it starts)
+    "configured-and-there": ("llmfleet-spare", None, None),
+    "not-configured": ("", None, UNSET),
+    "configured-but-missing": ("llmfleet-spare", 404, NOT_FOUND),
+    # The Job controller then says what is wrong; the operator does not guess.
+    "not-readable-by-the-operator": ("llmfleet-spare", 403, None),
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "answer", "reason"), SPARE_CLASSES.values(), ids=SPARE_CLASSES.keys()
+)
+def test_a_spare_job_starts_only_with_a_spare_class_that_exists(
+    name: str, answer: int | None, reason: str | None
+) -> None:
+    spare = SpareClass(k8s.ApiClient(), name)
+    fake = FakeScheduling(answer)
+    spare._scheduling = fake  # type: ignore[assignment]
+    waiting = spare.missing()
+    assert (waiting.reason if waiting else None) == reason
+    if waiting is not None:
+        assert waiting.message.startswith("spec.priority: Spare")
+        assert "priorityClasses" in waiting.message
+    assert fake.read == ([name] if name else [])
+
+
+def test_a_waiting_spare_job_is_pending_and_not_failed() -> None:
+    why = Waiting(UNSET, "spec.priority: Spare needs ... priorityClasses.spare.name ...")
+    st = waiting_status(LLMBatchJobStatus(), 3, PLAN, why)
+    conditions = {c.type: (c.status, c.reason) for c in st.conditions}
+    assert st.phase == "Pending"
+    assert conditions["Running"] == ("False", UNSET)
+    assert conditions["Failed"] == ("False", UNSET)
+    assert next(c for c in st.conditions if c.type == "Running").message == why.message
+    assert st.job_name is None
+
+
+EVENTS = {
+    # the scheduler's Preempted Event on the victim -> who preempted
+    "with-the-preemptor-as-related-object": (
+        {
+            "message": "Preempted by pod 4f1c-9a on node gpu-3",
+            "related": {"namespace": "team-a", "name": "llama-engine-7f9c"},
+        },
+        "pod team-a/llama-engine-7f9c on node gpu-3",
+    ),
+    "message-only": (
+        {"message": "Preempted by pod 4f1c-9a on node gpu-3", "related": {}},
+        "pod 4f1c-9a on node gpu-3",
+    ),
+}
+
+
+@pytest.mark.parametrize(("event", "who"), EVENTS.values(), ids=EVENTS.keys())
+def test_the_preemptor_is_read_from_the_schedulers_event(event: dict[str, Any], who: str) -> None:
+    assert preemptor_of(event) == who
+
+
+def test_the_preemptor_is_looked_up_by_the_victims_uid_and_reason() -> None:
+    recorder = EventRecorder(k8s.ApiClient())
+    asked: list[str] = []
+
+    def list_namespaced_event(namespace: str, field_selector: str, **_: Any) -> Any:
+        asked.append(f"{namespace} {field_selector}")
+        related = SimpleNamespace(namespace="team-a", name="llama-engine-7f9c")
+        event = SimpleNamespace(message="Preempted by pod 4f1c on node gpu-3", related=related)
+        return SimpleNamespace(items=[event])
+
+    recorder._core = SimpleNamespace(list_namespaced_event=list_namespaced_event)  # type: ignore[assignment]
+    assert recorder.preemptor("batch", "uid-victim") == "pod team-a/llama-engine-7f9c on node gpu-3"
+    assert asked == ["batch involvedObject.uid=uid-victim,reason=Preempted"]
+
+
+def counted(name: str, priority: str) -> float:
+    value = REGISTRY.get_sample_value(f"{name}_total", {"namespace": "ns-m", "priority": priority})
+    return value or 0.0
+
+
+def test_metrics_count_what_each_status_write_added_once() -> None:
+    names = ("llmfleet_batch_preemptions", "llmfleet_batch_lines_redone")
+    gpu = "llmfleet_batch_gpu_seconds"
+    before = {n: counted(n, "Spare") for n in (*names, gpu)}
+    first = LLMBatchJobStatus(preemptions=2, lines_redone=5, gpu_seconds=600)
+    later = LLMBatchJobStatus(preemptions=3, lines_redone=5, gpu_seconds=900)
+    metrics_batch.count_status_write("ns-m", "Spare", LLMBatchJobStatus(), first)
+    metrics_batch.count_status_write("ns-m", "Spare", first, later)
+    metrics_batch.count_status_write("ns-m", "Spare", later, later)  # a rewrite adds nothing
+    added = {n: counted(n, "Spare") - before[n] for n in (*names, gpu)}
+    assert added == {names[0]: 3, names[1]: 5, gpu: 900}
+    assert counted(gpu, "Normal") == 0
