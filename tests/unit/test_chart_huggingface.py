@@ -64,7 +64,7 @@ def test_secrets_are_read_by_name_only_when_the_grant_is_asked_for(
 
 
 def test_the_value_the_operator_names_when_it_may_not_read_a_secret_grants_it() -> None:
-    docs = [d for d in render(f"{READ_SECRETS_VALUE}=true") if not is_lease_rbac(d)]
+    docs = [d for d in render(f"{READ_SECRETS_VALUE}=true") if not beside_the_operator_rules(d)]
     roles = of_kind(docs, *RBAC_KINDS)
 
     assert roles
