@@ -1,13 +1,15 @@
 """An operator upgrade as a user makes one, on a cluster of its own: the previous release's chart
 and operator (extracted from git at `PREVIOUS_RELEASE`) serve an LLMDeployment on a real CPU vLLM
 engine behind its router and one on a kwok GPU node; a client keeps sending requests through the
-router while `helm upgrade` installs this tree's chart (CRDs included) and this tree's operator
+router's Service (the Ready router pods, as kube-proxy picks them: the router rolls when its flags
+change) while `helm upgrade` installs this tree's chart (CRDs included) and this tree's operator
 takes over from the old one. The e2e test and `make bench` both run it (`upgrade`)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import random
 import subprocess
 import tempfile
 import threading
@@ -17,7 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kubernetes import client, config
 
@@ -34,6 +36,7 @@ GROUP, VERSION, PLURAL = "llmfleet.dev", "v1alpha1", "llmdeployments"
 NAMESPACE = "upgrade"
 ENGINE_STARTUP = 300  # a vLLM engine on 2 shared cores
 VERSION_LABEL = "app.kubernetes.io/version"
+ROUTERS = "app.kubernetes.io/component=router"
 # A field 0.1.0's CRD does not know: its schema prunes it, the new one keeps it.
 NEW_FIELD = ("engine", "podLabels")
 
@@ -58,10 +61,42 @@ def own_cluster() -> Iterator[Cluster]:
 
 
 @dataclass
-class Client:
-    """Completions through the router, two at a time, until stopped; every failure kept."""
+class RouterEndpoints:
+    """The router Service's endpoints as kube-proxy would use them: the Ready router pods without
+    a deletionTimestamp, re-read at most every REFRESH_S. The lab's Services get no endpoints for
+    loopback pod IPs, so the client picks a pod itself; a router that rolls (new flags at the
+    upgrade) is left as a Service leaves it, while its preStop sleep lets it finish."""
 
-    base: str
+    core: client.CoreV1Api
+    REFRESH_S: ClassVar[float] = 1.0
+    _ips: list[str] = field(default_factory=list)
+    _read: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pick(self) -> str | None:
+        with self._lock:
+            if time.monotonic() - self._read >= self.REFRESH_S:
+                self._ips = ready_routers(self.core)
+                self._read = time.monotonic()
+            return random.choice(self._ips) if self._ips else None
+
+
+def ready_routers(core: client.CoreV1Api) -> list[str]:
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector=ROUTERS).items
+    return sorted(
+        p.status.pod_ip
+        for p in pods
+        if not p.metadata.deletion_timestamp
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    )
+
+
+@dataclass
+class Client:
+    """Completions through the router's Service, two at a time, until stopped; every failure
+    kept."""
+
+    endpoints: RouterEndpoints
     model: str
     sent: int = 0
     failed: list[str] = field(default_factory=list)
@@ -81,10 +116,17 @@ class Client:
     def _loop(self) -> None:
         body = json.dumps({"model": self.model, "prompt": "Upgrade", "max_tokens": 8}).encode()
         while not self._stop.is_set():
-            req = urllib.request.Request(
-                f"{self.base}/completions", body, {"Content-Type": "application/json"}
-            )
             self.sent += 1
+            router = self.endpoints.pick()
+            if router is None:
+                self.failed.append(f"{time.strftime('%H:%M:%S')} no Ready router pod")
+                self._stop.wait(0.5)
+                continue
+            req = urllib.request.Request(
+                f"http://{router}:{ROUTER_PORT}/v1/completions",
+                body,
+                {"Content-Type": "application/json"},
+            )
             try:
                 with urllib.request.urlopen(req, timeout=60) as r:
                     if json.load(r)["usage"]["completion_tokens"] < 1:
@@ -153,23 +195,13 @@ def upgrade(cluster: Cluster, settle_s: float = 15.0) -> Outcome:
     served["spec"]["model"]["servedModelName"] = "tiny"
     for doc in (served, kwok_llmd()):
         custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, doc)
-    routers = "app.kubernetes.io/component=router"
-    router = wait_until(
-        lambda: [
-            p.status.pod_ip
-            for p in core.list_namespaced_pod(NAMESPACE, label_selector=routers).items
-            if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-        ],
-        ENGINE_STARTUP,
-        2,
-        "the router Ready",
-    )[0]
+    router = wait_until(lambda: ready_routers(core), ENGINE_STARTUP, 2, "the router Ready")[0]
     wait_until(lambda: len(engine_pods(core)) == 2, ENGINE_STARTUP, 2, "both engine pods")
     wait_until(lambda: routed_engines(router), ENGINE_STARTUP, 2, "the router routing")
     before = engine_pods(core)
     field_before = probe_new_field(custom, "probe-before")
 
-    load = Client(f"http://{router}:{ROUTER_PORT}/v1", "tiny")
+    load = Client(RouterEndpoints(core), "tiny")
     load.start()
     try:
         time.sleep(3)
