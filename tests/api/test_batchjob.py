@@ -3,6 +3,7 @@ decides before any pod runs (no pod ever runs here; tests/e2e/test_batchjob.py r
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +39,7 @@ REFUSED = {
     ),
     "unknown-priority": (
         lambda s: s.update(priority="Low"),
-        'spec.priority: Unsupported value: "Low"',
+        'spec.priority: Unsupported value: "Low": supported values: "Normal", "Spare"',
     ),
     "grace-period-too-short": (
         lambda s: s.update(terminationGracePeriodSeconds=5),
@@ -60,7 +61,7 @@ def test_the_api_server_refuses_a_bad_spec_with_a_clear_message(
     with pytest.raises(ApiException) as refused:
         create(api, namespace, body)
     assert refused.value.status == 422
-    assert message in str(refused.value.body)
+    assert message in json.loads(refused.value.body)["message"]
 
 
 def test_the_spec_cannot_change_after_creation(
