@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 from localcluster.failover import stamp
 from localcluster.supervisor import Cluster
 
@@ -79,10 +80,22 @@ def test_a_leader_whose_lease_is_taken_gives_up_within_the_renew_deadline(
     leader.elector.start()
     wait_until(lambda: leader.elector.leading, timeout=10, what="a leader")
     leases = client.CoordinationV1Api(api)
-    lease = leases.read_namespaced_lease("test", namespace)
-    lease.spec.holder_identity = "someone-else"
-    lease.spec.lease_duration_seconds = 60
-    leases.replace_namespaced_lease("test", namespace, lease)
+
+    def take() -> bool:
+        # The leader renews every retry period: a renewal between the read and the replace is a
+        # 409, and whoever takes a Lease reads it again and retries, as this does.
+        lease = leases.read_namespaced_lease("test", namespace)
+        lease.spec.holder_identity = "someone-else"
+        lease.spec.lease_duration_seconds = 60
+        try:
+            leases.replace_namespaced_lease("test", namespace, lease)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            return False
+        return True
+
+    wait_until(take, timeout=10, interval=0.05, what="the Lease taken by someone else")
     assert leader.lost.wait(FAST["renew_deadline"] + 2 * FAST["retry_period"] + 1)
     assert not leader.elector.leading
     # It wrote nothing after giving up: the Lease is still the other holder's.
