@@ -419,7 +419,8 @@ def table(data: dict[str, Any]) -> str:
         if name in data:
             day = dates.get(name, data.get("date", "?"))
             counts[day] = counts.get(day, 0) + 1
-    when = " and ".join(f"{day} ({n} figures)" for day, n in sorted(counts.items()))
+    days = [f"{day} ({n} figure{'' if n == 1 else 's'})" for day, n in sorted(counts.items())]
+    when = days[0] if len(days) == 1 else f"{', '.join(days[:-1])} and {days[-1]}"
     by_cpu: dict[str, int] = {}
     for name in FIGURES:
         if name in data and not name.startswith("gpu_"):
