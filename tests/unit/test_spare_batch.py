@@ -124,3 +124,12 @@ def test_metrics_count_what_each_status_write_added_once() -> None:
     added = {n: counted(n, "Spare") - before[n] for n in (*names, gpu)}
     assert added == {names[0]: 3, names[1]: 5, gpu: 900}
     assert counted(gpu, "Normal") == 0
+
+
+def test_the_first_status_write_of_a_job_shows_its_counters_at_zero() -> None:
+    """A preemption later is then an increase the dashboard's row sees, not a new series."""
+    labels = {"namespace": "ns-fresh", "priority": "Spare"}
+    status = LLMBatchJobStatus(succeeded=1)
+    metrics_batch.count_status_write("ns-fresh", "Spare", LLMBatchJobStatus(), status)
+    for name in ("llmfleet_batch_preemptions", "llmfleet_batch_lines_redone"):
+        assert REGISTRY.get_sample_value(f"{name}_total", labels) == 0.0
