@@ -209,7 +209,9 @@ def test_a_spare_job_yields_a_gpu_to_an_online_engine_resumes_and_answers_every_
     assert operator.metric("llmfleet_batch_preemptions_total", **spare) == 1
     assert operator.metric("llmfleet_batch_lines_redone_total", **spare) == 0
     assert operator.metric("llmfleet_batch_gpu_seconds_total", **spare) == st["gpuSeconds"]
-    # gpuSeconds still counts the victim, which Kubernetes deleted once it stopped.
+    # gpuSeconds still counts the victim, which Kubernetes deleted once it stopped; what it held
+    # while stopping is missed when the pod is gone before the operator reads its end (at most
+    # the grace period; docs/batch.md).
     pods = core.list_namespaced_pod(namespace, label_selector="llmfleet.dev/batchjob").items
     finished = sum(
         (c.state.terminated.finished_at - p.status.start_time).total_seconds()
@@ -218,7 +220,8 @@ def test_a_spare_job_yields_a_gpu_to_an_online_engine_resumes_and_answers_every_
         for c in p.status.container_statuses or []
         if c.state.terminated is not None
     )
-    assert st["gpuSeconds"] >= victim_held + finished - 2, (st["gpuSeconds"], victim_held)
+    floor = victim_held + finished - GRACE
+    assert st["gpuSeconds"] >= floor, (st["gpuSeconds"], victim_held, finished)
     print(
         f"spare batch: shard stopped {stopped:.1f}s after its deletion, online Available "
         f"{available:.1f}s after it was asked for, test {time.monotonic() - started:.0f}s"
