@@ -42,15 +42,19 @@ def deployments(api: client.ApiClient, namespace: str) -> list[client.V1Deployme
     return items
 
 
+# The tiny model the tests make (dev/dataplane), as spec.model of either kind.
+TINY_MODEL = {
+    "name": "llmfleet-test/tiny-llama",
+    "servedModelName": "tiny",
+    "architecture": TINY_ARCHITECTURE,
+}
+
+
 def batch_job(name: str, **spec: Any) -> dict[str, Any]:
     """An LLMBatchJob of the tiny model on the node runner's emulated GPU, reading and writing
     the claim `data`."""
     body: dict[str, Any] = {
-        "model": {
-            "name": "llmfleet-test/tiny-llama",
-            "servedModelName": "tiny",
-            "architecture": TINY_ARCHITECTURE,
-        },
+        "model": dict(TINY_MODEL),
         "gpus": {"count": 2, "memoryGiB": 16, "perNode": 4, "product": PRODUCT},
         "engine": {"maxModelLen": 512},
         "input": {"persistentVolumeClaim": {"claimName": "data", "path": "in/prompts.jsonl"}},

@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from grafana_foundation_sdk.builders import common as common_builder
 from grafana_foundation_sdk.builders import dashboard as dash
@@ -30,6 +30,8 @@ from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from . import promql as q
+from .batch import BATCH_ROW
+from .model import Panel, Query, Row
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAGS = ["llmfleet", "vllm"]
@@ -38,39 +40,6 @@ OPERATOR_UID = "llmfleet-operator"
 QUANTILES = (0.5, 0.95, 0.99)
 # The variable values a test substitutes when it has nothing better (see example_variables()).
 EXAMPLE_VARIABLES = {"datasource": "prometheus", "namespace": "default", "llmdeployment": "demo"}
-
-PanelKind = Literal["timeseries", "stat", "table"]
-
-
-@dataclass(frozen=True)
-class Query:
-    expr: str
-    legend: str = ""
-    instant: bool = False
-    table: bool = False
-
-
-@dataclass(frozen=True)
-class Panel:
-    title: str
-    description: str
-    queries: tuple[Query, ...]
-    kind: PanelKind = "timeseries"
-    unit: str = "short"
-    width: int = 12
-    height: int = 8
-    min: float | None = None
-    max: float | None = None
-    # (value, color) steps above the base (green) step.
-    thresholds: tuple[tuple[float, str], ...] = ()
-    stacked: bool = False
-    no_value: str = ""
-
-
-@dataclass(frozen=True)
-class Row:
-    title: str
-    panels: tuple[Panel, ...] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True)
@@ -528,6 +497,7 @@ OPERATOR_ROWS = (
             ),
         ),
     ),
+    BATCH_ROW,
 )
 
 DASHBOARDS = (
@@ -542,7 +512,10 @@ DASHBOARDS = (
     DashboardSpec(
         uid=OPERATOR_UID,
         title="LLMFleet / Operator",
-        description="The LLMFleet operator: reconciles, errors, conditions, planner decisions.",
+        description=(
+            "The LLMFleet operator: reconciles, errors, conditions, planner decisions, batch on "
+            "spare GPUs."
+        ),
         filename="operator.json",
         rows=OPERATOR_ROWS,
         per_llmdeployment=False,

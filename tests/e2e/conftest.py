@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 from hubstub import HubStub
+from kubernetes import client
 from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
 
 from . import localnode
+from .batchdata import remove_claims
 from .harness import E2E_GPU_PRODUCT, Operator, e2e_operator
 
 
@@ -51,3 +53,10 @@ def operator(cluster: Cluster, e2e_gpu_pool: str, lab_hub: HubStub) -> Iterator[
     op.start()
     yield op
     op.uninstall()
+
+
+@pytest.fixture
+def volumes(api: client.ApiClient, cluster: Cluster, namespace: str) -> Iterator[None]:
+    """Removes, after the test, the claims it made with `batchdata.claim` and their files."""
+    yield
+    remove_claims(api, cluster, namespace)

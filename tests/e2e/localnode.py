@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kubernetes import client
 from localcluster.metricsstack.load import wait_until
-from localcluster.noderunner.node import FEATURES, FEATURES_ANNOTATION
+from localcluster.noderunner.node import FEATURES, FEATURES_ANNOTATION, GPU_RESOURCE
 from localcluster.supervisor import REPO, Cluster
 
 NODE = "local-gpu-0"
@@ -27,15 +27,17 @@ def vllm_python() -> Path:
 
 
 @contextlib.contextmanager
-def local_node(cluster: Cluster, gpus: int) -> Iterator[str]:
+def local_node(cluster: Cluster, gpus: int, exactly: bool = False) -> Iterator[str]:
     """`local-gpu-0` with `gpus` GPU slots (the router virtualenv installed too). A runner left
-    by another module is reused; on the way out, a runner this call started is stopped once the
+    by another module is reused (with `exactly`, only if it has `gpus` slots: for a test that
+    fills the node); on the way out, a runner this call started is stopped once the
     pods on it have drained (a pod left Terminating without its kubelet would hold its GPU when
     the runner next starts)."""
     subprocess.run([str(INSTALL_ROUTER)], check=True, stdout=subprocess.DEVNULL)
     was_running = cluster.alive("node-runner")
-    if was_running and not _runner_is_current(cluster):
-        cluster.stop_node_runner()  # a runner from older code lacks features the tests need
+    if was_running and not _runner_is_current(cluster, gpus if exactly else None):
+        # A runner from older code lacks features the tests need; one of another size, the GPUs.
+        cluster.stop_node_runner()
         was_running = False
     node = cluster.start_node_runner(gpus=gpus)
     yield node
@@ -55,10 +57,13 @@ def local_node(cluster: Cluster, gpus: int) -> Iterator[str]:
     cluster.stop_node_runner()
 
 
-def _runner_is_current(cluster: Cluster) -> bool:
+def _runner_is_current(cluster: Cluster, gpus: int | None) -> bool:
     try:
         out = cluster.kubectl("get", "node", NODE, "-o", "json")
     except subprocess.CalledProcessError:
         return True  # no node yet: whatever runs will register the current one
-    annotations = json.loads(out)["metadata"].get("annotations") or {}
-    return bool(annotations.get(FEATURES_ANNOTATION) == FEATURES)
+    node = json.loads(out)
+    annotations = node["metadata"].get("annotations") or {}
+    slots = (node.get("status") or {}).get("capacity", {}).get(GPU_RESOURCE)
+    sized = gpus is None or slots == str(gpus)
+    return bool(annotations.get(FEATURES_ANNOTATION) == FEATURES and sized)

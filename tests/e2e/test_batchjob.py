@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
-from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +23,8 @@ from localcluster.supervisor import Cluster
 from manifests import batch_job, cond, create, events, status
 
 from . import localnode
-from .harness import TEST_NAMESPACE_LABEL, Operator, bound_claim, utcnow, wait_until
+from .batchdata import answered, claim, input_claim, records, request_line, shard_pod
+from .harness import Operator, utcnow, wait_until
 
 pytestmark = [
     pytest.mark.cluster,
@@ -44,43 +42,6 @@ def node_runner(cluster: Cluster) -> Iterator[str]:
         yield node
 
 
-def claim(api: client.ApiClient, cluster: Cluster, ns: str, name: str) -> Path:
-    """A bound claim; the node runner keeps its files in the returned directory."""
-    core = client.CoreV1Api(api)
-    directory = cluster.state_dir / "pvcs" / ns / name
-    directory.mkdir(parents=True, exist_ok=True)
-    bound_claim(core, ns, name, str(directory))
-    wait_until(
-        lambda: core.read_namespaced_persistent_volume_claim(name, ns).status.phase == "Bound",
-        timeout=60,
-        what=f"claim {name} bound",
-    )
-    return directory
-
-
-@pytest.fixture
-def volumes(api: client.ApiClient, cluster: Cluster, namespace: str) -> Iterator[None]:
-    yield
-    core = client.CoreV1Api(api)
-    for pv in core.list_persistent_volume(
-        label_selector=f"{TEST_NAMESPACE_LABEL}={namespace}"
-    ).items:
-        core.delete_persistent_volume(pv.metadata.name)
-    shutil.rmtree(cluster.state_dir / "pvcs" / namespace, ignore_errors=True)
-
-
-def request_line(i: int) -> str:
-    """Line i (1-based): chat and completions in turn, lengths spread so results trickle in."""
-    body: dict[str, Any] = {"max_tokens": 8 + (i % 12) * 10, "ignore_eos": True}
-    if i % 2:
-        body["messages"] = [{"role": "user", "content": f"Question {i}: what is a pod?"}]
-        url = "/v1/chat/completions"
-    else:
-        body["prompt"] = f"Once upon a time, request {i}"
-        url = "/v1/completions"
-    return json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": url, "body": body})
-
-
 def malformed_line(i: int) -> str:
     shapes = {
         58: {"custom_id": "bad-url", "method": "POST", "url": "/v1/embeddings", "body": {}},
@@ -96,27 +57,6 @@ def malformed_line(i: int) -> str:
     return MALFORMED[i] or json.dumps(shapes[i])
 
 
-def shard_pod(api: client.ApiClient, ns: str, index: int) -> client.V1Pod | None:
-    pods = (
-        client.CoreV1Api(api).list_namespaced_pod(ns, label_selector="llmfleet.dev/batchjob").items
-    )
-    mine = [
-        p
-        for p in pods
-        if (p.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index")
-        == str(index)
-        and p.status.phase == "Running"
-    ]
-    return mine[0] if mine else None
-
-
-def records(directory: Path) -> list[dict[str, Any]]:
-    out = []
-    for path in sorted(directory.glob("shard-*.jsonl")):
-        out += [json.loads(line) for line in path.read_text().splitlines()]
-    return out
-
-
 def test_a_300_line_job_over_two_shards_answers_every_line_exactly_once_through_a_shard_kill(
     api: client.ApiClient,
     cluster: Cluster,
@@ -126,10 +66,8 @@ def test_a_300_line_job_over_two_shards_answers_every_line_exactly_once_through_
     volumes: None,
 ) -> None:
     started = time.monotonic()
-    data = claim(api, cluster, namespace, "data")
-    (data / "in").mkdir()
     lines = [malformed_line(i) if i in MALFORMED else request_line(i) for i in range(1, LINES + 1)]
-    (data / "in" / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    data = input_claim(api, cluster, namespace, lines)
     create(api, namespace, batch_job("big", shards=2, defaults={"temperature": 0.8}))
 
     # Shard 0 is killed (every process, as by the OOM killer) once it has written 20 records.
@@ -159,7 +97,7 @@ def test_a_300_line_job_over_two_shards_answers_every_line_exactly_once_through_
 
     found = records(data / "out" / "big")
     assert len(found) == LINES
-    ids = Counter(r["custom_id"] for r in found if r["error"] is None)
+    ids = answered(found)
     assert set(ids.values()) == {1}
     valid = {f"req-{i}" for i in range(1, LINES + 1) if i not in MALFORMED}
     assert set(ids) == valid

@@ -140,6 +140,10 @@ def test_the_llmdeployment_dashboard_follows_the_selected_llmdeployment() -> Non
         "llmfleet_condition",
         "llmfleet_planner_decisions_total",
         "llmfleet_predicted_output_tokens_per_second",
+        # And its row for batch on spare GPUs (issue 33).
+        'llmfleet_batch_gpu_seconds_total{priority="Spare"}',
+        'llmfleet_batch_preemptions_total{priority="Spare"}',
+        'llmfleet_batch_lines_redone_total{priority="Spare"}',
     ],
 )
 def test_signal_is_charted(needle: str) -> None:
@@ -257,3 +261,11 @@ def test_throughput_ratio_counts_only_engines_with_a_queue(tmp_path: Path) -> No
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_spare_batch_row_shows_zero_rather_than_nothing_without_batch_jobs() -> None:
+    """The operator has no llmfleet_batch_* series until a job's first status write: every
+    query of the row falls back to 0 (tests/e2e/observe.py wants every panel to have data)."""
+    exprs = [pq.expr for pq in QUERIES if pq.panel in {p.title for p in d.BATCH_ROW.panels}]
+    assert len(exprs) == 6
+    assert all("or vector(0)" in e for e in exprs), exprs

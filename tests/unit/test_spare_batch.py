@@ -4,16 +4,19 @@ Event; and its metrics count each preemption, line redone and GPU-second once.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 from prometheus_client import REGISTRY
-from test_batch_status import PLAN
+from test_batch_status import PLAN, T1, VICTIM, compute, cond, job, pod
 
 from llmfleet import metrics_batch
 from llmfleet.models import LLMBatchJobStatus
+from llmfleet.models.batchjob_status import ShardStatus
+from llmfleet.reconcile.batchstatus import gpu_seconds
 from llmfleet.reconcile.events import EventRecorder
 from llmfleet.reconcile.preemption import preemptor_of
 from llmfleet.reconcile.spare import NOT_FOUND, UNSET, SpareClass, Waiting, waiting_status
@@ -124,3 +127,67 @@ def test_metrics_count_what_each_status_write_added_once() -> None:
     added = {n: counted(n, "Spare") - before[n] for n in (*names, gpu)}
     assert added == {names[0]: 3, names[1]: 5, gpu: 900}
     assert counted(gpu, "Normal") == 0
+
+
+def test_the_first_status_write_of_a_job_shows_its_counters_at_zero() -> None:
+    """A preemption later is then an increase the dashboard's row sees, not a new series."""
+    labels = {"namespace": "ns-fresh", "priority": "Spare"}
+    status = LLMBatchJobStatus(succeeded=1)
+    metrics_batch.count_status_write("ns-fresh", "Spare", LLMBatchJobStatus(), status)
+    for name in ("llmfleet_batch_preemptions", "llmfleet_batch_lines_redone"):
+        assert REGISTRY.get_sample_value(f"{name}_total", labels) == 0.0
+
+
+def test_a_preempted_shard_stays_preempted_after_kubernetes_deleted_its_pod() -> None:
+    """The kubelet deletes a preempted pod once it has stopped; the Job's replacement waits for a
+    GPU. Status remembers the preemption and who made it until the replacement runs."""
+    by = "pod team-a/llama-engine-7f9c on node gpu-3"
+    named = {VICTIM["metadata"]["uid"]: by}
+    replacement = pod(0, "Pending", None, T1)
+    shard1 = pod(1, "Running", "10.0.0.2")
+    seen = compute([VICTIM, replacement, shard1], job(), {}, preemptors=named)
+    assert seen["shardStatus"][0]["preemptedBy"] == by
+    previous = {s["index"]: ShardStatus.model_validate(s) for s in seen["shardStatus"]}
+
+    gone = compute([replacement, shard1], job(), {}, previous)
+    assert (gone["phase"], gone["preemptions"]) == ("Preempted", 1)
+    preempted = cond(gone, "Preempted")
+    assert (preempted["status"], preempted["reason"]) == ("True", "ShardsPreempted")
+    assert f"shard 0 by {by};" in preempted["message"]
+
+    runs = pod(0, "Running", "10.0.0.1", T1)
+    previous = {s["index"]: ShardStatus.model_validate(s) for s in gone["shardStatus"]}
+    resumed = compute([runs, shard1], job(), {}, previous)
+    assert (resumed["phase"], cond(resumed, "Preempted")["reason"]) == ("Running", "Resumed")
+    assert "preemptedBy" not in resumed["shardStatus"][0]
+
+
+def held(start: datetime, end: datetime | None = None) -> dict[str, Any]:
+    """A shard pod that started at `start` and, with `end`, whose runner ended then."""
+    stamp = "%Y-%m-%dT%H:%M:%SZ"
+    state = {"terminated": {"finishedAt": end.strftime(stamp)}} if end else {"running": {}}
+    return {
+        "status": {
+            "phase": "Failed" if end else "Running",
+            "startTime": start.strftime(stamp),
+            "containerStatuses": [{"name": "runner", "state": state}],
+        }
+    }
+
+
+def test_gpu_seconds_keep_a_preempted_pod_after_kubernetes_deleted_it() -> None:
+    t0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    victim, replacement = held(t0, t0 + timedelta(seconds=60)), held(t0 + timedelta(seconds=70))
+    at = t0 + timedelta(seconds=50)
+    first = LLMBatchJobStatus(**gpu_seconds(LLMBatchJobStatus(), [victim], 2, at))
+    assert (first.gpu_seconds, first.gpu_seconds_at) == (100, at)  # 2 GPUs for 50 s
+    # The victim ended at 60 s and is gone; the replacement has run 30 s at 100 s.
+    later = gpu_seconds(first, [replacement], 2, t0 + timedelta(seconds=100))
+    assert later["gpu_seconds"] == 100 + 2 * 30  # the victim's last 10 s went with it
+    later = gpu_seconds(first, [victim, replacement], 2, t0 + timedelta(seconds=100))
+    assert later["gpu_seconds"] == 100 + 2 * (10 + 30)
+    # Nothing holds a GPU since the last count: nothing to write.
+    assert gpu_seconds(first, [], 2, t0 + timedelta(seconds=100)) == {
+        "gpu_seconds": 100,
+        "gpu_seconds_at": at,
+    }

@@ -36,11 +36,15 @@ def count_status_write(
 ) -> None:
     """Add what `new` gained over `old` (the status it replaced in the API server).
 
-    Called by `BatchJobController` after each status write of an LLMBatchJob."""
+    Called by `BatchJobController` after each status write of an LLMBatchJob. Every series of
+    the job's namespace and priority exists from its first write on, at 0 until something is
+    added: PromQL's increase() counts nothing for a series' first sample, so one that appeared
+    at its first preemption would hide that preemption from the dashboard's row."""
     for counter, before, after in (
         (BATCH_PREEMPTIONS, old.preemptions, new.preemptions),
         (BATCH_LINES_REDONE, old.lines_redone, new.lines_redone),
         (BATCH_GPU_SECONDS, old.gpu_seconds, new.gpu_seconds),
     ):
+        child = counter.labels(namespace, priority)
         if after > before:
-            counter.labels(namespace, priority).inc(after - before)
+            child.inc(after - before)

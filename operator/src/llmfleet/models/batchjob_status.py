@@ -42,6 +42,14 @@ class ShardStatus(ApiModel):
         "evicted pod is not)."
     )
     preemptions: int = _count("Pods of this shard the scheduler preempted.")
+    preempted_by: str | None = Field(
+        default=None,
+        description=(
+            "While the shard is Preempted: who preempted its pod (pod NAMESPACE/NAME on node "
+            "NODE, or the scheduler's words). Kept here because Kubernetes deletes a preempted "
+            "pod once it has stopped, while its replacement still waits for a GPU."
+        ),
+    )
     lines_redone: int = _count(
         "Lines run again because the pod running them stopped before writing them (a crash, or "
         "a stop whose grace period ended first): work done twice, never a line answered twice."
@@ -85,6 +93,14 @@ class LLMBatchJobStatus(ApiModel):
     gpu_seconds: int = _count(
         "GPU-seconds held by the job's shard pods, each from its start to its end (whether or "
         "not it finished its lines)."
+    )
+    gpu_seconds_at: datetime | None = Field(
+        default=None,
+        description=(
+            "When gpuSeconds was last brought up to date: the next count adds what the shard "
+            "pods held after it, so the seconds of pods Kubernetes has since deleted (a "
+            "preempted pod goes once it stopped) stay counted."
+        ),
     )
     preemptions: int = _count("Shard pods the scheduler preempted, over all shards.")
     lines_redone: int = _count(

@@ -41,9 +41,9 @@ def runner_end(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def held_seconds(pod: Mapping[str, Any], at: datetime) -> float:
-    """Seconds the pod has held its node (its GPUs): from its start (the kubelet took it) to its
-    runner's end, or to `at` while it has not ended."""
+def held_seconds(pod: Mapping[str, Any], at: datetime, since: datetime | None = None) -> float:
+    """Seconds the pod has held its node (its GPUs) from its start (the kubelet took it) to its
+    runner's end, or to `at` while it has not ended; with `since`, only those after it."""
     status = pod.get("status") or {}
     start = parse_time(status.get("startTime"))
     if start is None:
@@ -51,4 +51,6 @@ def held_seconds(pod: Mapping[str, Any], at: datetime) -> float:
     end = parse_time((runner_end(pod) or {}).get("finishedAt"))
     if end is None:
         end = start if status.get("phase") in _ENDED else at
-    return max(0.0, (end - start).total_seconds())
+    if since is not None:
+        start = max(start, since)
+    return max(0.0, (min(end, at) - start).total_seconds())

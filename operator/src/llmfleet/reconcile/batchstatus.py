@@ -23,6 +23,7 @@ from llmfleet.reconcile.preemption import (
     preempted_condition,
     preempted_now,
     preemption,
+    still_preempted,
 )
 from llmfleet.render.batchjob import output_key
 from llmfleet.shard_report import ShardReport, parse_metrics, parse_summary
@@ -96,6 +97,9 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
             if report is not None:
                 break
         victim = preempted_now(mine) if index not in completed else None
+        last = previous.get(index)
+        if victim is None and index not in completed and last is not None:
+            victim = still_preempted(mine, last.phase == "Preempted", last.preempted_by)
         if index in failed_for_good:
             phase = "Failed"
         elif victim is not None:
@@ -110,7 +114,6 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
                 # Being replaced after a failure (the index is not failed for good), not started,
                 # or on a node that stopped reporting (phase Unknown): not known to run.
                 phase = "Pending"
-        last = previous.get(index)
         if report is None and last is not None and last.total is not None:
             report = ShardReport(
                 shard=index,
@@ -136,6 +139,23 @@ def observe_shards(  # noqa: PLR0917 - pure, called once, every input named at t
             )
         )
     return out
+
+
+def gpu_seconds(
+    old: LLMBatchJobStatus, pods: Sequence[Mapping[str, Any]], gpus: int, at: datetime
+) -> dict[str, Any]:
+    """gpuSeconds and gpuSecondsAt: what the listed pods held since the last count, added to it.
+    Kubernetes deletes pods (a preempted one as soon as it stopped, the rest at pod garbage
+    collection), so a sum over the pods listed now would forget theirs. Unchanged while no pod
+    holds a GPU, so a waiting job writes nothing."""
+    if old.gpu_seconds_at is None:
+        # The first count (or a status from before gpuSecondsAt): every pod from its start.
+        total = max(old.gpu_seconds, round(gpus * sum(held_seconds(p, at) for p in pods)))
+        return {"gpu_seconds": total, "gpu_seconds_at": at if total else None}
+    added = round(gpus * sum(held_seconds(p, at, since=old.gpu_seconds_at) for p in pods))
+    if added < 1:
+        return {"gpu_seconds": old.gpu_seconds, "gpu_seconds_at": old.gpu_seconds_at}
+    return {"gpu_seconds": old.gpu_seconds + added, "gpu_seconds_at": at}
 
 
 def _failure(terminated: dict[str, Any], report: ShardReport | None) -> str:
@@ -270,11 +290,7 @@ def batch_status(
         completion_tokens=sum(r.completion_tokens for r in known),
         preemptions=preemptions,
         lines_redone=sum(r.redone for r in known),
-        # Pods of a long job may be gone (pod garbage collection): never less than before.
-        gpu_seconds=max(
-            old.gpu_seconds,
-            round(planned.gpus_per_replica * sum(held_seconds(p, at) for p in pods)),
-        ),
+        **gpu_seconds(old, pods, planned.gpus_per_replica, at),
         tokens_per_second=round(rate, 1) if running else None,
         eta=eta,
         start_time=start,
@@ -293,6 +309,15 @@ def batch_status(
                 else None,
                 restarts=o.restarts,
                 preemptions=o.preemptions,
+                # Only while preempted: a shard that never was keeps the members it had.
+                **(
+                    {
+                        "preempted_by": (preemptors or {}).get(o.preempted_by.uid)
+                        or o.preempted_by.said
+                    }
+                    if o.preempted_by
+                    else {}
+                ),
                 lines_redone=o.report.redone if o.report else 0,
             )
             for o in observed

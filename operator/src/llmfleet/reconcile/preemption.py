@@ -72,6 +72,21 @@ def preempted_now(pods: Sequence[Mapping[str, Any]]) -> Preemption | None:
     return None
 
 
+def still_preempted(
+    pods: Sequence[Mapping[str, Any]], was_preempted: bool, by: str | None
+) -> Preemption | None:
+    """A shard whose status said Preempted and whose victim pod is gone: the kubelet deletes a
+    preempted pod once it has stopped (the deletion the scheduler asked for), the Job's
+    replacement may wait for a GPU for hours, and only status remembers why. Preempted still
+    while no pod of the shard got as far as running; `by` is who status said preempted it."""
+    if not was_preempted:
+        return None
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") not in (None, "Pending"):
+            return None
+    return Preemption(pod="", uid="", at="", said=by or BY_SCHEDULER)
+
+
 def preemptor_of(event: Mapping[str, Any]) -> str | None:
     """Who preempted, from the scheduler's Preempted Event on the victim: `pod NS/NAME on node
     N` (the related object and the message's node), else the message's own words."""
