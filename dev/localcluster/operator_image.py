@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from .noderunner.oci import find_image
+from .noderunner.images import find_image
 from .operator_process import CHART
 from .supervisor import REPO
 

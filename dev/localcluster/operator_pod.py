@@ -26,7 +26,8 @@ from typing import Any
 
 from . import operator_signals as signals
 from . import systemnode
-from .noderunner.oci import Runtime, find_image
+from .noderunner.crun import Runtime
+from .noderunner.images import find_image
 from .operator_image import operator_image
 from .operator_process import CHART, CRDS, OPERATOR_NAMESPACE, RELEASE
 from .supervisor import Cluster, bindir

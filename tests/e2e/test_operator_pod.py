@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from localcluster.metricsstack.load import GROUP, PLURAL, VERSION
-from localcluster.noderunner.oci import Runtime
+from localcluster.noderunner.crun import Runtime
 from localcluster.supervisor import Cluster
 from localcluster.systemnode import NODE
 from localcluster.upgrade import kwok_llmd

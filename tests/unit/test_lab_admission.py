@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from localcluster.noderunner import admission, oci
+from localcluster.noderunner import admission
+from localcluster.noderunner.images import REF_ANNOTATION
 
 BUILT = "docker.io/llmfleet/operator:0.2.0"
 
 
 @pytest.fixture(autouse=True)
 def images(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    index = {"manifests": [{"digest": "sha256:new", "annotations": {oci.REF_ANNOTATION: BUILT}}]}
+    index = {"manifests": [{"digest": "sha256:new", "annotations": {REF_ANNOTATION: BUILT}}]}
     (tmp_path / "index.json").write_text(json.dumps(index))
     with tarfile.open(tmp_path / "operator.oci.tar", "w") as tar:
         tar.add(tmp_path / "index.json", arcname="index.json")

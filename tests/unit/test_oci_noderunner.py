@@ -1,6 +1,7 @@
 """How the node runner runs the chart's operator container from its built image
 (dev/localcluster/noderunner/oci.py): the OCI config it writes for the pod `helm template`
-renders. The e2e test (tests/e2e/test_operator_pod.py) runs it with crun."""
+renders (bundle.py), and which images it finds built (images.py). The e2e test
+(tests/e2e/test_operator_pod.py) runs it with crun."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from localcluster.noderunner import oci
+from localcluster.noderunner import bundle, images
 from localcluster.noderunner.adaptations import bind_pod_ip
 from localcluster.noderunner.volumes import PodVolumes
 from test_chart_render import operator_deployment, render
@@ -51,10 +52,10 @@ def unpacked(tmp_path: Path) -> Path:
 
 def config_of(pod: dict[str, Any], unpacked: Path) -> dict[str, Any]:
     (spec,) = pod["spec"]["containers"]
-    args = bind_pod_ip(oci.argv(spec, IMAGE_CONFIG), POD_IP)
+    args = bind_pod_ip(bundle.argv(spec, IMAGE_CONFIG), POD_IP)
     mounts = PodVolumes({m["mountPath"]: f"/host{m['mountPath']}" for m in spec["volumeMounts"]})
-    request = oci.Request(pod, spec, args, {"POD_NAME": "fleet-abc"}, mounts)
-    return oci.bundle_config(unpacked, request, unpacked / "rootfs")
+    request = bundle.Request(pod, spec, args, {"POD_NAME": "fleet-abc"}, mounts)
+    return bundle.bundle_config(unpacked, request, unpacked / "rootfs")
 
 
 def test_the_chart_pod_runs_read_only_as_its_user_without_capabilities(unpacked: Path) -> None:
@@ -83,14 +84,14 @@ def test_the_chart_command_binds_the_pod_ip_and_mounts_its_volumes(unpacked: Pat
 
 
 def test_a_root_user_is_refused_under_run_as_non_root(unpacked: Path) -> None:
-    with pytest.raises(oci.ContainerConfigError, match="runAsNonRoot"):
+    with pytest.raises(bundle.ContainerConfigError, match="runAsNonRoot"):
         config_of(chart_pod("podSecurityContext.runAsUser=0"), unpacked)
 
 
 def test_command_and_args_replace_the_images_entrypoint_and_cmd_as_kubernetes_does() -> None:
-    assert oci.argv({}, IMAGE_CONFIG) == ["llmfleet", "run"]
-    assert oci.argv({"args": ["plan"]}, IMAGE_CONFIG) == ["llmfleet", "plan"]
-    assert oci.argv({"command": ["sh"]}, IMAGE_CONFIG) == ["sh"]
+    assert bundle.argv({}, IMAGE_CONFIG) == ["llmfleet", "run"]
+    assert bundle.argv({"args": ["plan"]}, IMAGE_CONFIG) == ["llmfleet", "plan"]
+    assert bundle.argv({"command": ["sh"]}, IMAGE_CONFIG) == ["sh"]
 
 
 def test_only_images_built_here_are_found_by_the_name_in_their_archive(tmp_path: Path) -> None:
@@ -98,18 +99,18 @@ def test_only_images_built_here_are_found_by_the_name_in_their_archive(tmp_path:
         "manifests": [
             {
                 "digest": "sha256:abc",
-                "annotations": {oci.REF_ANNOTATION: "docker.io/llmfleet/operator:0.2.0"},
+                "annotations": {images.REF_ANNOTATION: "docker.io/llmfleet/operator:0.2.0"},
             }
         ]
     }
     (tmp_path / "index.json").write_text(json.dumps(index))
     with tarfile.open(tmp_path / "operator.oci.tar", "w") as tar:
         tar.add(tmp_path / "index.json", arcname="index.json")
-    assert oci.find_image("docker.io/llmfleet/operator:0.2.0", tmp_path) is not None
-    assert oci.find_image("llmfleet/operator:0.2.0", tmp_path) is not None
-    assert oci.find_image("docker.io/llmfleet/operator@sha256:abc", tmp_path) is not None
-    assert oci.find_image("docker.io/llmfleet/operator:0.1.0", tmp_path) is None
-    assert oci.find_image("vllm/vllm-openai:v0.32.0", tmp_path) is None
+    assert images.find_image("docker.io/llmfleet/operator:0.2.0", tmp_path) is not None
+    assert images.find_image("llmfleet/operator:0.2.0", tmp_path) is not None
+    assert images.find_image("docker.io/llmfleet/operator@sha256:abc", tmp_path) is not None
+    assert images.find_image("docker.io/llmfleet/operator:0.1.0", tmp_path) is None
+    assert images.find_image("vllm/vllm-openai:v0.32.0", tmp_path) is None
     # The router's archive exists after `make images`, but router pods run as processes.
     (tmp_path / "operator.oci.tar").rename(tmp_path / "router.oci.tar")
-    assert oci.find_image("docker.io/llmfleet/operator:0.2.0", tmp_path) is None
+    assert images.find_image("docker.io/llmfleet/operator:0.2.0", tmp_path) is None

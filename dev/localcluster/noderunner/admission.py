@@ -2,7 +2,8 @@
 
 A kubelet starts every pod bound to it; this runner can only start pods it can really run on
 this machine: GPU pods (vLLM on the CPU), the vLLM Router, and pods whose every image was built
-here (oci.py). The rest it refuses as a kubelet refuses a pod it cannot admit (phase Failed).
+here (images.py; oci.py runs them). The rest it refuses as a kubelet refuses a pod it cannot
+admit (phase Failed).
 
 One case is not a refusal: an image of a repository built here whose tag or digest is no longer
 among the built images (the operator image was rebuilt under a Deployment that names the old
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import oci, router
+from . import images, router
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -41,9 +42,9 @@ def requests_gpu(pod: Mapping[str, Any]) -> bool:
 
 def refusal(pod: dict[str, Any], node: str) -> Refusal | None:
     """None when the runner can start `pod`, else the status to write and a line to log."""
-    if requests_gpu(pod) or router.is_router_pod(pod) or oci.runs_built_images(pod):
+    if requests_gpu(pod) or router.is_router_pod(pod) or images.runs_built_images(pod):
         return None
-    missing = oci.stale_built_images(pod)
+    missing = images.stale_built_images(pod)
     if missing:
         return _image_pull_error(pod, missing)
     return Refusal(

@@ -21,7 +21,8 @@ from .adaptations import Context, load_model_table
 from .ipam import IPAM
 from .node import FIELD_MANAGER, Config, NodeRegistration
 from .podenv import base_env, decode_secret
-from .pods import Hooks, PodWorker
+from .pods import PodWorker
+from .podstate import Hooks
 
 log = logging.getLogger("noderunner")
 
