@@ -9,8 +9,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dashboards import generate as dashboards
 from dashboards import promql
+from dashboards.build import build
+from dashboards.generate import DASHBOARDS
 from localcluster.metricsstack import MetricsStack
 
 MAIN_PANELS = (
@@ -50,11 +51,7 @@ def render(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    board = next(
-        dashboards.build(spec)
-        for spec in dashboards.DASHBOARDS
-        if spec.title == "LLMFleet / LLMDeployment"
-    )
+    board = next(build(spec) for spec in DASHBOARDS if spec.title == "LLMFleet / LLMDeployment")
     panels = {p.get("title"): p for p in _all_panels(board)}
     variables = {"namespace": namespace, "llmdeployment": llmdeployment}
     cols = 2

@@ -1,6 +1,6 @@
 """What a dashboard is made of, as the generator reads it: rows of panels, each with its PromQL
-queries. A module of its own so that the rows of one subject (batch.py) can live outside
-generate.py, which imports them."""
+queries. A module of its own so that the rows of each dashboard (llmdeployment_rows.py,
+operator_rows.py, batch.py) and what builds them (build.py) need not import one another."""
 
 from __future__ import annotations
 
@@ -39,3 +39,13 @@ class Panel:
 class Row:
     title: str
     panels: tuple[Panel, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class DashboardSpec:
+    uid: str
+    title: str
+    description: str
+    filename: str
+    rows: tuple[Row, ...]
+    per_llmdeployment: bool

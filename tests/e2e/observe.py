@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 import yaml
-from dashboards import generate as dashboards
 from dashboards import promql
+from dashboards.queries import all_queries
 from localcluster.metricsstack import MetricsStack
 from localcluster.supervisor import REPO
 
@@ -70,7 +70,7 @@ def empty_panels(stack: MetricsStack, namespace: str, llmdeployment: str) -> lis
     series now, but for the FAULT_ONLY panels; a query Prometheus refuses raises."""
     variables = {"namespace": namespace, "llmdeployment": llmdeployment}
     empty = []
-    for q in dashboards.all_queries():
+    for q in all_queries():
         series = stack.query(promql.substitute(q.expr, variables))
         if not series and q.panel not in FAULT_ONLY:
             empty.append(f"{q.dashboard} / {q.panel} / {q.ref_id}: {q.expr}")
@@ -79,7 +79,7 @@ def empty_panels(stack: MetricsStack, namespace: str, llmdeployment: str) -> lis
 
 def panel_exprs(title: str, namespace: str, llmdeployment: str) -> list[str]:
     """The queries of the dashboard panel titled `title`, variables set to one LLMDeployment."""
-    queries = [q for q in dashboards.all_queries() if q.panel == title]
+    queries = [q for q in all_queries() if q.panel == title]
     assert queries, f"no dashboard panel titled {title!r}"
     variables = {"namespace": namespace, "llmdeployment": llmdeployment}
     return [promql.substitute(q.expr, variables) for q in queries]

@@ -13,11 +13,14 @@ import pytest
 import yaml
 from dashboards import generate as d
 from dashboards import promql
+from dashboards.batch import BATCH_ROW
+from dashboards.build import build, render
+from dashboards.queries import EXAMPLE_VARIABLES, PanelQuery, all_queries
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "charts" / "llmfleet" / "dashboards"
 SPECS = {spec.uid: spec for spec in d.DASHBOARDS}
-QUERIES = d.all_queries()
+QUERIES = all_queries()
 
 
 def promtool() -> str:
@@ -40,7 +43,7 @@ def test_committed_json_is_generated(uid: str) -> None:
     spec = SPECS[uid]
     path = COMMITTED / spec.filename
     assert path.is_file(), f"{path} is missing: run `make dashboards`"
-    assert path.read_text(encoding="utf-8") == d.render(spec), (
+    assert path.read_text(encoding="utf-8") == render(spec), (
         f"{path} differs from dev/dashboards/generate.py: run `make dashboards`"
     )
 
@@ -54,7 +57,7 @@ def test_generation_is_deterministic(tmp_path: Path) -> None:
     assert d.main(["--output-dir", str(tmp_path)]) == 0
     for spec in d.DASHBOARDS:
         text = (tmp_path / spec.filename).read_text(encoding="utf-8")
-        assert text == d.render(spec)
+        assert text == render(spec)
         assert text.endswith("}\n")
         assert json.loads(text)["uid"] == spec.uid
 
@@ -67,7 +70,7 @@ def test_generation_is_deterministic(tmp_path: Path) -> None:
     ],
 )
 def test_uid_and_title(uid: str, title: str) -> None:
-    board = d.build(SPECS[uid])
+    board = build(SPECS[uid])
     assert (board["uid"], board["title"]) == (uid, title)
 
 
@@ -79,7 +82,7 @@ def test_uid_and_title(uid: str, title: str) -> None:
     ],
 )
 def test_variables(uid: str, variables: list[str]) -> None:
-    board = d.build(SPECS[uid])
+    board = build(SPECS[uid])
     found = {v["name"]: v for v in board["templating"]["list"]}
     assert list(found) == variables
     assert found["datasource"]["type"] == "datasource"
@@ -93,7 +96,7 @@ def test_variables(uid: str, variables: list[str]) -> None:
 
 @pytest.mark.parametrize("uid", sorted(SPECS))
 def test_every_panel_has_a_query_and_the_datasource_variable(uid: str) -> None:
-    board = d.build(SPECS[uid])
+    board = build(SPECS[uid])
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     for panel in panels(board):
@@ -190,10 +193,10 @@ def test_substitute_refuses_an_unknown_variable() -> None:
 
 
 @pytest.mark.parametrize("pq", QUERIES, ids=lambda pq: f"{pq.dashboard}:{pq.panel}:{pq.ref_id}")
-def test_expression_parses(pq: d.PanelQuery, tmp_path: Path) -> None:
+def test_expression_parses(pq: PanelQuery, tmp_path: Path) -> None:
     """promtool parses the expression, variables substituted, as a recording rule (one run per
     query, so a failure names its dashboard and panel)."""
-    expr = promql.substitute(pq.expr, d.EXAMPLE_VARIABLES)
+    expr = promql.substitute(pq.expr, EXAMPLE_VARIABLES)
     path = tmp_path / "rule.yaml"
     rule = {"record": "llmfleet_dashboard_check", "expr": expr}
     path.write_text(yaml.safe_dump({"groups": [{"name": "one", "rules": [rule]}]}))
@@ -266,6 +269,6 @@ def test_throughput_ratio_counts_only_engines_with_a_queue(tmp_path: Path) -> No
 def test_the_spare_batch_row_shows_zero_rather_than_nothing_without_batch_jobs() -> None:
     """The operator has no llmfleet_batch_* series until a job's first status write: every
     query of the row falls back to 0 (tests/e2e/observe.py wants every panel to have data)."""
-    exprs = [pq.expr for pq in QUERIES if pq.panel in {p.title for p in d.BATCH_ROW.panels}]
+    exprs = [pq.expr for pq in QUERIES if pq.panel in {p.title for p in BATCH_ROW.panels}]
     assert len(exprs) == 6
     assert all("or vector(0)" in e for e in exprs), exprs

@@ -28,8 +28,8 @@ LOWER_LAYERS = [
     ("llmfleet/planner", "llmfleet.commands"),
 ]
 # (folder under operator/src, most lines a module in it may have): past that it holds more
-# than one job, as planning.py did before it was split.
-MAX_LINES = [("llmfleet/planner", 300)]
+# than one job, as planning.py and reconcile/status.py did before they were split.
+MAX_LINES = [("llmfleet/planner", 300), ("llmfleet/reconcile", 400)]
 SIZED = [(m, limit) for folder, limit in MAX_LINES for m in sorted((SRC / folder).glob("*.py"))]
 
 

@@ -16,13 +16,8 @@ from llmfleet.reconcile.kvcache import (
     parse_kv_cache_tokens,
     reporting_engines,
 )
-from llmfleet.reconcile.status import (
-    Observed,
-    invalid_status,
-    newly_unverified,
-    plan_verified,
-    ready_status,
-)
+from llmfleet.reconcile.plan_verified import newly_unverified, plan_verified
+from llmfleet.reconcile.status import Observed, invalid_status, ready_status
 
 HELP = "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
 TYPE = "# TYPE vllm:cache_config_info gauge\n"

@@ -30,9 +30,10 @@ from llmfleet.reconcile.causes import blockers
 from llmfleet.reconcile.conditions import find
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
 from llmfleet.reconcile.modelconfig import ModelConfigs
+from llmfleet.reconcile.plan_verified import newly_unverified
 from llmfleet.reconcile.references import deployment_references
 from llmfleet.reconcile.secrets import SecretUnreadableError, read_token
-from llmfleet.reconcile.status import Observed, invalid_status, newly_unverified, ready_status
+from llmfleet.reconcile.status import Observed, invalid_status, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
 from llmfleet.render.leaderworkerset import (
     ENGINE_KINDS,

@@ -1,29 +1,23 @@
 """An LLMDeployment's status from what the cluster shows: pure functions from live objects
-(dicts) to the typed status, so the conditions can be tested without a cluster."""
+(dicts) to the typed status, so the conditions can be tested without a cluster. The parts with
+a job of their own are beside it: engine_crashes, unschedulable, autoscaler_status (HPA, KEDA,
+ScaledToZero) and plan_verified."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from llmfleet.models.status import Condition, LLMDeploymentStatus, Measured
 from llmfleet.planner import Plan
 from llmfleet.reconcile.adapter_status import AdapterReport
+from llmfleet.reconcile.autoscaler_status import hpa_blind, scaled_to_zero, scaler_blind
 from llmfleet.reconcile.causes import Blocker, describe
-from llmfleet.reconcile.conditions import (
-    FALSE,
-    TRUE,
-    UNKNOWN,
-    condition,
-    find,
-    keep_transition_times,
-)
-from llmfleet.render.autoscaling import QUEUE_METRIC
-from llmfleet.render.names import ENGINE_CONTAINER
-
-# How far the KV cache an engine allocated may be from the planner's figure for PlanVerified.
-KV_TOLERANCE = 0.10
+from llmfleet.reconcile.conditions import FALSE, TRUE, condition, keep_transition_times
+from llmfleet.reconcile.engine_crashes import crashes
+from llmfleet.reconcile.object_fields import condition_status, int_field
+from llmfleet.reconcile.plan_verified import plan_verified
+from llmfleet.reconcile.unschedulable import GPU_SHORTAGE, shortages_in, unschedulable_pods
 
 
 @dataclass(frozen=True)
@@ -44,129 +38,6 @@ class Observed:
     blockers: tuple[Blocker, ...] = ()
     # LoRA: what the engines hold of spec.adapters (None without LoRA).
     adapters: AdapterReport | None = None
-
-
-def _unschedulable(pods: tuple[dict[str, Any], ...]) -> list[tuple[str, str]]:
-    found = []
-    for p in pods:
-        if (p.get("status") or {}).get("phase") != "Pending":
-            continue
-        for c in (p.get("status") or {}).get("conditions") or []:
-            if (
-                c.get("type") == "PodScheduled"
-                and c.get("status") == FALSE
-                and c.get("reason") == "Unschedulable"
-            ):
-                found.append((p["metadata"]["name"], c.get("message", "")))
-    return found
-
-
-# Said of an engine that died for want of memory: the exit reason, or vLLM's and PyTorch's words.
-_OUT_OF_MEMORY = re.compile(
-    r"OOMKilled|CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks|"
-    r"larger than the available KV cache memory",
-    re.IGNORECASE,
-)
-OUT_OF_MEMORY_ADVICE = (
-    "the engine ran out of memory: quantize to fp8 (spec.model.quantization), give it more GPUs "
-    "(spec.gpus.count) or a shorter context (spec.engine.maxModelLen)"
-)
-# A log line's prefix (level, date, time, source), which differs on every crash.
-_LOG_PREFIX = re.compile(
-    r"^(\(\w+ pid=\d+\)\s*)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)?\s*"
-    r"(\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?\s*)?(\[[^\]]*\]\s*)?"
-)
-
-
-@dataclass(frozen=True)
-class Crash:
-    """An engine container that keeps exiting, with what it said last."""
-
-    pod: str
-    reason: str
-    exit_code: int
-    message: str
-
-    def describe(self) -> str:
-        said = f": {self.message}" if self.message else ""
-        advice = (
-            f"; {OUT_OF_MEMORY_ADVICE}"
-            if _OUT_OF_MEMORY.search(f"{self.reason} {self.message}")
-            else ""
-        )
-        return (
-            f"engine pod {self.pod} keeps exiting (last: {self.reason}, exit code "
-            f"{self.exit_code}){said}{advice}"
-        )
-
-
-def _last_words(message: str) -> str:
-    """The last line of a termination message (a log's tail), without its timestamp, so that
-    the same failure reads the same on every restart."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return _LOG_PREFIX.sub("", lines[-1])[:300] if lines else ""
-
-
-def crashes(pods: tuple[dict[str, Any], ...]) -> list[Crash]:
-    """Engine containers that exited with an error and were restarted (CrashLoopBackOff on a
-    real kubelet), oldest pod name first."""
-    found = []
-    for p in pods:
-        for cs in (p.get("status") or {}).get("containerStatuses") or []:
-            if cs.get("name") != ENGINE_CONTAINER or not cs.get("restartCount"):
-                continue
-            last = ((cs.get("lastState") or {}).get("terminated")) or {}
-            if not last or int(last.get("exitCode") or 0) == 0:
-                continue
-            if "running" in (cs.get("state") or {}) and cs.get("ready"):
-                continue  # it came back and serves
-            found.append(
-                Crash(
-                    pod=p["metadata"]["name"],
-                    reason=str(last.get("reason") or "Error"),
-                    exit_code=int(last.get("exitCode") or 0),
-                    message=_last_words(str(last.get("message") or "")),
-                )
-            )
-    return sorted(found, key=lambda c: c.pod)
-
-
-GPU_SHORTAGE = "Insufficient nvidia.com/gpu"
-_SHORTAGE = re.compile(
-    r"Insufficient [\w./-]*\w|Too many pods|didn't match [^,.]+"
-    # What the scheduler's volume binding says of a pod's claims (spec.model.cache): missing,
-    # going, unbound, or no volume to bind.
-    r'|persistentvolumeclaim "[^"]+" (?:not found|is being deleted'
-    r'|bound to non-existent persistentvolume "[^"]+")'
-    r"|unbound immediate PersistentVolumeClaims|didn't find available persistent volumes to bind"
-)
-
-
-def _shortages(message: str) -> set[str]:
-    return set(_SHORTAGE.findall(message))
-
-
-def _int(obj: dict[str, Any] | None, *path: str) -> int:
-    cur: Any = obj
-    for key in path:
-        cur = (cur or {}).get(key)
-    return int(cur or 0)
-
-
-def _hpa_blind(hpa: dict[str, Any] | None) -> str | None:
-    """Why the HPA cannot scale on the queue metric, or None when it can (or is not there)."""
-    for c in ((hpa or {}).get("status") or {}).get("conditions") or []:
-        # ScalingDisabled: the target is at zero replicas (scaled to zero by KEDA), by design.
-        if (
-            c.get("type") == "ScalingActive"
-            and c.get("status") == FALSE
-            and c.get("reason") != "ScalingDisabled"
-        ):
-            return (
-                f"the HorizontalPodAutoscaler cannot scale ({c.get('reason')}): "
-                f"{c.get('message', '')}; is prometheus-adapter serving {QUEUE_METRIC}?"
-            )
-    return None
 
 
 # The conditions about the running children, which an invalid spec leaves as they were.
@@ -194,120 +65,6 @@ def invalid_status(
     )
 
 
-def _scaler_blind(scaled_object: dict[str, Any] | None) -> str | None:
-    """Why KEDA cannot scale the engines (to zero and back), or None."""
-    for c in ((scaled_object or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready" and c.get("status") == FALSE:
-            return (
-                f"KEDA's ScaledObject is not Ready ({c.get('reason')}): {c.get('message', '')}; "
-                "can KEDA reach the Prometheus of --keda-prometheus-url?"
-            )
-    return None
-
-
-def _condition_status(obj: dict[str, Any] | None, kind: str) -> str | None:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind:
-            return str(c.get("status"))
-    return None
-
-
-def scaled_to_zero(
-    scaled_object: dict[str, Any], desired: int, current: int, ready: int, generation: int
-) -> Condition:
-    """ScaledToZero, for an LLMDeployment with autoscaling.minReplicas 0: True while it has no
-    engine pod (and holds no GPU)."""
-    idle = _int(scaled_object, "spec", "cooldownPeriod")
-    if _condition_status(scaled_object, "Ready") == FALSE:
-        message = next(
-            (
-                str(c.get("message", ""))
-                for c in (scaled_object.get("status") or {}).get("conditions") or []
-                if c.get("type") == "Ready"
-            ),
-            "",
-        )
-        return condition(
-            "ScaledToZero",
-            UNKNOWN,
-            "ScalerNotReady",
-            f"KEDA cannot scale: {message}",
-            generation,
-        )
-    if desired == 0 and current == 0:
-        since = (scaled_object.get("status") or {}).get("lastActiveTime")
-        last = f" since {since}" if since else ""
-        return condition(
-            "ScaledToZero",
-            TRUE,
-            "Idle",
-            f"no request{last} for {idle} s: 0 engine pods, 0 GPUs; the next request starts one",
-            generation,
-        )
-    if ready == 0:
-        return condition(
-            "ScaledToZero",
-            FALSE,
-            "Waking",
-            f"a request arrived: {desired} engine pod(s) starting; the router holds requests "
-            "until one is ready",
-            generation,
-        )
-    return condition(
-        "ScaledToZero",
-        FALSE,
-        "Serving",
-        f"{ready} engine pod(s) serving; scales to zero after {idle} s without a request",
-        generation,
-    )
-
-
-def plan_verified(measured: int | None, planned: int, generation: int) -> Condition:
-    """PlanVerified: does the smallest KV cache a ready engine allocated match the plan's
-    kvCacheTokensPerReplica within KV_TOLERANCE? Unknown until an engine has reported."""
-    if measured is None:
-        return condition(
-            "PlanVerified",
-            UNKNOWN,
-            "NoEngineReported",
-            "no ready engine of the current layout has reported its KV cache yet "
-            "(vllm:cache_config_info)",
-            generation,
-        )
-    deviation = (measured - planned) / planned if planned else (0.0 if measured == 0 else 1.0)
-    numbers = (
-        f"engines allocated {measured:,} KV-cache tokens (the smallest pod), "
-        f"the plan {planned:,} per pod: {deviation:+.1%}"
-    )
-    if abs(deviation) <= KV_TOLERANCE:
-        return condition(
-            "PlanVerified",
-            TRUE,
-            "KVCacheMatchesPlan",
-            f"{numbers}, within {KV_TOLERANCE:.0%}",
-            generation,
-        )
-    return condition(
-        "PlanVerified",
-        FALSE,
-        "KVCacheDiffersFromPlan",
-        f"{numbers}, more than {KV_TOLERANCE:.0%} off: the plan's memory figures "
-        "(spec.gpus.memoryGiB, engine.gpuMemoryUtilization, engine.extraArgs) do not describe "
-        "what the engine found",
-        generation,
-    )
-
-
-def newly_unverified(old: LLMDeploymentStatus, new: LLMDeploymentStatus) -> str | None:
-    """PlanVerified's message when it turns False from `old` to `new` status (the moment for one
-    Warning Event), else None: a resync while it stays False says nothing again."""
-    before = find(old.conditions, "PlanVerified")
-    after = find(new.conditions, "PlanVerified")
-    if after is not None and after.status == FALSE and (before is None or before.status != FALSE):
-        return after.message
-    return None
-
-
 def _blocked(blockers: tuple[Blocker, ...], generation: int) -> Condition | None:
     """Degraded, naming the spec field behind each pod that cannot run; None when none."""
     if not blockers:
@@ -324,29 +81,31 @@ def ready_status(
     endpoint: str,
 ) -> LLMDeploymentStatus:
     engine = observed.engine
-    ready = _int(engine, "status", "readyReplicas")
-    current = _int(engine, "status", "replicas")
-    updated = _int(engine, "status", "updatedReplicas")
+    ready = int_field(engine, "status", "readyReplicas")
+    current = int_field(engine, "status", "replicas")
+    updated = int_field(engine, "status", "updatedReplicas")
     # With an HPA, a new Deployment starts at one pod until the HPA lifts it to minReplicas.
-    blind = _hpa_blind(observed.hpa) or _scaler_blind(observed.scaled_object)
+    blind = hpa_blind(observed.hpa) or scaler_blind(observed.scaled_object)
     if observed.scaled_object is not None:
         # KEDA sets the replicas from 0 to 1 and back itself; its HPA (when active) the rest.
-        active = _condition_status(observed.hpa, "ScalingActive") == TRUE
-        hpa_desired = _int(observed.hpa, "status", "desiredReplicas") if active else 0
-        desired = min(max(_int(engine, "spec", "replicas"), hpa_desired), plan.max_replicas)
+        active = condition_status(observed.hpa, "ScalingActive") == TRUE
+        hpa_desired = int_field(observed.hpa, "status", "desiredReplicas") if active else 0
+        desired = min(max(int_field(engine, "spec", "replicas"), hpa_desired), plan.max_replicas)
     elif observed.hpa is None:
         desired = plan.replicas
     elif blind is None:
-        desired = max(_int(observed.hpa, "status", "desiredReplicas"), plan.min_replicas)
+        desired = max(int_field(observed.hpa, "status", "desiredReplicas"), plan.min_replicas)
     else:
         # An HPA that cannot read its metric keeps a stale desiredReplicas and only enforces the
         # bounds on the Deployment.
-        desired = min(max(_int(engine, "spec", "replicas"), plan.min_replicas), plan.max_replicas)
-    old_ready = sum(_int(d, "status", "readyReplicas") for d in observed.old_engines)
+        desired = min(
+            max(int_field(engine, "spec", "replicas"), plan.min_replicas), plan.max_replicas
+        )
+    old_ready = sum(int_field(d, "status", "readyReplicas") for d in observed.old_engines)
     g = generation
     conds = [condition("Planned", TRUE, "LayoutPlanned", plan.reason, g)]
 
-    router_ready = _int(observed.router, "status", "readyReplicas") if observed.router else 1
+    router_ready = int_field(observed.router, "status", "readyReplicas") if observed.router else 1
     if ready + old_ready > 0 and router_ready == 0:
         # status.endpoint is the router: engines that no ready router reaches serve no one.
         router_name = (observed.router or {}).get("metadata", {}).get("name", "router")
@@ -422,11 +181,11 @@ def ready_status(
             condition("Progressing", FALSE, "Stable", f"all {desired} pods ready and up to date", g)
         )
 
-    stuck = _unschedulable(observed.pods)
+    stuck = unschedulable_pods(observed.pods)
     if stuck:
         # The scheduler rewrites its message on every attempt; only its stable part (what is
         # short) goes into status, so a Pending pod does not rewrite status on every retry.
-        shortages = sorted({s for _, msg in stuck for s in _shortages(msg)})
+        shortages = sorted({s for _, msg in stuck for s in shortages_in(msg)})
         # A missing claim or a GPU no node has, named by its spec field, says more.
         said = [b for b in observed.blockers if b.said_by.startswith("scheduler")]
         short = describe(said) if said else ", ".join(shortages) or "no node matches"

@@ -1,0 +1,56 @@
+"""PlanVerified: the KV cache the engines allocated against the plan's figure, and when its
+turning False deserves a Warning Event."""
+
+from __future__ import annotations
+
+from llmfleet.models.status import Condition, LLMDeploymentStatus
+from llmfleet.reconcile.conditions import FALSE, TRUE, UNKNOWN, condition, find
+
+# How far the KV cache an engine allocated may be from the planner's figure for PlanVerified.
+KV_TOLERANCE = 0.10
+
+
+def plan_verified(measured: int | None, planned: int, generation: int) -> Condition:
+    """PlanVerified: does the smallest KV cache a ready engine allocated match the plan's
+    kvCacheTokensPerReplica within KV_TOLERANCE? Unknown until an engine has reported."""
+    if measured is None:
+        return condition(
+            "PlanVerified",
+            UNKNOWN,
+            "NoEngineReported",
+            "no ready engine of the current layout has reported its KV cache yet "
+            "(vllm:cache_config_info)",
+            generation,
+        )
+    deviation = (measured - planned) / planned if planned else (0.0 if measured == 0 else 1.0)
+    numbers = (
+        f"engines allocated {measured:,} KV-cache tokens (the smallest pod), "
+        f"the plan {planned:,} per pod: {deviation:+.1%}"
+    )
+    if abs(deviation) <= KV_TOLERANCE:
+        return condition(
+            "PlanVerified",
+            TRUE,
+            "KVCacheMatchesPlan",
+            f"{numbers}, within {KV_TOLERANCE:.0%}",
+            generation,
+        )
+    return condition(
+        "PlanVerified",
+        FALSE,
+        "KVCacheDiffersFromPlan",
+        f"{numbers}, more than {KV_TOLERANCE:.0%} off: the plan's memory figures "
+        "(spec.gpus.memoryGiB, engine.gpuMemoryUtilization, engine.extraArgs) do not describe "
+        "what the engine found",
+        generation,
+    )
+
+
+def newly_unverified(old: LLMDeploymentStatus, new: LLMDeploymentStatus) -> str | None:
+    """PlanVerified's message when it turns False from `old` to `new` status (the moment for one
+    Warning Event), else None: a resync while it stays False says nothing again."""
+    before = find(old.conditions, "PlanVerified")
+    after = find(new.conditions, "PlanVerified")
+    if after is not None and after.status == FALSE and (before is None or before.status != FALSE):
+        return after.message
+    return None
