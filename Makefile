@@ -12,6 +12,10 @@ LOCALCLUSTER := PYTHONPATH=dev $(PY) -m localcluster
 KUBECTL    = $$($(TOOLS) --bindir kubernetes)/kubectl
 HELM       = $$($(TOOLS) --bindir helm)/helm
 PYTEST_ARGS ?=
+# make test and make e2e: pytest-xdist workers, each with a lab of its own (tests/workers.py); 0: one
+# process, as before.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 .PHONY: help
 help: ## List the targets
@@ -97,12 +101,12 @@ check: lint ## The quick tiers (minutes): lint, unit tests and the API tier (the
 .PHONY: e2e
 e2e: venv tools debian-deps vllm ## The cluster tiers: end-to-end tests on the local cluster (kwok GPU nodes, the node runner's vLLM, metrics), the operator image
 	@$(NEED_IMAGE_DEPS)
-	$(VENV)/bin/pytest tests/e2e $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests/e2e $(XDIST) $(PYTEST_ARGS)
 
 .PHONY: test
 test: lint tools debian-deps vllm ## Everything CI runs: lint, unit, API and end-to-end tests on the local cluster, the operator image
 	@$(NEED_IMAGE_DEPS)
-	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests $(XDIST) $(PYTEST_ARGS)
 
 .PHONY: fuzz
 fuzz: venv tools ## 1,000 generated LLMDeployments against the local cluster and the operator

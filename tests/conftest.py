@@ -13,6 +13,11 @@ running.
 
 from __future__ import annotations
 
+# First: under pytest-xdist, gives this worker a lab of its own before localcluster is imported.
+import workers
+
+# isort: split
+
 import os
 from collections.abc import Callable, Iterator
 
@@ -41,6 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if workers.WORKER is not None:
+        order = {path: i for i, path in enumerate(workers.ordered(_modules(items)))}
+        items.sort(key=lambda item: order[_module(item)])
     kubeconfig = other_kubeconfig(config)
     if kubeconfig is None:
         return
@@ -51,6 +59,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(
                 pytest.mark.skip(reason=f"{kubeconfig} is not the lab; this test needs {why}")
             )
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _modules(items: list[pytest.Item]) -> list[str]:
+    return list(dict.fromkeys(_module(item) for item in items))
 
 
 @pytest.fixture(scope="session")

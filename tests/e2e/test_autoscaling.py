@@ -48,11 +48,11 @@ from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.load import (
     EngineLoad,
     delete_llmd,
-    free_gpus,
     hold_gpus,
     pod_ready,
     summarize,
     tiny_llmd,
+    wait_free_gpus,
     wait_until,
 )
 from localcluster.metricsstack.scrape_config import ENGINE_JOB, OPERATOR_JOB
@@ -364,12 +364,7 @@ def _run(
     with run.phase("start") as seen:
         metrics_stack.scrape(OPERATOR_JOB, operator.metrics_target)
         # (Pods of an earlier test may still be draining.)
-        free = wait_until(
-            lambda: (n := free_gpus(core, node_runner)) >= NODE_GPUS and n,
-            150,
-            2,
-            f"{NODE_GPUS} free GPUs on {node_runner}",
-        )
+        free = wait_free_gpus(core, node_runner, NODE_GPUS)
         if free > NODE_GPUS:
             hold_gpus(core, namespace, free - NODE_GPUS)
         body = tiny_llmd(

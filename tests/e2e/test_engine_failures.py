@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from localcluster.metricsstack.load import delete_llmd, free_gpus, tiny_llmd, wait_until
+from localcluster.metricsstack.load import (
+    delete_llmd,
+    tiny_llmd,
+    wait_free_gpus,
+    wait_until,
+)
 from localcluster.supervisor import Cluster
 
 from . import localnode
@@ -43,7 +48,7 @@ def test_an_engine_that_cannot_load_its_model_is_degraded_with_its_last_words(
     namespace: str,
 ) -> None:
     core = client.CoreV1Api(api)
-    wait_until(lambda: free_gpus(core, node_runner) >= 1, 150, 2, "a free GPU on the node")
+    wait_free_gpus(core, node_runner, 1)
     body = tiny_llmd("missing", enabled=False)
     body["spec"]["model"]["name"] = "/models/not-there"
     body["spec"]["router"] = {"enabled": False}

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from dashboards.promql import VLLM_LORA_INFO
 from kubernetes import client
-from localcluster.metricsstack.load import delete_llmd, free_gpus, tiny_llmd
+from localcluster.metricsstack.load import delete_llmd, tiny_llmd, wait_free_gpus
 from localcluster.routerapi import ROUTER_PORT, routed_engines
 from localcluster.supervisor import REPO, Cluster
 from prometheus_client.parser import text_string_to_metric_families
@@ -146,7 +146,7 @@ def test_adapters_change_in_running_engines_without_a_restart(
         "name": "hollow",
         "source": adapter(vllm_python, "hollow", "--broken", "missing-weights"),
     }
-    wait_until(lambda: free_gpus(core, node_runner) >= 1, 150, 2, "a free GPU on the node")
+    wait_free_gpus(core, node_runner, 1)
     core.create_namespaced_secret(
         namespace,
         {"metadata": {"name": API_KEY_SECRET["name"]}, "stringData": {"key": API_KEY}},

@@ -20,7 +20,12 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from localcluster.metricsstack.load import TINY_ARCHITECTURE, delete_llmd, free_gpus, tiny_llmd
+from localcluster.metricsstack.load import (
+    TINY_ARCHITECTURE,
+    delete_llmd,
+    tiny_llmd,
+    wait_free_gpus,
+)
 from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
 
@@ -295,7 +300,7 @@ def completion(pod_ip: str) -> str:
 def test_an_engine_waits_for_its_token_secret_and_serves_once_it_exists(
     operator: Operator, world: World, node_runner: str
 ) -> None:
-    wait_until(lambda: free_gpus(world.core, node_runner) >= 1, 150, 2, "a free GPU on the node")
+    wait_free_gpus(world.core, node_runner, 1)
     # The stand-in: what is checked is the kubelet's refusal, status and the engine starting
     # once the Secret exists, none of which is vLLM's doing (test_demo.py serves on real vLLM).
     body = stand_in(tiny_llmd("careless"))

@@ -40,7 +40,12 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from localcluster.metricsstack.load import delete_llmd, free_gpus, tiny_llmd, wait_until
+from localcluster.metricsstack.load import (
+    delete_llmd,
+    tiny_llmd,
+    wait_free_gpus,
+    wait_until,
+)
 from localcluster.noderunner.adaptations import DEFAULT_KVCACHE_GIB
 from localcluster.promtext import scrape
 from localcluster.supervisor import Cluster
@@ -149,7 +154,7 @@ def fleet(
     namespaces = {MATCH: f"t-plan-verified-{suffix}", DIFFER: f"t-plan-differs-{suffix}"}
     for namespace in namespaces.values():
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    wait_until(lambda: free_gpus(core, node_runner) >= 2, 150, 2, "two free GPUs on the node")
+    wait_free_gpus(core, node_runner, 2)
     base = tiny_llmd(MATCH, enabled=False)
     base["spec"]["router"] = {"enabled": False}
     emulated = int(float(DEFAULT_KVCACHE_GIB) * GIB) // kv_bytes_per_token(base)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
-from localcluster.metricsstack.load import delete_llmd, free_gpus, hold_gpus
+from localcluster.metricsstack.load import delete_llmd, free_gpus, hold_gpus, wait_free_gpus
 from localcluster.metricsstack.zero import (
     at_zero,
     engine_pods,
@@ -74,12 +74,7 @@ def test_refused_without_keda_or_its_prometheus_then_idles_to_zero_and_a_request
 ) -> None:
     mark = operator.mark()
     core = client.CoreV1Api(api)
-    free = wait_until(
-        lambda: (n := free_gpus(core, node_runner)) >= NODE_GPUS and n,
-        150,
-        2,
-        "a free GPU on the node",
-    )
+    free = wait_free_gpus(core, node_runner, NODE_GPUS)
     if free > NODE_GPUS:  # a node left with more GPUs by another test module
         hold_gpus(core, namespace, free - NODE_GPUS)
     body = zero_llmd("zero", IDLE_SECONDS, WAKE_TIMEOUT_SECONDS)

@@ -210,14 +210,40 @@ def delete_llmd(api: client.ApiClient, namespace: str, name: str, timeout: float
 
 
 def free_gpus(core: client.CoreV1Api, node: str) -> int:
-    alloc = int(core.read_node(node).status.allocatable.get(GPU, "0"))
-    used = 0
+    alloc, holders = _gpu_use(core, node)
+    return alloc - sum(holders.values())
+
+
+def wait_free_gpus(core: client.CoreV1Api, node: str, count: int, timeout: float = 150) -> int:
+    """The free GPUs on `node` once at least `count` are free (pods of an earlier test may still
+    be draining); after `timeout` s, AssertionError naming the pods that hold them."""
+    try:
+        return int(wait_until(lambda: (n := free_gpus(core, node)) >= count and n, timeout, 2))
+    except AssertionError:
+        alloc, holders = _gpu_use(core, node)
+        held = ", ".join(f"{pod} ({n})" for pod, n in holders.items()) or "no pod"
+        raise AssertionError(
+            f"{count} free GPUs on {node} not met within {timeout:.0f}s: it has {alloc}, held by "
+            f"{held}"
+        ) from None
+
+
+def _gpu_use(core: client.CoreV1Api, node: str) -> tuple[int, dict[str, int]]:
+    """`node`'s allocatable GPUs, and the GPUs each pod bound to it holds (namespace/name, phase,
+    and whether it is being deleted)."""
+    alloc = int((core.read_node(node).status.allocatable or {}).get(GPU, "0"))
+    holders: dict[str, int] = {}
     for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
         if p.status.phase in ("Succeeded", "Failed"):
             continue
-        for c in p.spec.containers:
-            used += int(((c.resources and c.resources.limits) or {}).get(GPU, "0"))
-    return alloc - used
+        n = sum(
+            int(((c.resources and c.resources.limits) or {}).get(GPU, "0"))
+            for c in p.spec.containers
+        )
+        if n:
+            deleting = ", deleting" if p.metadata.deletion_timestamp else ""
+            holders[f"{p.metadata.namespace}/{p.metadata.name} {p.status.phase}{deleting}"] = n
+    return alloc, holders
 
 
 def hold_gpus(core: client.CoreV1Api, namespace: str, count: int) -> None:

@@ -1,0 +1,75 @@
+"""`make test` runs the tiers on two pytest-xdist workers, each against a lab of its own, so one
+worker's engines start while the other's tests wait on an HPA window or a grace period.
+
+Imported by tests/conftest.py before anything imports `localcluster` (its ports are read from
+the environment when it is imported): worker N gets LLMFLEET_CLUSTER_INDEX base+N and its own
+state directory, so the workers' clusters, node runners, pod networks and API tiers never meet.
+Worker 0 keeps the base index and directory, so it reuses a lab `make cluster-up` left running.
+
+`ordered` hands the workers the slowest modules first (xdist's loadfile, in collection order):
+the two end within the shortest modules' time of each other. A stale list unbalances the
+workers; it changes nothing else."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... under xdist; else unset
+
+
+def _own_lab(worker: str) -> None:
+    number = int(re.sub(r"\D", "", worker) or "0")
+    if number == 0:
+        return
+    base = int(os.environ.get("LLMFLEET_CLUSTER_INDEX", "0"))
+    state = Path(os.environ.get("LLMFLEET_CLUSTER_DIR", REPO / ".cluster"))
+    os.environ["LLMFLEET_CLUSTER_INDEX"] = str(base + number)
+    os.environ["LLMFLEET_CLUSTER_DIR"] = f"{state}-{worker}"
+
+
+if WORKER is not None:
+    _own_lab(WORKER)
+
+# The e2e modules by their time in CI (`--durations`, 2026-11-26), longest first; the rest follow
+# in collection order (the unit and API tiers' many short modules even the workers out at the end).
+SLOWEST_FIRST = (
+    "test_autoscaling",
+    "test_batchjob",
+    "test_scale_to_zero",
+    "test_resilience",
+    "test_spare_batch",
+    "test_leader_election",
+    "test_demo",
+    "test_upgrade",
+    "test_router",
+    "test_lora",
+    "test_observability_kv",
+    "test_plan_verified",
+    "test_observability",
+    "test_engine_standin_contract",
+    "test_pod_security",
+    "test_dataplane",
+    "test_missing_references",
+    "test_llmdeployment",
+    "test_fuzz",
+    "test_keda",
+    "test_multinode",
+)
+
+
+def ordered(paths: list[str]) -> list[str]:
+    """`paths` (test module paths, e.g. tests/e2e/test_demo.py) reordered for the workers: the
+    e2e tier's slowest modules first, then e2e, API and unit modules in collection order."""
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+
+    def key(path: str) -> tuple[int, int]:
+        tier = path.split("/")[-2] if "/" in path else ""
+        name = Path(path).stem
+        if tier == "e2e":
+            return (0, rank.get(name, len(rank)))
+        return (1 if tier == "api" else 2, 0)
+
+    return sorted(paths, key=key)  # stable: ties keep collection order
