@@ -1,0 +1,64 @@
+"""make test's two pytest-xdist workers (tests/workers.py): a lab each, the slowest modules
+first."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import workers
+
+
+@pytest.mark.parametrize(
+    ("worker", "base", "state", "want_index", "want_state"),
+    [
+        # Worker 0 keeps the lab a developer's `make cluster-up` runs, so it is reused.
+        ("gw0", None, None, None, None),
+        ("gw1", None, None, "1", f"{workers.REPO / '.cluster'}-gw1"),
+        # Beside a lab of another index (a second checkout's), the workers move with it.
+        ("gw1", "2", "/tmp/lab", "3", "/tmp/lab-gw1"),
+        ("gw3", "2", None, "5", f"{workers.REPO / '.cluster'}-gw3"),
+    ],
+)
+def test_each_worker_but_the_first_gets_a_lab_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+    worker: str,
+    base: str | None,
+    state: str | None,
+    want_index: str | None,
+    want_state: str | None,
+) -> None:
+    for name, value in (("LLMFLEET_CLUSTER_INDEX", base), ("LLMFLEET_CLUSTER_DIR", state)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    workers._own_lab(worker)
+    assert os.environ.get("LLMFLEET_CLUSTER_INDEX") == (want_index or base)
+    assert os.environ.get("LLMFLEET_CLUSTER_DIR") == (want_state or state)
+
+
+def test_the_slowest_e2e_modules_go_first_and_the_short_tiers_fill_in_at_the_end() -> None:
+    collected = [
+        "tests/api/test_chart.py",
+        "tests/e2e/test_cluster.py",
+        "tests/e2e/test_demo.py",
+        "tests/e2e/test_autoscaling.py",
+        "tests/unit/test_layout.py",
+        "tests/e2e/test_keda.py",
+    ]
+    assert workers.ordered(collected) == [
+        "tests/e2e/test_autoscaling.py",
+        "tests/e2e/test_demo.py",
+        "tests/e2e/test_keda.py",
+        "tests/e2e/test_cluster.py",  # not among the slowest: after them, in collection order
+        "tests/api/test_chart.py",
+        "tests/unit/test_layout.py",
+    ]
+
+
+def test_every_module_named_as_slow_exists() -> None:
+    """A renamed module would silently lose its place at the front."""
+    e2e = Path(workers.REPO / "tests" / "e2e")
+    assert [m for m in workers.SLOWEST_FIRST if not (e2e / f"{m}.py").exists()] == []
