@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 from localcluster.metricsstack.load import GROUP, PLURAL, VERSION
 from localcluster.noderunner.crun import Runtime
+from localcluster.operator_pod import Mark
 from localcluster.supervisor import Cluster
 from localcluster.systemnode import NODE
 from localcluster.upgrade import kwok_llmd
@@ -50,9 +51,14 @@ def test_helm_install_runs_the_operator_pod_from_its_image_and_it_reconciles(
     assert pod is not None
     name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
     (status,) = pod["status"]["containerStatuses"]
-    # Running and Ready by the chart's own probes (httpGet /healthz on port `health`).
+    # Running and Ready by the chart's own probes (httpGet /healthz on port `health`), never
+    # crashed. It does exit, by design, when it cannot renew its Lease within the renew deadline
+    # (an API server down that long, as test_resilience.py makes it on this worker's lab): the
+    # kubelet restarts it, and it stands by or leads again. Any other exit fails here.
     assert status["ready"], status
-    assert status["restartCount"] == 0, status
+    exits = operator.exits_since(Mark(uid, 0))
+    assert all("leader Lease lost" in why for why in exits), exits
+    assert status["restartCount"] == len(exits), (status, exits)
     assert pod["spec"]["nodeName"] == NODE
     (container,) = pod["spec"]["containers"]
     assert container["image"].startswith("docker.io/llmfleet/operator")
