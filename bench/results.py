@@ -37,7 +37,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "make_check_s_max": ("… the slowest of the 3", "s"),
     "make_test_warm_s": (
         "`make test` warm from a clean clone (`.ci/run`: lint, unit, API tier, e2e on the local "
-        "cluster with real vLLM and the engine stand-in; two pytest workers, a lab each), tools, "
+        "cluster with real vLLM and the engine stand-in; three pytest workers, a lab each), tools, "
         "vLLM and base image cached",
         "s",
     ),

@@ -1,5 +1,5 @@
-"""`make test` runs the tiers on two pytest-xdist workers, each against a lab of its own, so one
-worker's engines start while the other's tests wait on an HPA window or a grace period.
+"""`make test` runs the tiers on pytest-xdist workers (three by default), each against a lab of its
+own, so one worker's engines start while another's tests wait on an HPA window or a grace period.
 
 Imported by tests/conftest.py before anything imports `localcluster` (its ports are read from
 the environment when it is imported): worker N gets LLMFLEET_CLUSTER_INDEX base+N and its own
@@ -7,7 +7,7 @@ state directory, so the workers' clusters, node runners, pod networks and API ti
 Worker 0 keeps the base index and directory, so it reuses a lab `make cluster-up` left running.
 
 `ordered` hands the workers the slowest modules first (xdist's loadfile, in collection order):
-the two end within the shortest modules' time of each other. A stale list unbalances the
+the workers end within the shortest modules' time of each other. A stale list unbalances the
 workers; it changes nothing else."""
 
 from __future__ import annotations
@@ -33,30 +33,32 @@ def _own_lab(worker: str) -> None:
 if WORKER is not None:
     _own_lab(WORKER)
 
-# The e2e modules by their time in CI (`--durations`, 2026-11-26), longest first; the rest follow
-# in collection order (the unit and API tiers' many short modules even the workers out at the end).
+# The e2e modules by their time in CI on three workers (`--durations`, 2026-11-26), longest first;
+# the rest follow in collection order (the unit and API tiers' many short modules even the workers
+# out at the end).
 SLOWEST_FIRST = (
-    "test_autoscaling",
-    "test_batchjob",
     "test_scale_to_zero",
-    "test_resilience",
+    "test_batchjob",
+    "test_autoscaling",
     "test_spare_batch",
-    "test_leader_election",
-    "test_demo",
-    "test_upgrade",
-    "test_router",
-    "test_lora",
-    "test_observability_kv",
-    "test_plan_verified",
-    "test_observability",
-    "test_engine_standin_contract",
-    "test_pod_security",
-    "test_dataplane",
-    "test_missing_references",
     "test_llmdeployment",
+    "test_dataplane",
+    "test_upgrade",
+    "test_demo",
+    "test_resilience",
+    "test_observability_kv",
+    "test_lora",
+    "test_router",
+    "test_plan_verified",
+    "test_leader_election",
+    "test_engine_standin_contract",
+    "test_missing_references",
     "test_fuzz",
-    "test_keda",
+    "test_engine_failures",
+    "test_pod_security",
     "test_multinode",
+    "test_observability",
+    "test_keda",
 )
 
 

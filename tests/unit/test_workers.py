@@ -1,4 +1,4 @@
-"""make test's two pytest-xdist workers (tests/workers.py): a lab each, the slowest modules
+"""make test's pytest-xdist workers (tests/workers.py): a lab each, the slowest modules
 first."""
 
 from __future__ import annotations
