@@ -41,7 +41,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench import results
+from bench import rawruns
 from bench.router import INSTALL_VLLM, TINY_MODEL, _engines, _quantile, _run_json, _venv
 
 HERE = Path(__file__).resolve().parent
@@ -253,30 +253,14 @@ def plot(runs: list[dict[str, Any]]) -> None:
         f"{min(sum(r['arm'] == a for r in runs) for a in ARMS)} interleaved cycles, dots cycles",
         fontsize=10,
     )
-    fig.tight_layout()
-    PLOT.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(PLOT)
-    plt.close(fig)
-    print(f"   wrote {PLOT}")
+    rawruns.save_figure(fig, PLOT)
 
 
-def run(cycles: int = CYCLES) -> dict[str, float]:
-    measured = measure(cycles)
-    plot(measured)
-    return summarize(measured)
-
-
-def main() -> int:
-    return results.raw_runs_main(
-        "bench.lora",
-        __doc__ or "",
-        RAW,
-        repeat=("--cycles", CYCLES, "cycles"),
-        measure=measure,
-        plot=plot,
-        summarize=summarize,
-    )
-
+BENCH = rawruns.RawRuns(
+    "bench.lora", __doc__ or "", RAW, ("--cycles", CYCLES, "cycles"), measure, plot, summarize
+)
+run = BENCH.run
+main = BENCH.main
 
 if __name__ == "__main__":
     sys.exit(main())

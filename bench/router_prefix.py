@@ -43,7 +43,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench import results
+from bench import rawruns
 from bench.router import (
     INSTALL_ROUTER,
     INSTALL_VLLM,
@@ -311,30 +311,20 @@ def plot(runs: list[dict[str, Any]]) -> None:
         "bars min-max, dots runs",
         fontsize=10,
     )
-    fig.tight_layout()
-    PLOT.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(PLOT)
-    plt.close(fig)
-    print(f"   wrote {PLOT}")
+    rawruns.save_figure(fig, PLOT)
 
 
-def run(runs: int = RUNS) -> dict[str, float]:
-    measured = measure(runs)
-    plot(measured)
-    return summarize(measured)
-
-
-def main() -> int:
-    return results.raw_runs_main(
-        "bench.router_prefix",
-        __doc__ or "",
-        RAW,
-        repeat=("--runs", RUNS, "runs per policy"),
-        measure=measure,
-        plot=plot,
-        summarize=summarize,
-    )
-
+BENCH = rawruns.RawRuns(
+    "bench.router_prefix",
+    __doc__ or "",
+    RAW,
+    ("--runs", RUNS, "runs per policy"),
+    measure,
+    plot,
+    summarize,
+)
+run = BENCH.run
+main = BENCH.main
 
 if __name__ == "__main__":
     sys.exit(main())

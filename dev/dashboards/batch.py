@@ -26,42 +26,48 @@ def _per_hour(metric: str) -> str:
     return f"sum(rate({metric}{SPARE}[{q.RATE}])) * 3600 or vector(0)"
 
 
+def _spare_total(
+    title: str,
+    description: str,
+    expr: str,
+    legend: str,
+    thresholds: tuple[tuple[float, str], ...] = (),
+) -> Panel:
+    """A stat panel of one instant total of Spare jobs over the time range."""
+    query = (Query(expr, legend, instant=True),)
+    return Panel(title, description, query, kind="stat", width=8, height=5, thresholds=thresholds)
+
+
 BATCH_ROW = Row(
     "Batch on spare GPUs",
     (
-        Panel(
+        _spare_total(
             "Spare GPU-hours",
             "GPU-hours held by the shard pods of Spare LLMBatchJobs over the time range "
             '(llmfleet_batch_gpu_seconds_total{priority="Spare"}, each pod from its start to '
             "its end; status.gpuSeconds of each job): the work done on GPUs online serving "
             "left idle.",
-            (Query(_over_range(GPU_SECONDS, " / 3600"), "GPU-hours", instant=True),),
-            kind="stat",
-            width=8,
-            height=5,
+            _over_range(GPU_SECONDS, " / 3600"),
+            "GPU-hours",
         ),
-        Panel(
+        _spare_total(
             "Spare shards preempted",
             "Shard pods of Spare LLMBatchJobs the scheduler preempted for online engines over "
             "the time range (llmfleet_batch_preemptions_total; status.preemptions and the "
             "Preempted condition name the preempting pod). Each resumes from its output once a "
             "GPU frees: a cost in batch completion time, not in answers.",
-            (Query(_over_range(PREEMPTIONS), "preempted", instant=True),),
-            kind="stat",
-            width=8,
-            height=5,
+            _over_range(PREEMPTIONS),
+            "preempted",
         ),
-        Panel(
+        _spare_total(
             "Spare lines redone",
             "Lines of Spare LLMBatchJobs run a second time over the time range "
             "(llmfleet_batch_lines_redone_total; status.linesRedone): the shard stopped before "
             "writing them (a stop that outlasted terminationGracePeriodSeconds, or a crash). "
             "Goal 0: a graceful stop writes what it ran and hands the rest back. Each line is "
             "still in the output once; this is GPU time spent twice.",
-            (Query(_over_range(LINES_REDONE), "redone", instant=True),),
-            kind="stat",
-            width=8,
-            height=5,
+            _over_range(LINES_REDONE),
+            "redone",
             thresholds=((1, "orange"),),
         ),
         Panel(

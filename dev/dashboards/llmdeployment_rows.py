@@ -13,6 +13,11 @@ def _quantiles(histogram: str) -> tuple[Query, ...]:
     return tuple(Query(q.quantile(x, histogram), f"p{round(x * 100)}") for x in QUANTILES)
 
 
+def _latency(title: str, description: str, histogram: str) -> Panel:
+    """A third of the Latency row: the quantiles of one of the engines' latency histograms."""
+    return Panel(title, description, _quantiles(q.engine(histogram + "_bucket")), unit="s", width=8)
+
+
 _WAITING_PER_POD = f"sum by (pod) ({q.engine(q.VLLM_WAITING)})"
 # vllm:lora_requests_info keeps every label set it ever had, each at the time it was last current
 # (vLLM restamps the current one at every scheduler step): only recent stamps are in use now.
@@ -215,29 +220,23 @@ LLMDEPLOYMENT_ROWS = (
     Row(
         "Latency",
         (
-            Panel(
+            _latency(
                 "Time to first token",
                 "Time from a request's arrival to its first token "
                 "(vllm:time_to_first_token_seconds): queueing plus prefill.",
-                _quantiles(q.engine(q.VLLM_TTFT + "_bucket")),
-                unit="s",
-                width=8,
+                q.VLLM_TTFT,
             ),
-            Panel(
+            _latency(
                 "Inter-token latency",
                 "Time between two output tokens of a request (vllm:inter_token_latency_seconds): "
                 "the decode speed a user sees.",
-                _quantiles(q.engine(q.VLLM_ITL + "_bucket")),
-                unit="s",
-                width=8,
+                q.VLLM_ITL,
             ),
-            Panel(
+            _latency(
                 "End-to-end request latency",
                 "Time from a request's arrival to its last token "
                 "(vllm:e2e_request_latency_seconds).",
-                _quantiles(q.engine(q.VLLM_E2E + "_bucket")),
-                unit="s",
-                width=8,
+                q.VLLM_E2E,
             ),
         ),
     ),

@@ -212,15 +212,21 @@ spec:
 """
 
 
+@pytest.fixture
+def manifest(hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """MANIFEST in a file, for a plan CLI whose Hub (HF_ENDPOINT) is the stub."""
+    path = tmp_path / "ft.yaml"
+    path.write_text(MANIFEST)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    return path
+
+
 def test_plan_cli_reads_model_config_or_the_hub_of_hf_endpoint(
     hub: HubStub,
-    tmp_path: Path,
+    manifest: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    manifest = tmp_path / "ft.yaml"
-    manifest.write_text(MANIFEST)
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_TOKEN", "hf_mine")
     hub.serve_config(REPO, CONFIG)
 
@@ -240,13 +246,10 @@ def test_plan_cli_reads_model_config_or_the_hub_of_hf_endpoint(
 
 def test_plan_cli_says_how_to_plan_without_the_hub(
     hub: HubStub,
-    tmp_path: Path,
+    manifest: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    manifest = tmp_path / "ft.yaml"
-    manifest.write_text(MANIFEST)
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     hub.answer(REPO, Answer(401))
 

@@ -23,6 +23,11 @@ def problems(manifest_spec: dict[str, Any]) -> list[str]:
     return [str(problem) for problem in field_problems(caught.value)]
 
 
+def assert_a_problem_starts_with(manifest_spec: dict[str, Any], expected: str) -> None:
+    found = problems(manifest_spec)
+    assert any(problem.startswith(expected) for problem in found), found
+
+
 def test_minimal_spec_gets_documented_defaults() -> None:
     spec = LLMDeploymentSpec.model_validate(MINIMAL)
 
@@ -149,9 +154,7 @@ def test_spec_is_immutable() -> None:
 def test_invalid_field_is_named_by_its_manifest_path(
     manifest_spec: dict[str, Any], expected: str
 ) -> None:
-    assert any(problem.startswith(expected) for problem in problems(manifest_spec)), problems(
-        manifest_spec
-    )
+    assert_a_problem_starts_with(manifest_spec, expected)
 
 
 @pytest.mark.parametrize(
@@ -240,9 +243,7 @@ def test_invalid_field_is_named_by_its_manifest_path(
 def test_cross_field_rule_names_the_blamed_field(
     manifest_spec: dict[str, Any], expected: str
 ) -> None:
-    assert any(problem.startswith(expected) for problem in problems(manifest_spec)), problems(
-        manifest_spec
-    )
+    assert_a_problem_starts_with(manifest_spec, expected)
 
 
 @pytest.mark.parametrize(

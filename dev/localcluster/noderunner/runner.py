@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,16 @@ def tiny_model(python: Path) -> str:
     script = REPO / "dev" / "dataplane" / "tiny_model.py"
     out = subprocess.run([str(python), str(script)], check=True, capture_output=True, text=True)
     return out.stdout.strip().splitlines()[-1]
+
+
+def _unless_missing(read: Callable[[str, str], Any], ns: str, name: str) -> Any | None:
+    """`read(name, ns)`, or None where the object does not exist (yet)."""
+    try:
+        return read(name, ns)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
 
 
 class Runner(NodeRegistration):
@@ -79,32 +90,16 @@ class Runner(NodeRegistration):
         return Context(python=self.cfg.python, pod_ip=pod_ip, models=self.base_models | models)
 
     def _secret_key(self, ns: str, name: str, key: str) -> str | None:
-        try:
-            secret = self.core.read_namespaced_secret(name, ns)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return decode_secret(secret.data, key)
+        secret = _unless_missing(self.core.read_namespaced_secret, ns, name)
+        return None if secret is None else decode_secret(secret.data, key)
 
     def _configmap_key(self, ns: str, name: str, key: str) -> str | None:
-        try:
-            cm = self.core.read_namespaced_config_map(name, ns)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        value = (cm.data or {}).get(key)
-        return None if value is None else str(value)
+        data = self._configmap(ns, name)
+        return None if data is None else data.get(key)
 
     def _configmap(self, ns: str, name: str) -> dict[str, str] | None:
-        try:
-            cm = self.core.read_namespaced_config_map(name, ns)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return {str(k): str(v) for k, v in (cm.data or {}).items()}
+        cm = _unless_missing(self.core.read_namespaced_config_map, ns, name)
+        return None if cm is None else {str(k): str(v) for k, v in (cm.data or {}).items()}
 
     def _post_event(self, event: dict[str, Any]) -> None:
         self.core.create_namespaced_event(

@@ -22,6 +22,24 @@ if TYPE_CHECKING:
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
+# The leader Lease's timings, in seconds: (flag, default, what it means).
+_LEASE_TIMINGS = (
+    (
+        "--lease-duration",
+        10.0,
+        "seconds a leader that stopped renewing keeps the Lease; a standby takes over that long "
+        "after the last renewal it saw",
+    ),
+    (
+        "--renew-deadline",
+        8.0,
+        "seconds the leader keeps trying to renew before it gives up the Lease and exits; below "
+        "--lease-duration",
+    ),
+    ("--retry-period", 2.0, "seconds between tries to acquire or renew the Lease"),
+)
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run the operator (watches LLMDeployments and reconciles them)")
     env = os.environ.get
@@ -76,26 +94,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="name of the leader Lease; replicas of one installation share it (default "
         "%(default)s)",
     )
-    p.add_argument(
-        "--lease-duration",
-        type=float,
-        default=10.0,
-        help="seconds a leader that stopped renewing keeps the Lease; a standby takes over "
-        "that long after the last renewal it saw (default %(default)s)",
-    )
-    p.add_argument(
-        "--renew-deadline",
-        type=float,
-        default=8.0,
-        help="seconds the leader keeps trying to renew before it gives up the Lease and exits; "
-        "below --lease-duration (default %(default)s)",
-    )
-    p.add_argument(
-        "--retry-period",
-        type=float,
-        default=2.0,
-        help="seconds between tries to acquire or renew the Lease (default %(default)s)",
-    )
+    for flag, default, meaning in _LEASE_TIMINGS:
+        p.add_argument(flag, type=float, default=default, help=f"{meaning} (default %(default)s)")
     p.add_argument(
         "--resync-seconds",
         type=float,

@@ -17,7 +17,7 @@ from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.models.engine import EngineSpec
 from llmfleet.models.gpus import GpuSpec
 from llmfleet.models.model_spec import ModelSpec
-from llmfleet.models.refs import OBJECT_NAME_PATTERN, SECRET_KEY_PATTERN
+from llmfleet.models.refs import DataKey, ObjectName
 from llmfleet.shard_report import DEFAULT_GRACE_SECONDS
 
 KIND = "LLMBatchJob"
@@ -68,10 +68,7 @@ class ClaimPath(ApiModel):
         ),
     )
 
-    claim_name: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=OBJECT_NAME_PATTERN,
+    claim_name: ObjectName = Field(
         description=(
             "Name of an existing PersistentVolumeClaim in the LLMBatchJob's namespace. With "
             "more than one shard every shard mounts it, so it must be ReadWriteMany (or "
@@ -88,16 +85,10 @@ class ClaimPath(ApiModel):
 class ConfigMapKey(ApiModel):
     """One key of a ConfigMap in the job's namespace, for inputs of up to about 1 MiB."""
 
-    name: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=OBJECT_NAME_PATTERN,
+    name: ObjectName = Field(
         description="Name of the ConfigMap, in the same namespace as the LLMBatchJob.",
     )
-    key: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=SECRET_KEY_PATTERN,
+    key: DataKey = Field(
         description="Key of the ConfigMap whose value is the JSONL input.",
     )
 

@@ -16,19 +16,19 @@ import hashlib
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from llmfleet import API_GROUP, API_VERSION, __version__
+from llmfleet import __version__
 from llmfleet.models.batchjob import DEFAULT_BATCH_IMAGE, KIND, ClaimPath, LLMBatchJobSpec
 from llmfleet.planner import Plan
 from llmfleet.render.modelpod import (
-    GPU_RESOURCE,
     cache_and_tmp,
     model_env,
     pod_metadata,
     resources,
 )
-from llmfleet.render.names import MANAGED_BY, VERSION_LABEL
+from llmfleet.render.names import MANAGED_BY, VERSION_LABEL, OwnerRef
+from llmfleet.render.podspec import node_placement, pod_security_context
 from llmfleet.shard_report import DEFAULT_GRACE_SECONDS, METRICS_PORT
 
 BATCHJOB_LABEL = "llmfleet.dev/batchjob"
@@ -43,27 +43,14 @@ CLAIMS_DIR = "/llmfleet/claims"
 CONFIGMAP_INPUT_DIR = "/llmfleet/input"
 CONFIGMAP_INPUT_FILE = "input.jsonl"
 TERMINATION_LOG = "/dev/termination-log"
-RUN_AS = 1000
 MAX_JOB_NAME = 52  # pod names add -<index>-<5 chars>; the Job name is also a label value
 
 
 @dataclass(frozen=True)
-class BatchOwner:
+class BatchOwner(OwnerRef):
     """The LLMBatchJob the Job belongs to."""
 
-    name: str
-    namespace: str
-    uid: str
-
-    def reference(self) -> dict[str, Any]:
-        return {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": KIND,
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+    kind: ClassVar[str] = KIND
 
     @property
     def identity(self) -> str:
@@ -230,21 +217,9 @@ def render_batch_job(
         "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(fs_group=True),
     }
-    if plan.gpus_per_replica:
-        pod_spec["tolerations"] = [
-            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
-            *plan.tolerations,
-        ]
-    if plan.node_selector:
-        pod_spec["nodeSelector"] = dict(plan.node_selector)
+    pod_spec.update(node_placement(plan))
     if spec.priority == "Spare":
         pod_spec["priorityClassName"] = spare_priority_class
     pod_labels = labels(owner)

@@ -9,7 +9,6 @@ from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.models.adapters import ADAPTERS_MOUNT_PATH
 from llmfleet.planner import Plan
 from llmfleet.render.modelpod import (
-    GPU_RESOURCE,
     cache_and_tmp,
     model_env,
     pod_metadata,
@@ -29,6 +28,7 @@ from llmfleet.render.names import (
     pod_template_labels,
     selector_labels,
 )
+from llmfleet.render.podspec import node_placement, pod_security_context
 
 # The OpenAI server module rather than the `vllm serve` console script: the same command runs in
 # the upstream image and in a plain virtualenv.
@@ -38,8 +38,6 @@ ENGINE_COMMAND = ("python3", "-m", "vllm.entrypoints.openai.api_server")
 # module ignores the flag and starts an engine of its own, which fails on a follower node
 # ("collective_rpc should not be called on follower node", vLLM 0.32).
 HEADLESS_COMMAND = ("python3", "-m", "vllm.entrypoints.cli.main", "serve")
-# The image's user is root; these ids make it run unprivileged with a writable HOME and cache.
-RUN_AS = 1000
 # Seconds for endpoints and routers to stop sending new requests before SIGTERM; vLLM then
 # finishes what it has in flight within the rest of the grace period.
 PRESTOP_SLEEP_SECONDS = 10
@@ -165,24 +163,12 @@ def engine_pod_template(
         # A Service named "vllm" would inject VLLM_PORT=tcp://..., which vLLM reads as its own.
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(fs_group=True),
     }
     if serving and plan.lora is not None:
         # A new engine gets traffic only once the operator has loaded the adapters into it.
         pod_spec["readinessGates"] = [{"conditionType": ADAPTERS_GATE}]
-    if plan.gpus_per_replica:
-        pod_spec["tolerations"] = [
-            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
-            *plan.tolerations,
-        ]
-    if plan.node_selector:
-        pod_spec["nodeSelector"] = dict(plan.node_selector)
+    pod_spec.update(node_placement(plan))
     if priority_class:
         # Opt-in: setting it changes the template, so every running engine restarts once.
         pod_spec["priorityClassName"] = priority_class

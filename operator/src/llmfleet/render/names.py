@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from llmfleet import API_GROUP, API_VERSION, __version__
 from llmfleet.models.deployment import KIND
@@ -32,22 +32,32 @@ ENGINE_NAME_SUFFIX_PATTERN = f"-({TP_LAYOUT_PREFIX}[0-9]+|{CPU_LAYOUT})"
 
 
 @dataclass(frozen=True)
-class Owner:
-    """The LLMDeployment the children belong to."""
+class OwnerRef:
+    """An llmfleet object that controls the children rendered for it; `kind` is its kind."""
 
+    kind: ClassVar[str]
     name: str
     namespace: str
     uid: str
 
     def reference(self) -> dict[str, Any]:
+        """The children's ownerReference: deleting the owner deletes them, and no other
+        controller may claim them."""
         return {
             "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": KIND,
+            "kind": self.kind,
             "name": self.name,
             "uid": self.uid,
             "controller": True,
             "blockOwnerDeletion": True,
         }
+
+
+@dataclass(frozen=True)
+class Owner(OwnerRef):
+    """The LLMDeployment the children belong to."""
+
+    kind: ClassVar[str] = KIND
 
 
 def layout_id(plan: Plan) -> str:

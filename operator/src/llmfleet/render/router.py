@@ -14,8 +14,7 @@ from typing import Any
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
-from llmfleet.render.engine import PROBE_PERIOD_SECONDS, RUN_AS
-from llmfleet.render.modelpod import GPU_RESOURCE
+from llmfleet.render.engine import PROBE_PERIOD_SECONDS
 from llmfleet.render.names import (
     HTTP_PORT,
     Owner,
@@ -23,6 +22,7 @@ from llmfleet.render.names import (
     pod_template_labels,
     selector_labels,
 )
+from llmfleet.render.podspec import node_placement, pod_security_context
 
 COMPONENT_ROUTER = "router"
 ROUTER_COMMAND = "vllm-router"
@@ -191,22 +191,11 @@ def render_router_deployment(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) 
         "containers": [container],
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(fs_group=False),
     }
     # The router runs in the engines' node pool (same nodeSelector, tolerating the GPU taint):
     # one hop from its engines, and it needs no node of its own. It requests no GPU.
-    if plan.gpus_per_replica:
-        pod_spec["tolerations"] = [
-            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
-            *plan.tolerations,
-        ]
-    if plan.node_selector:
-        pod_spec["nodeSelector"] = dict(plan.node_selector)
+    pod_spec.update(node_placement(plan))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
