@@ -12,6 +12,7 @@ from bench import results
 
 # Each module has `run() -> dict[str, float]`. gpu_model needs no GPU: it reads the GPU runs
 # committed under bench/gpu/; tp_published neither: it reads published figures (bench/data/).
+# spare runs the day replay over kwok GPUs and the preemption on the node runner.
 # images builds the images from a cold cache (needs root or Docker).
 # testloop times `make check` (and `make test` with LLMFLEET_BENCH_MAKE_TEST=1).
 BENCHMARKS = (
@@ -22,6 +23,7 @@ BENCHMARKS = (
     "autoscaling",
     "scale_to_zero",
     "batch",
+    "spare",
     "router",
     "router_prefix",
     "lora",

@@ -31,26 +31,83 @@ from .nodes import KWOK_NODE_PREFIX
 
 log = logging.getLogger("kwokgate")
 ADMITTED = "llmfleet.dev/lab-kubelet-admitted"
+# kwok's pod-complete Stage ends a Job's pod as Succeeded the moment it runs: a pod with this
+# annotation (an LLMBatchJob's spec.engine.podAnnotations) stays Running until deleted instead,
+# as a shard with more lines than the run lasts would, and once deleted it ends as the batch
+# runner does on SIGTERM (bench/spare_day.py: spare shards that hold kwok GPUs). Not under
+# llmfleet.dev/: the CRD refuses that prefix in podAnnotations.
+RUNS_UNTIL_DELETED = "lab.llmfleet.test/kwok-runs-until-deleted"
+# Phase Failed, exit 143: upstream's pod-delete removes a deleted pod without a terminal phase,
+# and the Job controller replaces a pod (podReplacementPolicy Failed, a podFailurePolicy) and
+# drops its tracking finalizer only once the pod is terminal.
+_STOPPED = """
+{{ $now := Now }}
+phase: Failed
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 143
+      finishedAt: {{ $now | Quote }}
+      reason: Error
+      startedAt: {{ $now | Quote }}
+{{ end }}
+"""
 RETRY_SECONDS = 2.0
 WATCH_SECONDS = 300
 
 
 def gated_stages(text: str) -> str:
-    """kwok's Stages with pod-ready starting only pods that carry ADMITTED."""
+    """kwok's Stages with pod-ready starting only pods that carry ADMITTED, and pod-complete
+    (where there is one) sparing pods that carry RUNS_UNTIL_DELETED."""
     docs = [d for d in yaml.safe_load_all(text) if d]
-    for doc in docs:
-        if doc.get("kind") == "Stage" and doc["metadata"]["name"] == "pod-ready":
-            doc["spec"]["selector"]["matchExpressions"].append(
-                {
-                    "key": f'.metadata.annotations["{ADMITTED}"]',
-                    "operator": "In",
-                    "values": ["true"],
-                }
-            )
-            break
-    else:
+    stages = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Stage"}
+    if "pod-ready" not in stages:
         raise ValueError("kwok's stages have no pod-ready Stage")
+    stages["pod-ready"]["spec"]["selector"]["matchExpressions"].append(
+        {"key": f'.metadata.annotations["{ADMITTED}"]', "operator": "In", "values": ["true"]}
+    )
+    if "pod-complete" in stages and "pod-delete" in stages:
+        docs += _until_deleted(stages["pod-complete"], stages["pod-delete"])
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _until_deleted(complete: dict[str, Any], delete: dict[str, Any]) -> list[dict[str, Any]]:
+    """pod-complete and pod-delete sparing RUNS_UNTIL_DELETED pods, and the two Stages that end
+    such a pod once deleted: stopped (_STOPPED), then removed."""
+    key = f'.metadata.annotations["{RUNS_UNTIL_DELETED}"]'
+    for upstream in (complete, delete):
+        upstream["spec"]["selector"].setdefault("matchExpressions", []).append(
+            {"key": key, "operator": "DoesNotExist"}
+        )
+
+    def stage(name: str, phases: list[str], then: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": delete.get("apiVersion", "kwok.x-k8s.io/v1alpha1"),
+            "kind": "Stage",
+            "metadata": {"name": name},
+            "spec": {
+                "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+                "selector": {
+                    "matchExpressions": [
+                        {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+                        {"key": key, "operator": "Exists"},
+                        {"key": ".status.phase", "operator": "In", "values": phases},
+                    ]
+                },
+                "next": then,
+            },
+        }
+
+    return [
+        stage("pod-stop-until-deleted", ["Pending", "Running"], {"statusTemplate": _STOPPED}),
+        stage("pod-delete-until-deleted", ["Failed", "Succeeded"], {"delete": True}),
+    ]
 
 
 class Gate:

@@ -5,29 +5,13 @@ removes the claims is in conftest.py."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from localcluster.claims import claim
 from localcluster.supervisor import Cluster
-
-from .harness import TEST_NAMESPACE_LABEL, bound_claim, wait_until
-
-
-def claim(api: client.ApiClient, cluster: Cluster, ns: str, name: str) -> Path:
-    """A bound claim; the node runner keeps its files in the returned directory."""
-    core = client.CoreV1Api(api)
-    directory = cluster.state_dir / "pvcs" / ns / name
-    directory.mkdir(parents=True, exist_ok=True)
-    bound_claim(core, ns, name, str(directory))
-    wait_until(
-        lambda: core.read_namespaced_persistent_volume_claim(name, ns).status.phase == "Bound",
-        timeout=60,
-        what=f"claim {name} bound",
-    )
-    return directory
 
 
 def input_claim(api: client.ApiClient, cluster: Cluster, ns: str, lines: list[str]) -> Path:
@@ -37,14 +21,6 @@ def input_claim(api: client.ApiClient, cluster: Cluster, ns: str, lines: list[st
     (data / "in").mkdir()
     (data / "in" / "prompts.jsonl").write_text("\n".join(lines) + "\n")
     return data
-
-
-def remove_claims(api: client.ApiClient, cluster: Cluster, ns: str) -> None:
-    """The PersistentVolumes `claim` made for `ns`, and their directories."""
-    core = client.CoreV1Api(api)
-    for pv in core.list_persistent_volume(label_selector=f"{TEST_NAMESPACE_LABEL}={ns}").items:
-        core.delete_persistent_volume(pv.metadata.name)
-    shutil.rmtree(cluster.state_dir / "pvcs" / ns, ignore_errors=True)
 
 
 def request_line(i: int) -> str:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from hubstub import HubStub
 from kubernetes import client
+from localcluster.claims import remove_claims
 from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
 
 from . import localnode
-from .batchdata import remove_claims
 from .harness import E2E_GPU_PRODUCT, Operator, e2e_operator
 
 

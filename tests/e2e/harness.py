@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes import client
+from localcluster.claims import CLAIM_NAMESPACE_LABEL as TEST_NAMESPACE_LABEL
+from localcluster.claims import bound_claim
 from localcluster.metricsstack.load import PRODUCT
 from localcluster.noderunner import adaptations
 from localcluster.operator_pod import OperatorPod
@@ -104,38 +105,3 @@ def e2e_operator(cluster: Cluster, hub_url: str) -> Operator:
         chart_values=(*E2E_CHART_VALUES, f"huggingFace.endpoint={hub_url}"),
         chart_json={f"gpuProfiles.{name}": profile for name, profile in LOCAL_GPU_PROFILES.items()},
     )
-
-
-TEST_NAMESPACE_LABEL = "llmfleet.dev/test-namespace"  # on the PersistentVolumes a test makes
-
-
-def bound_claim(core: client.CoreV1Api, namespace: str, name: str, host_path: str) -> str:
-    """A PersistentVolumeClaim `name` and the PersistentVolume (hostPath, labelled with the
-    namespace; the caller deletes it) it binds to; the PersistentVolume's name."""
-    pv = f"{namespace}-{name}"
-    core.create_persistent_volume(
-        {
-            "metadata": {"name": pv, "labels": {TEST_NAMESPACE_LABEL: namespace}},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": host_path},
-                "claimRef": {"namespace": namespace, "name": name},
-            },
-        }
-    )
-    core.create_namespaced_persistent_volume_claim(
-        namespace,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": pv,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
-    return pv

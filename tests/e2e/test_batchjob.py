@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from localcluster.claims import claim
 from localcluster.metricsstack.load import PRODUCT
 from localcluster.noderunner import procs
 from localcluster.supervisor import Cluster
 from manifests import batch_job, cond, create, events, status
 
 from . import localnode
-from .batchdata import answered, claim, input_claim, records, request_line, shard_pod
+from .batchdata import answered, input_claim, records, request_line, shard_pod
 from .harness import Operator, utcnow, wait_until
 
 pytestmark = [

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from localcluster import podrefs
-from localcluster.kwokgate import ADMITTED, gated_stages
+from localcluster.kwokgate import ADMITTED, RUNS_UNTIL_DELETED, gated_stages
 
 EXISTING: dict[tuple[str, str], set[str]] = {
     ("secret", "hf-token"): {"token"},
@@ -95,7 +95,7 @@ def test_a_pod_whose_references_exist_starts(p: dict[str, Any]) -> None:
     assert podrefs.check(p, lookup) is None
 
 
-def test_kwok_starts_only_admitted_pods() -> None:
+def test_kwok_starts_only_admitted_pods_and_keeps_marked_job_pods_until_deleted() -> None:
     upstream = yaml.safe_dump_all(
         [
             {"kind": "Stage", "metadata": {"name": "pod-delete"}, "spec": {"selector": {}}},
@@ -104,9 +104,22 @@ def test_kwok_starts_only_admitted_pods() -> None:
                 "metadata": {"name": "pod-ready"},
                 "spec": {"selector": {"matchExpressions": [{"key": ".status.phase"}]}},
             },
+            {
+                "kind": "Stage",
+                "metadata": {"name": "pod-complete"},
+                "spec": {"selector": {"matchExpressions": [{"key": ".status.phase"}]}},
+            },
         ]
     )
     stages = {d["metadata"]["name"]: d for d in yaml.safe_load_all(gated_stages(upstream))}
     keys = [e["key"] for e in stages["pod-ready"]["spec"]["selector"]["matchExpressions"]]
     assert keys == [".status.phase", f'.metadata.annotations["{ADMITTED}"]']
-    assert stages["pod-delete"]["spec"]["selector"] == {}
+    # A Job's pod so annotated stays Running until deleted (bench/spare_day.py's spare shards),
+    # then stops as the batch runner does, then goes.
+    spared = {"key": f'.metadata.annotations["{RUNS_UNTIL_DELETED}"]', "operator": "DoesNotExist"}
+    assert stages["pod-complete"]["spec"]["selector"]["matchExpressions"][-1] == spared
+    assert stages["pod-delete"]["spec"]["selector"]["matchExpressions"] == [spared]
+    stop, gone = stages["pod-stop-until-deleted"], stages["pod-delete-until-deleted"]
+    assert "phase: Failed" in stop["spec"]["next"]["statusTemplate"]
+    assert "exitCode: 143" in stop["spec"]["next"]["statusTemplate"]
+    assert gone["spec"]["next"] == {"delete": True}
