@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 # client-go waits retry_period * (1 + rand * JITTER) between tries, so candidates do not march
 # in step.
 JITTER = 1.2
+# Reads and writes a release tries when the Lease changed between them (409).
+RELEASE_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -121,26 +123,44 @@ class LeaderElector:
         """Stop campaigning; if leading, hand the Lease over at once (call after every writer
         has stopped)."""
         self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            # A renewal in flight would change the Lease between the release's read and write
+            # (409, and no hand-over until the Lease expires): let it end first.
+            self._thread.join(timeout=2 * self.cfg.retry_period + 1)
         if not self._leading.is_set():
             return
         self._leading.clear()
         LEADER.set(0)
-        try:
-            lease = self._leases.read_namespaced_lease(
-                self.cfg.name, self.cfg.namespace, _request_timeout=self.cfg.retry_period
-            )
-            if lease.spec.holder_identity != self.cfg.identity:
+        for attempt in range(1, RELEASE_TRIES + 1):
+            try:
+                self._hand_over()
                 return
-            # client-go's release: no holder, a 1 s duration, so a standby takes it at once.
-            lease.spec.holder_identity = None
-            lease.spec.lease_duration_seconds = 1
-            lease.spec.renew_time = _now()
-            self._leases.replace_namespaced_lease(
-                self.cfg.name, self.cfg.namespace, lease, _request_timeout=self.cfg.retry_period
+            except ApiException as e:
+                if e.status == 409 and attempt < RELEASE_TRIES:
+                    continue  # written meanwhile: read it again, it may still be ours
+                failure: Exception = e
+            except Exception as e:
+                failure = e
+            # Shutting down anyway: the Lease then expires on its own.
+            log.warning(
+                "could not release Lease %s/%s: %s", self.cfg.namespace, self.cfg.name, failure
             )
-            log.info("released Lease %s/%s", self.cfg.namespace, self.cfg.name)
-        except Exception as e:  # shutting down anyway: the Lease then expires on its own
-            log.warning("could not release Lease %s/%s: %s", self.cfg.namespace, self.cfg.name, e)
+            return
+
+    def _hand_over(self) -> None:
+        """client-go's release: no holder and a 1 s duration, so a standby takes it at once."""
+        lease = self._leases.read_namespaced_lease(
+            self.cfg.name, self.cfg.namespace, _request_timeout=self.cfg.retry_period
+        )
+        if lease.spec.holder_identity != self.cfg.identity:
+            return
+        lease.spec.holder_identity = None
+        lease.spec.lease_duration_seconds = 1
+        lease.spec.renew_time = _now()
+        self._leases.replace_namespaced_lease(
+            self.cfg.name, self.cfg.namespace, lease, _request_timeout=self.cfg.retry_period
+        )
+        log.info("released Lease %s/%s", self.cfg.namespace, self.cfg.name)
 
     # --- the campaign ----------------------------------------------------------------------
 
