@@ -47,7 +47,7 @@ from localcluster.operator_process import Operator
 from localcluster.routerapi import routed_engines
 from localcluster.supervisor import REPO, UPSTREAM_HPA_SYNC_PERIOD, Cluster, ahead_of_workloads
 
-from . import machinemon, panels
+from . import machinemon, panels, plotting
 
 HERE = Path(__file__).resolve().parent
 CHART_VALUES = REPO / "charts" / "llmfleet" / "values.yaml"
@@ -321,11 +321,7 @@ def plot(
         f"Queue-depth autoscaling, {REACTION_CONCURRENCY} concurrent clients, "
         f"target {TARGET_QUEUE_DEPTH} waiting/pod (from Prometheus)"
     )
-    fig.tight_layout()
-    PLOT.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(PLOT)
-    plt.close(fig)
-    print(f"   wrote {PLOT}")
+    plotting.save(fig, PLOT)
 
 
 def _batch(load: EngineLoad, label: str, concurrency: int) -> tuple[float, float]:

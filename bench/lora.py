@@ -41,7 +41,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench import rawruns
+from bench import plotting, rawruns
 from bench.router import INSTALL_VLLM, TINY_MODEL, _engines, _quantile, _run_json, _venv
 
 HERE = Path(__file__).resolve().parent
@@ -248,12 +248,12 @@ def plot(runs: list[dict[str, Any]]) -> None:
         ax.set_ylim(bottom=0)
         ax.set_title(title)
         ax.legend(fontsize=8)
-    fig.suptitle(
+    plotting.save(
+        fig,
+        PLOT,
         f"LoRA on a CPU vLLM engine (tiny model, concurrency {CONCURRENCY}): median of "
         f"{min(sum(r['arm'] == a for r in runs) for a in ARMS)} interleaved cycles, dots cycles",
-        fontsize=10,
     )
-    rawruns.save_figure(fig, PLOT)
 
 
 BENCH = rawruns.RawRuns(

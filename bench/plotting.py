@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Any
 
 
-def save(fig: Any, path: Path, title: str) -> None:
-    """`fig` (a matplotlib Figure) written to `path` and closed."""
+def save(fig: Any, path: Path, title: str | None = None) -> None:
+    """`fig` (a matplotlib Figure), under `title` if given, laid out, written to `path` and closed
+    (matplotlib keeps every open figure)."""
     import matplotlib.pyplot as plt
 
-    fig.suptitle(title, fontsize=10)
+    if title is not None:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

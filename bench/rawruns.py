@@ -1,12 +1,11 @@
 """What the benchmarks that keep their raw runs (one JSON object a line) share: their command
-line (results.raw_runs_main), their `run()` for `make bench`, and writing their plot."""
+line (results.raw_runs_main) and their `run()` for `make bench`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench import results
 
@@ -44,14 +43,3 @@ class RawRuns:
             plot=self.plot,
             summarize=self.summarize,
         )
-
-
-def save_figure(fig: Any, path: Path) -> None:
-    """Lay the figure out, write it to `path` and free it (matplotlib keeps every open one)."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"   wrote {path}")

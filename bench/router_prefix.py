@@ -43,7 +43,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench import rawruns
+from bench import plotting, rawruns
 from bench.router import (
     INSTALL_ROUTER,
     INSTALL_VLLM,
@@ -305,13 +305,13 @@ def plot(runs: list[dict[str, Any]]) -> None:
         ax.set_xticks(range(len(POLICIES)), POLICIES)
         ax.set_ylabel("seconds")
         ax.set_title(title)
-    fig.suptitle(
+    plotting.save(
+        fig,
+        PLOT,
         f"Shared-prefix chats over {PREFIX_ENGINES} CPU engines: median of "
         f"{min(sum(r['policy'] == p for r in runs) for p in POLICIES)} runs, "
         "bars min-max, dots runs",
-        fontsize=10,
     )
-    rawruns.save_figure(fig, PLOT)
 
 
 BENCH = rawruns.RawRuns(
