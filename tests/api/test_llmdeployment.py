@@ -61,9 +61,15 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
         'spec.adapters: Invalid value: "object": adapters must not be named as the base',
     ),
     (
-        "adapter-from-s3",
-        {"adapters": [{"name": "sql", "source": "s3://bucket/sql"}]},
+        "adapter-from-azure",
+        {"adapters": [{"name": "sql", "source": "azure://container/sql"}]},
         "spec.adapters[0].source",
+    ),
+    (
+        "adapter-revision-of-s3",
+        {"adapters": [{"name": "sql", "source": "s3://bucket/sql", "revision": "v2"}]},
+        'spec.adapters[0].revision: Invalid value: "object": revision is for a Hugging Face '
+        "repo id",
     ),
     (
         "lora-cpu-cache-below-the-default-slots",

@@ -136,6 +136,8 @@ def test_renders_a_hardened_operator_deployment(set_args: tuple[str, ...]) -> No
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["LLMFLEET_DEFAULT_ENGINE_IMAGE"] == "vllm/vllm-openai:v0.32.0"
+    # LoRA engines' adapter fetcher runs from the image the chart installs, digest and all.
+    assert env["LLMFLEET_ADAPTER_FETCHER_IMAGE"] == container["image"]
 
 
 def test_args_follow_the_values() -> None:

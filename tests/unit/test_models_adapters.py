@@ -27,20 +27,52 @@ def problems(spec: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize(
     "source",
-    ["org/sql-lora", "sql-lora", "/models/adapters/sql", "/mnt/cache/org--sql/snapshots/abc"],
-    ids=["hub-org-name", "hub-name", "claim-path", "snapshot-path"],
+    [
+        "org/sql-lora",
+        "sql-lora",
+        "/models/adapters/sql",
+        "/mnt/cache/org--sql/snapshots/abc",
+        "s3://team-adapters/llama/sql/v3",
+        "s3://team-adapters",
+        "gs://team.adapters/sql/",
+    ],
+    ids=["hub-org-name", "hub-name", "claim-path", "snapshot-path", "s3", "s3-bucket", "gs"],
 )
-def test_adapter_sources_vllm_can_load_are_accepted(source: str) -> None:
+def test_adapter_sources_the_engines_can_load_are_accepted(source: str) -> None:
     spec = LLMDeploymentSpec.model_validate({"model": MODEL, "adapters": [adapter(source=source)]})
 
     assert spec.adapters[0].source == source
 
 
 @pytest.mark.parametrize(
+    "revision", ["v2", "refs/pr/1", "0123456789abcdef0123456789abcdef01234567"]
+)
+def test_a_hub_adapter_may_name_a_revision(revision: str) -> None:
+    spec = LLMDeploymentSpec.model_validate(
+        {"model": MODEL, "adapters": [{**adapter(), "revision": revision}]}
+    )
+
+    assert spec.adapters[0].revision == revision
+
+
+def test_an_object_store_is_described_by_endpoint_region_and_secret() -> None:
+    store = {"endpoint": "https://minio.storage:9000", "region": "eu-west-1", "secretRef": "s3"}
+    spec = LLMDeploymentSpec.model_validate(
+        {"model": MODEL, "engine": {"lora": {"objectStore": store}}}
+    )
+
+    assert spec.engine.lora is not None
+    assert spec.engine.lora.object_store is not None
+    assert spec.engine.lora.object_store.secret_ref == "s3"
+
+
+@pytest.mark.parametrize(
     ("bad", "field"),
     [
-        pytest.param(adapter(source="s3://bucket/sql"), "spec.adapters[0].source", id="s3"),
-        pytest.param(adapter(source="gs://bucket/sql"), "spec.adapters[0].source", id="gs"),
+        pytest.param(adapter(source="s3://B/sql"), "spec.adapters[0].source", id="s3-upper"),
+        pytest.param(adapter(source="s3:/bucket/sql"), "spec.adapters[0].source", id="s3-slash"),
+        pytest.param(adapter(source="azure://c/sql"), "spec.adapters[0].source", id="azure"),
+        pytest.param(adapter(source="gs://b/sql x"), "spec.adapters[0].source", id="gs-space"),
         pytest.param(adapter(source="org/a/b"), "spec.adapters[0].source", id="three-segments"),
         pytest.param(adapter(source="adapters/sql x"), "spec.adapters[0].source", id="space"),
         pytest.param(adapter(source="relative/../x"), "spec.adapters[0].source", id="dotdot"),
@@ -48,13 +80,42 @@ def test_adapter_sources_vllm_can_load_are_accepted(source: str) -> None:
         pytest.param(adapter(name="-sql"), "spec.adapters[0].name", id="name-leading-dash"),
         pytest.param(adapter(name="s" * 129), "spec.adapters[0].name", id="name-too-long"),
         pytest.param({"name": "sql"}, "spec.adapters[0].source", id="no-source"),
-        pytest.param({**adapter(), "revision": "v2"}, "spec.adapters[0].revision", id="revision"),
+        pytest.param(
+            {**adapter(source="/adapters/sql"), "revision": "v2"},
+            "spec.adapters[0].revision",
+            id="revision-of-a-path",
+        ),
+        pytest.param(
+            {**adapter(source="s3://bucket/sql"), "revision": "v2"},
+            "spec.adapters[0].revision",
+            id="revision-of-s3",
+        ),
+        pytest.param({**adapter(), "revision": "-x"}, "spec.adapters[0].revision", id="bad-ref"),
     ],
 )
 def test_malformed_adapters_are_refused_naming_the_field(bad: dict[str, str], field: str) -> None:
     found = problems({"adapters": [bad]})
 
     assert any(problem.startswith(f"{field}:") for problem in found), found
+
+
+@pytest.mark.parametrize(
+    ("store", "field"),
+    [
+        ({"endpoint": "minio:9000"}, "endpoint"),
+        ({"endpoint": "ftp://minio:9000"}, "endpoint"),
+        ({"region": "EU West"}, "region"),
+        ({"secretRef": "Not_A_Name"}, "secretRef"),
+        ({"secretRef": {"name": "s3"}}, "secretRef"),
+        ({"bucket": "b"}, "bucket"),
+    ],
+)
+def test_a_malformed_object_store_is_refused_naming_the_field(
+    store: dict[str, Any], field: str
+) -> None:
+    found = problems({"engine": {"lora": {"objectStore": store}}})
+
+    assert any(p.startswith(f"spec.engine.lora.objectStore.{field}") for p in found), found
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,9 @@ STAND_IN_SETTINGS = {
     STAND_IN_TOKEN_SECONDS: "LLMFLEET_STANDIN_TOKEN_S",
     STAND_IN_WARM_UP_SECONDS: "LLMFLEET_STANDIN_WARMUP_S",
 }
+# The container's volumeMounts (mountPath -> emulated directory), as JSON, for the sitecustomize:
+# vLLM is told LoRA paths over its API at run time, where no command line rewrite reaches.
+LAB_VOLUMES_ENV = "LLMFLEET_LAB_VOLUMES"
 LAB_PYTHONPATH = Path(__file__).resolve().parents[2]  # dev/: `localcluster` importable
 
 # (name, what it does): the list docs/cpu-adaptations.md describes, in the same order.
@@ -69,6 +72,8 @@ ADAPTATIONS: tuple[tuple[str, str], ...] = (
     ("bind-pod-ip", "`0.0.0.0` in a built image's container args -> the pod IP"),
     # vLLM server pods that ask for it (issue 32): the engine stand-in runs in vLLM's place.
     ("stand-in", f"annotation `{STAND_IN_ANNOTATION}: stand-in` -> `-m {STAND_IN_MODULE}`"),
+    # vLLM told a path at run time (a LoRA adapter the pod's fetcher copied into an emptyDir).
+    ("runtime-paths", "a LoRA path vLLM is sent under a volumeMount -> the emulated directory"),
 )
 
 _VALUE_FLAGS = {

@@ -4,13 +4,14 @@ Secret and ConfigMap keys, the downward API; then the paths mapped to the emulat
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .adaptations import adapt_env
+from .adaptations import LAB_VOLUMES_ENV, adapt_env
 from .volumes import PodVolumes
 
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -100,8 +101,12 @@ def decode_secret(data: Mapping[str, str] | None, key: str) -> str | None:
 def process_env(env: dict[str, str], mounts: PodVolumes) -> dict[str, str]:
     """A container's environment as its process gets it. The pod's own paths map to the emulated
     volumes first; what the runner adds after that is a host path (a checkout under /tmp must
-    not be mistaken for the pod's `/tmp` emptyDir)."""
-    return adapt_env({k: mounts.rewrite(v) for k, v in env.items()})
+    not be mistaken for the pod's `/tmp` emptyDir). The mounts themselves go along as
+    LAB_VOLUMES_ENV, for paths a process is told at run time (site/sitecustomize.py)."""
+    out = adapt_env({k: mounts.rewrite(v) for k, v in env.items()})
+    if mounts.paths:
+        out[LAB_VOLUMES_ENV] = json.dumps(mounts.paths, sort_keys=True)
+    return out
 
 
 def base_env(python: Path) -> dict[str, str]:

@@ -21,6 +21,7 @@ from prometheus_client import start_http_server
 
 from llmfleet.health import HealthServer, kopf_check
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
@@ -52,6 +53,7 @@ class OperatorConfig:
     # PriorityClasses; "": none set (the cluster's default priority), and no Spare job starts.
     engine_priority_class: str = ""
     spare_priority_class: str = ""
+    fetcher_image: str = DEFAULT_FETCHER_IMAGE
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -86,6 +88,7 @@ def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
         keda_prometheus_url=cfg.keda_prometheus_url,
         hf_endpoint=cfg.hf_endpoint,
         engine_priority_class=cfg.engine_priority_class,
+        fetcher_image=cfg.fetcher_image,
         spare_priority_class=cfg.spare_priority_class,
         namespaces=cfg.namespaces,
         resync_seconds=cfg.resync_seconds,

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE, DEFAULT_FETCHER_IMAGE
 from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy, parse_engine_network_policy
 from llmfleet.models.refs import OBJECT_NAME_PATTERN
@@ -113,6 +113,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=env("LLMFLEET_DEFAULT_ENGINE_IMAGE") or DEFAULT_ENGINE_IMAGE,
         help="vLLM image of LLMDeployments whose spec.engine.image is unset (env "
         "LLMFLEET_DEFAULT_ENGINE_IMAGE; default %(default)s)",
+    )
+    p.add_argument(
+        "--adapter-fetcher-image",
+        default=env("LLMFLEET_ADAPTER_FETCHER_IMAGE") or DEFAULT_FETCHER_IMAGE,
+        help="image of the adapter fetcher beside LoRA engines, which copies s3://, gs:// and "
+        "revisioned Hub adapters for them: the operator's own (env "
+        "LLMFLEET_ADAPTER_FETCHER_IMAGE; default %(default)s)",
     )
     p.add_argument(
         "--engine-network-policy",
@@ -231,6 +238,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         hf_endpoint=args.hf_endpoint,
         engine_priority_class=args.engine_priority_class,
         spare_priority_class=args.spare_priority_class,
+        fetcher_image=args.adapter_fetcher_image,
     )
 
 

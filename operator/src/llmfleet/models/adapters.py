@@ -14,15 +14,21 @@ from typing import Literal
 from pydantic import Field
 
 from llmfleet.models.base import ApiModel, CelRule
-from llmfleet.models.model_spec import LOCAL_OR_HUB_PATTERN, NAME_SEGMENT_PATTERN
-from llmfleet.models.refs import VolumeClaimRef
+from llmfleet.models.model_spec import (
+    LOCAL_OR_HUB_PATTERN,
+    NAME_SEGMENT_PATTERN,
+    Revision,
+)
+from llmfleet.models.refs import ObjectName, VolumeClaimRef
 
 MAX_ADAPTERS = 64
 MAX_ADAPTER_NAME_LENGTH = 128
 ADAPTER_NAME_PATTERN = rf"^{NAME_SEGMENT_PATTERN}$"
-# No s3:// or gs://: vLLM's runtime loader (vllm/lora/utils.py get_adapter_absolute_path)
-# resolves a local path or downloads a Hugging Face repo, nothing else.
-ADAPTER_SOURCE_PATTERN = rf"^({LOCAL_OR_HUB_PATTERN})$"
+# vLLM's runtime loader (vllm/lora/utils.py get_adapter_absolute_path) resolves a local path or
+# downloads a Hugging Face repo at main; the engine pod's adapter fetcher (llmfleet.fetcher)
+# copies s3:// and gs:// trees, and Hub repos at a revision, next to the engine first.
+OBJECT_STORE_SOURCE_PATTERN = r"(s3|gs)://[a-z0-9][-a-z0-9._]{1,61}[a-z0-9](/[^\s]*)?"
+ADAPTER_SOURCE_PATTERN = rf"^({LOCAL_OR_HUB_PATTERN}|{OBJECT_STORE_SOURCE_PATTERN})$"
 
 # vLLM's LoRAConfig.max_lora_rank accepts exactly these.
 LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
@@ -37,8 +43,27 @@ MAX_CPU_ADAPTERS = 2 * MAX_ADAPTERS
 ADAPTERS_MOUNT_PATH = "/adapters"
 
 
+def _is_path_or_uri(source: str) -> bool:
+    return source.startswith(("/", "s3://", "gs://"))
+
+
 class AdapterSpec(ApiModel):
     """A LoRA adapter of the base model, served under its own name."""
+
+    cel_rules = (
+        CelRule(
+            rule=(
+                "!has(self.revision) || !(self.source.startsWith('/') || "
+                "self.source.startsWith('s3://') || self.source.startsWith('gs://'))"
+            ),
+            message=(
+                "revision is for a Hugging Face repo id source (org/name): a path or an "
+                "s3:// or gs:// prefix has no revisions"
+            ),
+            holds=lambda a: a.revision is None or not _is_path_or_uri(a.source),
+            field="revision",
+        ),
+    )
 
     name: str = Field(
         min_length=1,
@@ -56,13 +81,55 @@ class AdapterSpec(ApiModel):
         max_length=1_024,
         pattern=ADAPTER_SOURCE_PATTERN,
         description=(
-            "Where vLLM loads the adapter from: a Hugging Face repo id, `name` or `org/name` "
-            "(downloaded with spec.model.tokenSecretRef's token, at its main revision), or an "
-            "absolute path inside the engine container: under "
+            "Where the adapter comes from: a Hugging Face repo id, `name` or `org/name` "
+            "(with spec.model.tokenSecretRef's token, at `revision`, else main); an object-store "
+            "prefix, s3://bucket/path or gs://bucket/path, holding adapter_config.json and the "
+            "weights (credentials and endpoint: spec.engine.lora.objectStore); or an absolute "
+            "path inside the engine container: under "
             f"{ADAPTERS_MOUNT_PATH} on spec.engine.lora.claim (e.g. "
-            f"{ADAPTERS_MOUNT_PATH}/sql), or on spec.model.cache's claim. Object-store URIs "
-            "(s3://, gs://) are not accepted: vLLM's runtime LoRA loader reads only local paths "
-            "and Hugging Face repos."
+            f"{ADAPTERS_MOUNT_PATH}/sql), or on spec.model.cache's claim. Object-store and "
+            "revisioned sources are copied into the engine pod by its adapter fetcher "
+            "(single-node layouts only)."
+        ),
+    )
+    revision: Revision | None = Field(
+        default=None,
+        description=(
+            "Hub revision of a Hugging Face `source`: a branch, a tag or a commit hash. Only for "
+            "a Hub repo id. Unset: main, downloaded by vLLM itself. Changing it loads the "
+            "adapter again."
+        ),
+    )
+
+
+class ObjectStoreSpec(ApiModel):
+    """Where and as whom the adapter fetcher reads s3:// and gs:// sources."""
+
+    endpoint: str | None = Field(
+        default=None,
+        max_length=1_024,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description=(
+            "S3 API endpoint for s3:// sources, for S3-compatible stores (MinIO, Ceph, "
+            "SeaweedFS, ...): e.g. https://minio.storage:9000, path-style addressing. Unset: "
+            "AWS S3. gs:// sources always use Google Cloud Storage's S3-compatible XML API "
+            "(https://storage.googleapis.com) with HMAC keys."
+        ),
+    )
+    region: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[a-z0-9-]+$",
+        description="Region of the bucket (AWS_REGION), e.g. eu-west-1. Unset: us-east-1.",
+    )
+    secret_ref: ObjectName | None = Field(
+        default=None,
+        description=(
+            "Name of a Secret in the LLMDeployment's namespace whose keys become the fetcher's "
+            "environment: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), "
+            "an S3 access key, or a Google Cloud Storage HMAC key for gs://. Unset: the "
+            "default AWS credential chain, e.g. IAM roles for service accounts on EKS."
         ),
     )
 
@@ -128,5 +195,13 @@ class LoraSpec(ApiModel):
             f"{ADAPTERS_MOUNT_PATH}/<path on the claim>. Part of the pod template, so setting "
             "or changing it restarts the engines once; adapters added to the claim later load "
             "without a restart. Unset: no such volume."
+        ),
+    )
+    object_store: ObjectStoreSpec | None = Field(
+        default=None,
+        description=(
+            "Endpoint, region and credentials for s3:// and gs:// adapter sources, given to the "
+            "engine pods' adapter fetcher. Part of the pod template: setting or changing it "
+            "restarts the engines once. Unset: AWS S3 with the default credential chain."
         ),
     )

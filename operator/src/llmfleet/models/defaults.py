@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from llmfleet import __version__
+
 # Pinned rather than `latest`: the planner's memory model and the derived vLLM flags are checked
 # against this release.
 DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.32.0"
+# The adapter fetcher beside LoRA engines runs from the operator's own image (the chart passes
+# the image it installs).
+DEFAULT_FETCHER_IMAGE = f"docker.io/llmfleet/operator:{__version__}"
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_GPUS_PER_NODE = 8

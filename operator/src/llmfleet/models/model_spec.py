@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -261,6 +261,7 @@ LOCAL_OR_HUB_PATTERN = rf"{NAME_SEGMENT_PATTERN}(/{NAME_SEGMENT_PATTERN})?|/[^\s
 MODEL_NAME_PATTERN = rf"^({LOCAL_OR_HUB_PATTERN}|(s3|gs)://[^\s]+)$"
 # A Hub revision: a branch or tag (git ref names, which may hold '/', as refs/pr/1) or a commit.
 REVISION_PATTERN = r"^[A-Za-z0-9][-A-Za-z0-9_./]*$"
+Revision = Annotated[str, Field(min_length=1, max_length=255, pattern=REVISION_PATTERN)]
 
 
 class ModelSpec(ApiModel):
@@ -306,11 +307,8 @@ class ModelSpec(ApiModel):
             "none, fp8, int8, awq, gptq. Default none."
         ),
     )
-    revision: str | None = Field(
+    revision: Revision | None = Field(
         default=None,
-        min_length=1,
-        max_length=255,
-        pattern=REVISION_PATTERN,
         description=(
             "Hub revision of the model: a branch, a tag or a commit hash (vLLM --revision, "
             "passed only when set). The operator reads config.json at this revision when it "

@@ -30,7 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from llmfleet.fetcher.paths import FETCH_ROOT, fetched_path, needs_fetch
 from llmfleet.hubclient import TokenStaysHome
+from llmfleet.reconcile.fetching import NO_FETCHER, FetcherApi, HttpFetcherApi, has_fetcher
 from llmfleet.reconcile.kvcache import engine_url
 from llmfleet.reconcile.references import API_KEY_FIELD
 from llmfleet.reconcile.secrets import BearerToken
@@ -56,6 +58,17 @@ _WORKER_ERROR = re.compile(r"failed with error '(.*)', please check", re.DOTALL)
 class Wanted:
     name: str
     source: str
+    revision: str | None = None
+
+    @property
+    def fetched(self) -> bool:
+        """Whether the pod's adapter fetcher copies it in before vLLM loads it."""
+        return needs_fetch(self.source, self.revision)
+
+    @property
+    def path(self) -> str:
+        """What vLLM is told to load, and lists as the adapter's root once loaded."""
+        return fetched_path(self.source, self.revision) if self.fetched else self.source
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,7 @@ class Endpoint:
 
 class EngineApi(Protocol):
     def adapters(self, at: Endpoint) -> dict[str, str] | str | None:
-        """Loaded adapters, name -> source; why not when the engine refuses the call; None when
+        """Loaded adapters, name -> path loaded; why not when the engine refuses the call; None when
         it does not answer."""
 
     def load(self, at: Endpoint, name: str, source: str) -> str | None:
@@ -167,8 +180,8 @@ class HttpEngineApi:
 
 @dataclass
 class _Engine:
-    loaded: dict[str, str] = field(default_factory=dict)  # name -> source
-    failed: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # -> source, why, at
+    loaded: dict[str, str] = field(default_factory=dict)  # name -> path (Wanted.path)
+    failed: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # -> path, why, at
 
 
 @dataclass(frozen=True)
@@ -211,9 +224,12 @@ def _key(pod: dict[str, Any]) -> tuple[str, int]:
 class AdapterSync:
     """Per LLMDeployment, the adapters each engine holds; `sync` converges them on the spec."""
 
-    def __init__(self, port: int, api: EngineApi | None = None) -> None:
+    def __init__(
+        self, port: int, api: EngineApi | None = None, fetcher: FetcherApi | None = None
+    ) -> None:
         self._port = port
         self._api: EngineApi = api or HttpEngineApi()
+        self._fetcher: FetcherApi = fetcher or HttpFetcherApi()
         self._lock = threading.Lock()
         self._engines: dict[tuple[str, str], dict[tuple[str, int], _Engine]] = {}
 
@@ -262,28 +278,35 @@ class AdapterSync:
                 failed = {w.name: listed for w in wanted}
                 return EngineOutcome(pod_name, frozenset(), failed, complete=False), None
             engine = _Engine(loaded=listed)
-        want = {w.name: w.source for w in wanted}
+        want = {w.name: w for w in wanted}
         now = time.monotonic()
-        for adapter, source in sorted(engine.loaded.items()):
-            if want.get(adapter) != source and self._api.unload(at, adapter) is None:
+        unloaded_fetched = False
+        for adapter, path in sorted(engine.loaded.items()):
+            w = want.get(adapter)
+            if (w is None or w.path != path) and self._api.unload(at, adapter) is None:
                 del engine.loaded[adapter]
+                unloaded_fetched |= path.startswith(f"{FETCH_ROOT}/")
         engine.failed = {
-            a: f for a, f in engine.failed.items() if want.get(a) == f[0] and a not in engine.loaded
+            a: f
+            for a, f in engine.failed.items()
+            if a in want and want[a].path == f[0] and a not in engine.loaded
         }
-        for adapter, source in sorted(want.items()):
+        for adapter, w in sorted(want.items()):
             if adapter in engine.loaded:
                 continue
             if adapter in engine.failed and now - engine.failed[adapter][2] < RETRY_SECONDS:
                 continue
-            why = self._api.load(at, adapter, source)
+            why = self._place(pod, at, w)
             if why is None:
-                engine.loaded[adapter] = source
+                engine.loaded[adapter] = w.path
                 engine.failed.pop(adapter, None)
             else:
                 log.info(
-                    "engine %s: adapter %s (%s) did not load: %s", pod_name, adapter, source, why
+                    "engine %s: adapter %s (%s) did not load: %s", pod_name, adapter, w.source, why
                 )
-                engine.failed[adapter] = (source, why, now)
+                engine.failed[adapter] = (w.path, why, now)
+        if unloaded_fetched and has_fetcher(pod):
+            self._fetcher.prune(at.ip, (w.path for w in wanted if w.fetched))
         outcome = EngineOutcome(
             pod=pod_name,
             loaded=frozenset(a for a in engine.loaded if a in want),
@@ -291,6 +314,17 @@ class AdapterSync:
             complete=all(a in engine.loaded or a in engine.failed for a in want),
         )
         return outcome, engine
+
+    def _place(self, pod: dict[str, Any], at: Endpoint, w: Wanted) -> str | None:
+        """Loads `w` into the engine, through the pod's fetcher first where vLLM cannot read
+        its source; None when loaded, else why not."""
+        if w.fetched:
+            if not has_fetcher(pod):
+                return NO_FETCHER
+            why = self._fetcher.fetch(at.ip, w.source, w.revision)
+            if why is not None:
+                return why
+        return self._api.load(at, w.name, w.path)
 
 
 def gates_to_open(pods: Iterable[dict[str, Any]], outcomes: Iterable[EngineOutcome]) -> list[str]:

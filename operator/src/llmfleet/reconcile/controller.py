@@ -10,6 +10,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llmfleet import metrics as m
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
+from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.deployment import KIND
 from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
@@ -63,12 +64,14 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         keda_prometheus_url: str = "",
         model_configs: ModelConfigs | None = None,
         engine_priority_class: str = "",
+        fetcher_image: str = DEFAULT_FETCHER_IMAGE,
     ) -> None:
         super().__init__(api, profiles, view, model_configs)
         self.default_engine_image = default_engine_image  # for specs without engine.image
         self.network_policy = network_policy  # None: the engines get no NetworkPolicy
         self.keda_prometheus_url = keda_prometheus_url  # for scale to zero; "" refuses it
         self.engine_priority_class = engine_priority_class  # "": the cluster's default
+        self.fetcher_image = fetcher_image  # beside LoRA engines
         self.kv_cache = EngineKVCache(HTTP_PORT)
         self.adapters = AdapterSync(HTTP_PORT)
 
@@ -159,6 +162,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             self.network_policy,
             keda_prometheus_url=self.keda_prometheus_url,
             engine_priority_class=self.engine_priority_class,
+            fetcher_image=self.fetcher_image,
         )
         for obj in rendered:
             live[ref(obj)] = self.applier.apply(obj, result)
@@ -255,7 +259,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         readiness gate of each engine that has them; None without LoRA."""
         if planned.lora is None:
             return None
-        wanted = tuple(Wanted(a.name, a.source) for a in spec.adapters)
+        wanted = tuple(Wanted(a.name, a.source, a.revision) for a in spec.adapters)
         core = k8s.CoreV1Api(self.api)
         ref = spec.engine.api_key_secret_ref
         try:

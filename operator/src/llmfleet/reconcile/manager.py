@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
@@ -48,6 +49,7 @@ class Manager:
         resync_seconds: float = 60.0,
         hf_endpoint: str = DEFAULT_ENDPOINT,
         engine_priority_class: str = "",
+        fetcher_image: str = DEFAULT_FETCHER_IMAGE,
         spare_priority_class: str = "",
     ) -> None:
         self.view = ChildView.of_children(api, self._changed, namespaces)
@@ -62,6 +64,7 @@ class Manager:
             keda_prometheus_url=keda_prometheus_url,
             model_configs=model_configs,
             engine_priority_class=engine_priority_class,
+            fetcher_image=fetcher_image,
         )
         self.batch = BatchJobController(
             api,

@@ -9,6 +9,7 @@ from llmfleet.models.model_spec import ModelSpec
 from llmfleet.planner import Plan
 from llmfleet.reconcile.causes import CLAIM, CONFIGMAP, IMAGE, NODES, SECRET, Reference
 from llmfleet.render.batchjob import CONTAINER as BATCH_CONTAINER
+from llmfleet.render.fetcher import runs_fetcher
 from llmfleet.render.names import ENGINE_CONTAINER
 
 # The engines' API key, which the operator also reads itself for their LoRA API: what it says
@@ -53,6 +54,11 @@ def deployment_references(spec: LLMDeploymentSpec, plan: Plan) -> list[Reference
     if spec.engine.lora is not None and spec.engine.lora.claim is not None:
         claim = spec.engine.lora.claim.claim_name
         out.append(Reference("spec.engine.lora.claim.claimName", CLAIM, claim, "AdapterClaim"))
+    store = spec.engine.lora.object_store if spec.engine.lora is not None else None
+    if store is not None and store.secret_ref is not None and runs_fetcher(plan):
+        # The adapter fetcher's envFrom: its pods wait for the Secret as for any other.
+        field = "spec.engine.lora.objectStore.secretRef"
+        out.append(Reference(field, SECRET, store.secret_ref, "AdapterStoreSecret"))
     out.append(Reference("spec.engine.image", IMAGE, ENGINE_CONTAINER, "EngineImage"))
     out.append(Reference("spec.router.image", IMAGE, "router", "RouterImage"))
     return out + _nodes(spec.gpus, plan)

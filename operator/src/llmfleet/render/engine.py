@@ -7,7 +7,9 @@ from typing import Any
 
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.models.adapters import ADAPTERS_MOUNT_PATH
+from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.planner import Plan
+from llmfleet.render.fetcher import fetch_volume, fetcher_container, runs_fetcher
 from llmfleet.render.modelpod import (
     cache_and_tmp,
     model_env,
@@ -102,6 +104,10 @@ def _volumes(
             }
         )
         mounts.append({"name": ADAPTERS_VOLUME, "mountPath": ADAPTERS_MOUNT_PATH, "readOnly": True})
+    if runs_fetcher(plan):
+        volume, mount = fetch_volume()
+        volumes.append(volume)
+        mounts.append(mount)
     return volumes, mounts
 
 
@@ -114,11 +120,13 @@ def engine_pod_template(
     launcher_args: tuple[str, ...] = (),
     worker: bool = False,
     priority_class: str = "",
+    fetcher_image: str = DEFAULT_FETCHER_IMAGE,
 ) -> dict[str, Any]:
     """The pod of one engine: a serving one (the OpenAI API on HTTP_PORT, probed, drained), or a
     multi-node replica's headless `worker` (no API, so no probes, ports or scrape annotations).
     `launcher_args` are the multi-node launcher's flags; `priority_class` its PriorityClass
-    ("": none, the cluster's default priority)."""
+    ("": none, the cluster's default priority); `fetcher_image` runs the adapter fetcher beside
+    a LoRA engine."""
     serving = not worker
     component = COMPONENT_ENGINE_WORKER if worker else COMPONENT_ENGINE
     command = HEADLESS_COMMAND if worker else ENGINE_COMMAND
@@ -156,8 +164,11 @@ def engine_pod_template(
         container["ports"] = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
         container.update(_probes(plan))
         container["lifecycle"] = {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}}
+    containers = [container]
+    if runs_fetcher(plan):
+        containers.append(fetcher_container(spec, container["env"], fetcher_image))
     pod_spec: dict[str, Any] = {
-        "containers": [container],
+        "containers": containers,
         "volumes": volumes,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         # A Service named "vllm" would inject VLLM_PORT=tcp://..., which vLLM reads as its own.
@@ -191,6 +202,7 @@ def render_engine(
     default_image: str = DEFAULT_ENGINE_IMAGE,
     *,
     priority_class: str = "",
+    fetcher_image: str = DEFAULT_FETCHER_IMAGE,
 ) -> dict[str, Any]:
     """The engine Deployment; `default_image` runs it when spec.engine.image is unset."""
     name = engine_deployment_name(owner.name, plan)
@@ -203,7 +215,12 @@ def render_engine(
             "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
         },
         "template": engine_pod_template(
-            owner, spec, plan, default_image, priority_class=priority_class
+            owner,
+            spec,
+            plan,
+            default_image,
+            priority_class=priority_class,
+            fetcher_image=fetcher_image,
         ),
     }
     if not spec.autoscaling.enabled:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
+from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.planner import Plan
 from llmfleet.render.autoscaling import render_hpa, render_pdb
@@ -53,17 +54,26 @@ def render_fleet(
     *,
     keda_prometheus_url: str = "",
     engine_priority_class: str = "",
+    fetcher_image: str = DEFAULT_FETCHER_IMAGE,
 ) -> list[dict[str, Any]]:
     """Every child of the LLMDeployment; `default_engine_image` (the operator's
     --default-engine-image) runs the engines when spec.engine.image is unset,
     `network_policy` (its --engine-network-policy) adds the engines' NetworkPolicy,
     `keda_prometheus_url` (its --keda-prometheus-url) is the Prometheus that a scale-to-zero
     ScaledObject queries, and `engine_priority_class` (its --engine-priority-class) the
-    PriorityClass of the engine pods ("": the cluster's default priority)."""
+    PriorityClass of the engine pods ("": the cluster's default priority), and `fetcher_image`
+    (its --adapter-fetcher-image) runs the adapter fetcher in LoRA engine pods."""
     engines = render_leaderworkerset if plan.pipeline_parallel_size > 1 else render_engine
     objects = [
         render_service(owner),
-        engines(owner, spec, plan, default_engine_image, priority_class=engine_priority_class),
+        engines(
+            owner,
+            spec,
+            plan,
+            default_engine_image,
+            priority_class=engine_priority_class,
+            fetcher_image=fetcher_image,
+        ),
     ]
     if network_policy is not None:
         objects.append(render_network_policy(owner, spec, plan, network_policy))

@@ -65,7 +65,11 @@ def render_leaderworkerset(
     default_image: str = DEFAULT_ENGINE_IMAGE,
     *,
     priority_class: str = "",
+    fetcher_image: str = "",
 ) -> dict[str, Any]:
+    # `fetcher_image` is render_engine's: a multi-node replica runs no adapter fetcher
+    # (render/fetcher.py says why).
+    del fetcher_image
     leader = engine_pod_template(
         owner,
         spec,

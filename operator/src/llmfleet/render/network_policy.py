@@ -12,6 +12,7 @@ from typing import Any
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.planner import Plan
+from llmfleet.render.fetcher import FETCHER_PORT_NAME, runs_fetcher
 from llmfleet.render.names import (
     COMPONENT_ENGINE,
     COMPONENT_ENGINE_WORKER,
@@ -40,6 +41,12 @@ def render_network_policy(
         # A rule without `from` admits every source; with one, only the peers listed.
         rule["from"] = [*callers, *policy.scrapers, *policy.operator]
     rules = [rule]
+    if runs_fetcher(plan):
+        # Only the operator asks the adapter fetcher for adapters.
+        fetcher: dict[str, Any] = {"ports": [{"port": FETCHER_PORT_NAME, "protocol": "TCP"}]}
+        if callers and policy.operator:
+            fetcher["from"] = list(policy.operator)
+        rules.append(fetcher)
     if plan.pipeline_parallel_size > 1:
         # A multi-node replica's pods reach each other on ports vLLM and NCCL pick at run time.
         rules.append({"from": [{"podSelector": group_selector(owner, plan)}]})

@@ -1,0 +1,82 @@
+"""The operator's side of the adapter fetcher (llmfleet.fetcher, a container beside each
+single-node LoRA engine): asking it to copy an s3://, gs:// or revisioned Hub adapter into the
+pod before vLLM loads it, and to drop the copies no adapter needs any more."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from llmfleet.fetcher.paths import FETCHER_PORT
+from llmfleet.reconcile.kvcache import engine_url
+from llmfleet.render.fetcher import FETCHER_CONTAINER
+
+log = logging.getLogger(__name__)
+
+# An adapter of a big model is a few GiB; the reconcile waits for it as it does for vLLM
+# downloading a Hub adapter.
+FETCH_TIMEOUT_SECONDS = 300.0
+PRUNE_TIMEOUT_SECONDS = 10.0
+NO_FETCHER = (
+    "s3://, gs:// and revisioned sources are copied in by the engine pod's adapter fetcher, "
+    "which this engine pod does not run: multi-node (LeaderWorkerSet) replicas read adapters "
+    "only from a path (spec.engine.lora.claim) or a Hub repo at main"
+)
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class FetcherApi(Protocol):
+    def fetch(self, ip: str, source: str, revision: str | None) -> str | None:
+        """None once the adapter is in the pod, else why not."""
+
+    def prune(self, ip: str, keep: Iterable[str]) -> None:
+        """Drops every fetched adapter but `keep` (paths); best effort."""
+
+
+def has_fetcher(pod: dict[str, Any]) -> bool:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return any(c.get("name") == FETCHER_CONTAINER for c in containers)
+
+
+def _post(ip: str, path: str, body: dict[str, Any], timeout: float) -> tuple[int, str]:
+    base = engine_url(ip, FETCHER_PORT)
+    if base is None:
+        return 0, f"no address {ip!r}"
+    request = urllib.request.Request(
+        f"{base}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with _OPENER.open(request, timeout=timeout) as r:
+            return int(r.status), r.read(1 << 20).decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(1 << 20).decode("utf-8", errors="replace")
+
+
+class HttpFetcherApi:
+    def fetch(self, ip: str, source: str, revision: str | None) -> str | None:
+        try:
+            status, text = _post(
+                ip, "/v1/fetch", {"source": source, "revision": revision}, FETCH_TIMEOUT_SECONDS
+            )
+        except OSError as e:
+            return f"the adapter fetcher did not answer: {e}"
+        if status == 200:
+            return None
+        try:
+            return str(json.loads(text)["error"]["message"])
+        except (ValueError, KeyError, TypeError):
+            return f"the adapter fetcher answered HTTP {status}: {text.strip()[:300]}"
+
+    def prune(self, ip: str, keep: Iterable[str]) -> None:
+        try:
+            status, text = _post(ip, "/v1/prune", {"keep": sorted(keep)}, PRUNE_TIMEOUT_SECONDS)
+        except OSError as e:
+            status, text = 0, str(e)
+        if status != 200:
+            # Left for the next removal: the copies only take disk.
+            log.info("adapter fetcher at %s did not prune: %s %s", ip, status, text[:200])

@@ -1,0 +1,140 @@
+"""The adapter fetcher beside LoRA engines (render/fetcher.py): a second container of the
+operator's image in every single-node LoRA engine pod, whatever the adapters' sources (adding an
+s3:// adapter must not change the pod template), sharing a volume the engine reads, given the
+object store's settings, and admitted by the NetworkPolicy from the operator only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_lora_claim import LAYOUTS, MODEL, OWNER, engine_pod_templates, vllm, with_lora
+from test_missing_references import waiting
+
+from llmfleet.fetcher.paths import FETCH_ROOT, FETCHER_PORT
+from llmfleet.models import LLMDeploymentSpec
+from llmfleet.models.network_policy import parse_engine_network_policy
+from llmfleet.planner import plan
+from llmfleet.reconcile.causes import blockers
+from llmfleet.reconcile.references import deployment_references
+from llmfleet.render import render_fleet
+
+IMAGE = "registry.example/llmfleet/operator@sha256:" + "a" * 64
+STORE = {"endpoint": "https://minio.storage:9000", "region": "eu-west-1", "secretRef": "s3-keys"}
+
+
+def fetcher(template: dict[str, Any]) -> dict[str, Any] | None:
+    found = [c for c in template["spec"]["containers"] if c["name"] == "adapter-fetcher"]
+    return found[0] if found else None
+
+
+def templates(spec: LLMDeploymentSpec, image: str = IMAGE) -> dict[str, dict[str, Any]]:
+    out = {}
+    for obj in render_fleet(OWNER, spec, plan(spec), fetcher_image=image):
+        if obj["kind"] == "Deployment" and not obj["metadata"]["name"].endswith("-router"):
+            out[obj["metadata"]["name"]] = obj["spec"]["template"]
+    return out
+
+
+@pytest.mark.parametrize("layout", ["single-pod", "multi-pod", "cpu-only"])
+def test_a_single_node_lora_engine_runs_the_fetcher_on_a_volume_it_shares(layout: str) -> None:
+    (template,) = templates(with_lora(LAYOUTS[layout])).values()
+    container = fetcher(template)
+
+    assert container is not None
+    assert container["image"] == IMAGE
+    assert container["command"] == ["llmfleet"]
+    assert container["args"][:2] == ["fetch-adapters", "--host"]
+    assert f"--port {FETCHER_PORT} --dir {FETCH_ROOT}" in " ".join(container["args"])
+    volume = next(v for v in template["spec"]["volumes"] if v["name"] == "adapter-fetch")
+    assert volume == {"name": "adapter-fetch", "emptyDir": {}}
+    assert {"name": "adapter-fetch", "mountPath": FETCH_ROOT} in container["volumeMounts"]
+    assert {"name": "adapter-fetch", "mountPath": FETCH_ROOT, "readOnly": True} in vllm(template)[
+        "volumeMounts"
+    ]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "fetcher"}
+
+
+def test_engines_without_lora_and_multi_node_replicas_run_no_fetcher() -> None:
+    without = engine_pod_templates(LLMDeploymentSpec.model_validate(LAYOUTS["single-pod"]))
+    multi_node = engine_pod_templates(with_lora(LAYOUTS["multi-node"]))
+
+    assert all(fetcher(t) is None for t in [*without.values(), *multi_node.values()])
+    assert all(
+        v["name"] != "adapter-fetch" for t in multi_node.values() for v in t["spec"]["volumes"]
+    )
+
+
+def test_adding_object_store_and_revisioned_adapters_leaves_the_pod_template_as_it_was() -> None:
+    body = {**LAYOUTS["single-pod"], "engine": {"lora": {}}}
+    before = templates(LLMDeploymentSpec.model_validate(body))
+    after = templates(
+        LLMDeploymentSpec.model_validate(
+            {
+                **body,
+                "adapters": [
+                    {"name": "sql", "source": "s3://team/sql"},
+                    {"name": "chat", "source": "gs://team/chat"},
+                    {"name": "tool", "source": "org/tool-lora", "revision": "v2"},
+                ],
+            }
+        )
+    )
+
+    assert after == before
+
+
+def test_the_object_store_reaches_the_fetcher_as_flags_and_the_secret_as_environment() -> None:
+    spec = with_lora(LAYOUTS["single-pod"], objectStore=STORE)
+    container = fetcher(next(iter(templates(spec).values())))
+
+    assert container is not None
+    args = " ".join(container["args"])
+    assert "--s3-endpoint https://minio.storage:9000" in args
+    assert "--s3-region eu-west-1" in args
+    assert container["envFrom"] == [{"secretRef": {"name": "s3-keys"}}]
+
+
+def test_the_fetcher_gets_the_hub_token_and_its_own_address_not_the_engines_settings() -> None:
+    body = {
+        **LAYOUTS["single-pod"],
+        "model": {**MODEL, "tokenSecretRef": {"name": "hf", "key": "t"}},
+    }
+    spec = with_lora(body, objectStore={"region": "us-east-2"})
+    container = fetcher(next(iter(templates(spec).values())))
+
+    assert container is not None
+    env = {e["name"]: e for e in container["env"]}
+    assert set(env) == {"HF_TOKEN", "POD_IP"}
+    assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "t"}}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert "$(POD_IP)" in container["args"]
+    assert "envFrom" not in container
+
+
+def test_only_the_operator_may_reach_the_fetcher_through_the_network_policy() -> None:
+    policy = parse_engine_network_policy(
+        '{"operator": [{"namespaceSelector": {"matchLabels": {"name": "llmfleet"}}}]}'
+    )
+    spec = with_lora(LAYOUTS["multi-pod"])
+    (netpol,) = [
+        o
+        for o in render_fleet(OWNER, spec, plan(spec), network_policy=policy)
+        if o["kind"] == "NetworkPolicy"
+    ]
+    rules = netpol["spec"]["ingress"]
+    fetcher_rule = next(r for r in rules if r["ports"][0]["port"] == "fetcher")
+
+    assert fetcher_rule["from"] == [{"namespaceSelector": {"matchLabels": {"name": "llmfleet"}}}]
+
+
+def test_a_missing_object_store_secret_is_named_by_its_field() -> None:
+    spec = with_lora(LAYOUTS["single-pod"], objectStore=STORE)
+    pod = waiting("CreateContainerConfigError", 'secret "s3-keys" not found', "adapter-fetcher")
+    (found,) = blockers([pod], deployment_references(spec, plan(spec)))
+
+    assert (found.field, found.reason) == (
+        "spec.engine.lora.objectStore.secretRef",
+        "AdapterStoreSecretNotFound",
+    )
