@@ -1,4 +1,6 @@
-"""The lab's item 21 (docs/cpu-adaptations.md): a LoRA path vLLM is told at run time under one of
+"""What the node runner gives a pod's processes for the adapter fetcher beside a LoRA engine: the
+container's envFrom, as a kubelet resolves it, and the lab's item 21 (docs/cpu-adaptations.md): a
+LoRA path vLLM is told at run time under one of
 the container's volumeMounts is read from the emulated directory, through the node runner's
 sitecustomize, while the path vLLM reports stays the pod's. Here against a module standing in for
 vllm.lora.worker_manager (what the wrapper replaces is one function of it); the e2e test
@@ -10,10 +12,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from localcluster.noderunner.adaptations import AMX_SITE, LAB_VOLUMES_ENV
-from localcluster.noderunner.podenv import process_env
+from localcluster.noderunner.podenv import MissingKeyError, container_env, process_env
 from localcluster.noderunner.volumes import PodVolumes
 
 PROBE = """
@@ -71,3 +74,48 @@ def test_every_pod_process_is_given_its_containers_mounts() -> None:
 
     assert json.loads(env[LAB_VOLUMES_ENV]) == mounts.paths
     assert LAB_VOLUMES_ENV not in process_env({}, PodVolumes())
+
+
+SECRETS = {"adapter-store": {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}}
+CONFIGMAPS = {"settings": {"AWS_REGION": "eu-west-1", "LEVEL": "info"}}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {}}
+    return container_env(
+        pod,
+        container,
+        {},
+        ip="127.17.0.9",
+        node="local-gpu-0",
+        read_secret_key=lambda ns, name, key: SECRETS.get(name, {}).get(key),
+        read_configmap_key=lambda ns, name, key: CONFIGMAPS.get(name, {}).get(key),
+        read_secret=lambda ns, name: SECRETS.get(name),
+        read_configmap=lambda ns, name: CONFIGMAPS.get(name),
+    )
+
+
+def test_env_from_a_secret_and_a_configmap_comes_first_and_env_wins() -> None:
+    env = env_of(
+        {
+            "envFrom": [
+                {"secretRef": {"name": "adapter-store"}},
+                {"configMapRef": {"name": "settings"}, "prefix": "APP_"},
+            ],
+            "env": [{"name": "APP_LEVEL", "value": "debug"}],
+        }
+    )
+
+    assert env["AWS_ACCESS_KEY_ID"] == "AK"
+    assert env["AWS_SECRET_ACCESS_KEY"] == "SK"
+    assert env["APP_AWS_REGION"] == "eu-west-1"
+    assert env["APP_LEVEL"] == "debug"
+
+
+def test_env_from_a_missing_secret_is_the_kubelets_refusal_unless_optional() -> None:
+    with pytest.raises(MissingKeyError, match='secret "gone" not found'):
+        env_of({"envFrom": [{"secretRef": {"name": "gone"}}]})
+
+    assert "AWS_ACCESS_KEY_ID" not in env_of(
+        {"envFrom": [{"secretRef": {"name": "gone", "optional": True}}]}
+    )

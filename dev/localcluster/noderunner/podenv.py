@@ -18,6 +18,7 @@ _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _MAP_REF = re.compile(r"^metadata\.(annotations|labels)\['([^']+)'\]$")
 # namespace, name, key -> the value, None when the object or key is missing
 ReadKey = Callable[[str, str, str], str | None]
+ReadData = Callable[[str, str], Mapping[str, str] | None]  # namespace, name -> data, None: missing
 
 
 class MissingKeyError(Exception):
@@ -40,12 +41,28 @@ def container_env(
     node: str,
     read_secret_key: ReadKey,
     read_configmap_key: ReadKey,
+    read_secret: ReadData | None = None,
+    read_configmap: ReadData | None = None,
 ) -> dict[str, str]:
-    """`base` plus the container's `env`, resolved as the kubelet resolves it."""
+    """`base` plus the container's `envFrom` and then its `env` (which wins), resolved as the
+    kubelet resolves them."""
     meta = pod["metadata"]
     ns = str(meta["namespace"])
     env: dict[str, str] = dict(base)
     env["HOSTNAME"] = str(meta["name"])
+    for source in spec.get("envFrom") or []:
+        for field, read, kind in (
+            ("secretRef", read_secret, "secret"),
+            ("configMapRef", read_configmap, "configmap"),
+        ):
+            ref = source.get(field)
+            if ref is None:
+                continue
+            data = read(ns, str(ref["name"])) if read is not None else None
+            if data is None and not ref.get("optional"):
+                raise MissingKeyError(f'{kind} "{ref["name"]}" not found')
+            prefix = str(source.get("prefix") or "")
+            env.update({f"{prefix}{k}": v for k, v in (data or {}).items() if "=" not in k})
     for e in spec.get("env") or []:
         name = e["name"]
         if "valueFrom" not in e:

@@ -41,6 +41,8 @@ class ContainerStarts(PodState):
                 node=self.hooks.node,
                 read_secret_key=self.hooks.read_secret_key,
                 read_configmap_key=self.hooks.read_configmap_key,
+                read_secret=self.hooks.read_secret,
+                read_configmap=self.hooks.read_configmap,
             )
         except MissingKeyError as e:
             self._waiting(c, "CreateContainerConfigError", str(e))

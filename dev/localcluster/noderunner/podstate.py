@@ -33,6 +33,7 @@ class Hooks:
     lookup: podrefs.Lookup  # kind, namespace, name -> keys of a Secret / ConfigMap, None: missing
     post_event: Callable[[dict[str, Any]], None]  # a core/v1 Event, as the kubelet posts one
     containers: oci.Node | None = None  # runs containers of built images (oci.py)
+    read_secret: Callable[[str, str], Mapping[str, str] | None] | None = None  # decoded data
 
 
 class PodState:

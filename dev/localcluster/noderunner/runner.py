@@ -3,6 +3,7 @@ the pods bound to it and runs each with a PodWorker."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import subprocess
@@ -65,6 +66,7 @@ class Runner(NodeRegistration):
             read_secret_key=self._secret_key,
             read_configmap_key=self._configmap_key,
             read_configmap=self._configmap,
+            read_secret=self._secret,
             patch_status=self._patch_status,
             delete_pod=self._delete_pod,
             log_dir=cfg.state_dir / "pods",
@@ -88,6 +90,12 @@ class Runner(NodeRegistration):
     def _context(self, pod_ip: str) -> Context:
         models = load_model_table(self.cfg.model_table_file, extra=None)
         return Context(python=self.cfg.python, pod_ip=pod_ip, models=self.base_models | models)
+
+    def _secret(self, ns: str, name: str) -> dict[str, str] | None:
+        secret = _unless_missing(self.core.read_namespaced_secret, ns, name)
+        if secret is None:
+            return None
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
 
     def _secret_key(self, ns: str, name: str, key: str) -> str | None:
         secret = _unless_missing(self.core.read_namespaced_secret, ns, name)
