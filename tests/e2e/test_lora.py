@@ -4,7 +4,9 @@ pod restarts. A new engine joins only with its adapters loaded (the readiness ga
 that cannot load is named in status, with vLLM's reason, while the others serve. The engine runs
 behind an API key (spec.engine.apiKeySecretRef), which guards vLLM's LoRA API too: the operator
 reads it from the Secret (the session's operator has rbac.readSecrets) and sends it on each call,
-and a request without it is refused. See docs/lora.md.
+and a request without it is refused. One adapter comes from a real S3 server (versitygw, with keys
+from spec.engine.lora.objectStore's Secret) through the engine pod's adapter fetcher, a container
+of the operator's image; a prefix that holds nothing is named in status. See docs/lora.md.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import yaml
 from dashboards.promql import VLLM_LORA_INFO
 from kubernetes import client
 from localcluster.metricsstack.load import delete_llmd, tiny_llmd, wait_free_gpus
+from localcluster.objectstore import ObjectStore, object_store
 from localcluster.routerapi import ROUTER_PORT, routed_engines
 from localcluster.supervisor import REPO, Cluster
 from prometheus_client.parser import text_string_to_metric_families
@@ -48,6 +51,8 @@ ENGINES = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"
 ROUTERS = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=router"
 API_KEY = "sk-lora-e2e-4b1d"
 API_KEY_SECRET = {"name": "lora-api-key", "key": "key"}
+STORE_SECRET = "adapter-store"
+BUCKET = "adapters"
 # What clients send: the router passes it on to the engine (vllm-router 0.1.17).
 AUTHORIZED = {"Authorization": f"Bearer {API_KEY}"}
 
@@ -56,6 +61,12 @@ AUTHORIZED = {"Authorization": f"Bearer {API_KEY}"}
 def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
     with localnode.local_node(cluster, gpus=1) as node:
         yield node
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[ObjectStore]:
+    with object_store() as s:
+        yield s
 
 
 def adapter(vllm_python: Path, name: str, *flags: str) -> str:
@@ -137,10 +148,14 @@ def test_adapters_change_in_running_engines_without_a_restart(
     namespace: str,
     node_runner: str,
     vllm_python: Path,
+    store: ObjectStore,
 ) -> None:
     core = client.CoreV1Api(api)
     sql = {"name": "sql", "source": adapter(vllm_python, "sql", "--seed", "1")}
-    chat = {"name": "chat", "source": adapter(vllm_python, "chat", "--seed", "2")}
+    # From the object store: copied into the engine pod by its fetcher, then loaded.
+    chat_dir = Path(adapter(vllm_python, "chat", "--seed", "2"))
+    chat = {"name": "chat", "source": store.put_folder(chat_dir, BUCKET, "tiny/chat/v1")}
+    ghost = {"name": "ghost", "source": f"s3://{BUCKET}/tiny/ghost"}
     wide = {"name": "wide", "source": adapter(vllm_python, "wide", "--rank", "32", "--seed", "3")}
     hollow = {
         "name": "hollow",
@@ -151,9 +166,17 @@ def test_adapters_change_in_running_engines_without_a_restart(
         namespace,
         {"metadata": {"name": API_KEY_SECRET["name"]}, "stringData": {"key": API_KEY}},
     )
+    keys = {"AWS_ACCESS_KEY_ID": store.access_key, "AWS_SECRET_ACCESS_KEY": store.secret_key}
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": STORE_SECRET}, "stringData": keys}
+    )
     body = tiny_llmd(NAME)
     body["spec"]["model"]["servedModelName"] = BASE
-    body["spec"]["engine"]["lora"] = {"maxAdapters": 2, "maxRank": 16}
+    body["spec"]["engine"]["lora"] = {
+        "maxAdapters": 2,
+        "maxRank": 16,
+        "objectStore": {"endpoint": store.endpoint, "secretRef": STORE_SECRET},
+    }
     body["spec"]["engine"]["apiKeySecretRef"] = API_KEY_SECRET
     body["spec"]["adapters"] = [sql]
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
@@ -226,8 +249,8 @@ def test_adapters_change_in_running_engines_without_a_restart(
         assert complete(rip, "chat") == (200, chat_text)
         assert served(api, namespace) == {"chat": (1, None)}
 
-        # --- Two that cannot load are named in status with vLLM's reason; chat still serves.
-        set_adapters(api, namespace, [chat, wide, hollow])
+        # --- Three that cannot load are named in status with the reason; chat still serves.
+        set_adapters(api, namespace, [chat, wide, hollow, ghost])
         cond = wait_until(
             lambda: (
                 (c := condition(llmd(api, namespace), "AdaptersReady"))
@@ -241,6 +264,7 @@ def test_adapters_change_in_running_engines_without_a_restart(
         assert cond["status"] == "False"
         assert "wide" in cond["message"]
         assert "hollow" in cond["message"]
+        assert "ghost" in cond["message"]
         now = served(api, namespace)
         assert now["chat"] == (1, None)
         assert now["wide"][0] == 0
@@ -248,12 +272,18 @@ def test_adapters_change_in_running_engines_without_a_restart(
         assert "spec.engine.lora.maxRank" in str(now["wide"][1])
         assert now["hollow"][0] == 0
         assert "tensors" in str(now["hollow"][1])
+        assert now["ghost"][0] == 0
+        assert ghost["source"] in str(now["ghost"][1])
         assert complete(rip, "chat") == (200, chat_text)
 
         # --- No engine restarted through all of it: the same pod, never restarted.
         (after,) = core.list_namespaced_pod(namespace, label_selector=ENGINES).items
         assert after.metadata.uid == engine.metadata.uid
-        assert [s.restart_count for s in after.status.container_statuses] == [0]
+        assert sorted(s.name for s in after.status.container_statuses) == [
+            "adapter-fetcher",
+            "vllm",
+        ]
+        assert [s.restart_count for s in after.status.container_statuses] == [0, 0]
     finally:
         t0 = time.monotonic()
         delete_llmd(api, namespace, NAME)

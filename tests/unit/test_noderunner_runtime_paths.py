@@ -1,8 +1,8 @@
 """What the node runner gives a pod's processes for the adapter fetcher beside a LoRA engine: the
 container's envFrom, as a kubelet resolves it, and the lab's item 21 (docs/cpu-adaptations.md): a
-LoRA path vLLM is told at run time under one of
-the container's volumeMounts is read from the emulated directory, through the node runner's
-sitecustomize, while the path vLLM reports stays the pod's. Here against a module standing in for
+LoRA path vLLM is told at run time under one of the container's volumeMounts is read from the
+emulated directory, through the node runner's sitecustomize, while the path vLLM reports stays the
+pod's. Here against a module standing in for
 vllm.lora.worker_manager (what the wrapper replaces is one function of it); the e2e test
 tests/e2e/test_lora.py loads an adapter that way into the real vLLM."""
 
