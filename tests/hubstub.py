@@ -1,7 +1,8 @@
 """A stand-in for the Hugging Face Hub on 127.0.0.1 (what HF_ENDPOINT points at in tests): it
-serves config.json at the Hub's `/{repo}/resolve/{revision}/config.json`, answers any path as
-a test tells it to (an error status, the Hub's X-Error-Code, a redirect, a delay), and keeps
-the requests it got, headers included."""
+serves config.json at the Hub's `/{repo}/resolve/{revision}/config.json`, a whole repo at a
+revision as the Hub's HTTP API lists and serves it (`/api/models/{repo}/revision/{revision}`,
+then each file's `/resolve/`), answers any path as a test tells it to (an error status, the
+Hub's X-Error-Code, a redirect, a delay), and keeps the requests it got, headers included."""
 
 from __future__ import annotations
 
@@ -29,7 +30,15 @@ NOT_FOUND = Answer(404, b"Repository not found", {"X-Error-Code": "RepoNotFound"
 
 
 def config_path(repo: str, revision: str = "main") -> str:
-    return f"/{repo}/resolve/{quote(revision, safe='')}/config.json"
+    return file_path(repo, revision, "config.json")
+
+
+def file_path(repo: str, revision: str, name: str) -> str:
+    return f"/{repo}/resolve/{quote(revision, safe='')}/{quote(name)}"
+
+
+def revision_info_path(repo: str, revision: str) -> str:
+    return f"/api/models/{repo}/revision/{quote(revision, safe='')}"
 
 
 @dataclass
@@ -44,6 +53,18 @@ class HubStub:
 
     def answer(self, repo: str, answer: Answer, revision: str = "main") -> None:
         self.answers[config_path(repo, revision)] = answer
+
+    def serve_repo(
+        self, repo: str, revision: str, files: Mapping[str, bytes], commit: str | None = None
+    ) -> None:
+        """The repo at `revision` as the Hub serves it: its file list (with the commit the
+        revision names, when given) and each file at that commit, else at the revision."""
+        info: dict[str, Any] = {"id": repo, "siblings": [{"rfilename": n} for n in files]}
+        if commit is not None:
+            info["sha"] = commit
+        self.answers[revision_info_path(repo, revision)] = Answer(body=json.dumps(info).encode())
+        for name, body in files.items():
+            self.answers[file_path(repo, commit or revision, name)] = Answer(body=body)
 
     def asked(self, repo: str, revision: str = "main") -> list[dict[str, str]]:
         """The headers of each request for `repo`'s config.json."""

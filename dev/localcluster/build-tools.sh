@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local cluster's components from upstream Go modules at pinned versions into a cache
 # outside the work tree, keyed by version, so a second run rebuilds nothing.
-#   usage: build-tools.sh [component ...]   (default: all)
+#   usage: build-tools.sh [component ...]   (default: the cluster's and the metrics stack's; versitygw
+#   only when named, by the tests that start it)
 set -euo pipefail
 
 # Pinned versions: the single place to bump them.
@@ -24,6 +25,9 @@ LWS_VERSION=v0.7.0
 # operator (ScaledObject controller) and metrics adapter (external.metrics.k8s.io), and its CRDs
 # and ClusterRoles from the same module.
 KEDA_VERSION=v2.21.0
+# versitygw: a real S3 API server over a local directory, the object store the adapter fetcher's
+# tests read from (issue 30). Not part of the cluster: built only when a test asks for it.
+VERSITYGW_VERSION=v1.8.0
 
 CACHE="${LLMFLEET_CACHE:-$HOME/.cache/llmfleet}"
 export GOFLAGS="-mod=mod -trimpath"
@@ -170,6 +174,11 @@ build_kube_state_metrics() {
     "-X github.com/prometheus/common/version.Version=${KSM_VERSION#v}" \
     k8s.io/kube-state-metrics/v2 kube-state-metrics
 }
+build_versitygw() {
+  go_wrap_build versitygw github.com/versity/versitygw "$VERSITYGW_VERSION" \
+    "-X main.Version=$VERSITYGW_VERSION -X main.Build=release -X main.BuildTime=1970-01-01T00:00:00Z" \
+    github.com/versity/versitygw/cmd/versitygw versitygw
+}
 
 build_lws() {
   go_wrap_build lws sigs.k8s.io/lws "$LWS_VERSION" \
@@ -256,14 +265,15 @@ bindir() {
     prometheus) echo "$CACHE/bin/prometheus-v0.${PROMETHEUS_VERSION#v2.}" ;;
     lws) echo "$CACHE/bin/lws-$LWS_VERSION" ;;
     keda) echo "$CACHE/bin/keda-$KEDA_VERSION" ;;
+    versitygw) echo "$CACHE/bin/versitygw-$VERSITYGW_VERSION" ;;
     *) echo "unknown component $1" >&2; return 2 ;;
   esac
 }
 
 if [ "${1:-}" = "--bindir" ]; then bindir "$2"; exit; fi
 if [ "${1:-}" = "--versions" ]; then
-  printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nPROM_ADAPTER_VERSION=%s\nKSM_VERSION=%s\nPROMETHEUS_VERSION=%s\nLWS_VERSION=%s\nKEDA_VERSION=%s\n' \
-    "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROM_ADAPTER_VERSION" "$KSM_VERSION" "$PROMETHEUS_VERSION" "$LWS_VERSION" "$KEDA_VERSION"
+  printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nPROM_ADAPTER_VERSION=%s\nKSM_VERSION=%s\nPROMETHEUS_VERSION=%s\nLWS_VERSION=%s\nKEDA_VERSION=%s\nVERSITYGW_VERSION=%s\n' \
+    "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROM_ADAPTER_VERSION" "$KSM_VERSION" "$PROMETHEUS_VERSION" "$LWS_VERSION" "$KEDA_VERSION" "$VERSITYGW_VERSION"
   exit
 fi
 mkdir -p "$CACHE/bin"

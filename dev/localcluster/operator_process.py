@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from kubernetes import client
 
 from . import operator_signals as signals
 from .metricsstack.load import GROUP, PLURAL, VERSION
+from .ports import free_port
 from .supervisor import REPO, Cluster, bindir
 from .waiting import wait_until
 
@@ -49,13 +49,6 @@ CHART_FLAGS = (
 # The audit log's user.extra key that names the token a request came with (its JTI): replicas of
 # one ServiceAccount are told apart by it.
 CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def helm_template(*args: str) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from dataclasses import dataclass
 
 # Several local clusters can run side by side (a developer's and a clean-clone CI check): the
@@ -39,3 +40,12 @@ class Ports:
         """Every port `by` higher: a second cluster beside the shared one (a test's own)."""
         base = cls()
         return cls(**{f.name: getattr(base, f.name) + by for f in dataclasses.fields(cls)})
+
+
+def free_port() -> int:
+    """A loopback port free right now, for a helper that runs beside the cluster (an operator
+    process, the metrics stack, an object store) and has no fixed port of its own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

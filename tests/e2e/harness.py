@@ -16,11 +16,11 @@ from localcluster.operator_process import (
     OPERATOR_NAMESPACE,
     RELEASE,
     condition,
-    free_port,
     get_llmd,
     helm_template,
     utcnow,
 )
+from localcluster.ports import free_port
 from localcluster.supervisor import Cluster
 from localcluster.waiting import wait_until
 from manifests import E2E_GPU_PRODUCT

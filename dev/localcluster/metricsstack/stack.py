@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from ..ports import free_port
 from ..supervisor import BUILD_TOOLS, ahead_of_workloads, bindir
 from . import cluster_objects, identities
 from .cmdlines import adapter_cmd, ksm_cmd, prometheus_cmd
@@ -40,13 +40,6 @@ from .readiness import StackReadiness, pid_alive
 from .scrape_config import OPERATOR_JOB, SCRAPE_INTERVAL, prometheus_config
 
 __all__ = ["MetricsStack"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -112,10 +105,10 @@ class MetricsStack(StackReadiness):
             self.kubeconfig_for(ident.stem).write_text(yaml.safe_dump(cfg, sort_keys=True))
         self._apply(cluster_objects.rbac())
         ports = StackPorts(
-            prometheus=_free_port(),
-            adapter=_free_port(),
-            ksm=_free_port(),
-            ksm_telemetry=_free_port(),
+            prometheus=free_port(),
+            adapter=free_port(),
+            ksm=free_port(),
+            ksm_telemetry=free_port(),
         )
         self._write_prometheus_config(ports, reload=False)
         if not (self.targets_dir / f"{OPERATOR_JOB}.json").exists():

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from llmfleet import __version__
 
 # Each module exposes `register(subparsers)`; it sets `func` on its parser.
-_COMMANDS = ("run", "plan", "crds", "batch")
+_COMMANDS = ("run", "plan", "crds", "batch", "fetch_adapters")
 
 
 def build_parser() -> argparse.ArgumentParser:
