@@ -41,6 +41,10 @@ REFUSED = {
         lambda s: s.update(priority="Low"),
         'spec.priority: Unsupported value: "Low": supported values: "Normal", "Spare"',
     ),
+    "parallelism-above-shards": (
+        lambda s: s.update(shards=2, parallelism=3),
+        'spec.parallelism: Invalid value: "object": parallelism must be at most shards',
+    ),
     "grace-period-too-short": (
         lambda s: s.update(terminationGracePeriodSeconds=5),
         "spec.terminationGracePeriodSeconds: Invalid value: 5",
@@ -108,13 +112,33 @@ def test_a_spare_job_runs_its_shards_at_the_charts_spare_class(
 ) -> None:
     spare_class = client.SchedulingV1Api(api).read_priority_class("llmfleet-spare")
     assert (spare_class.value, spare_class.preemption_policy) == (-100, "Never")
-    create(api, namespace, batch_job("spare", gpus=NO_GPU, priority="Spare"))
+    body = batch_job("spare", gpus=NO_GPU, priority="Spare", shards=6, parallelism=2)
+    create(api, namespace, body)
     name = wait_until(lambda: status(api, namespace, "spare").get("jobName"), what="its Job")
     job = client.BatchV1Api(api).read_namespaced_job(name, namespace)
     assert job.spec.template.spec.priority_class_name == "llmfleet-spare"
+    # Six pieces of the input, at most two on GPUs at once.
+    assert (job.spec.completions, job.spec.parallelism) == (6, 2)
     rules = api.sanitize_for_serialization(job)["spec"]["podFailurePolicy"]["rules"]
     ignored = [{"type": "DisruptionTarget", "status": "True"}]
     assert {"action": "Ignore", "onPodConditions": ignored} in rules
+
+
+def test_more_shards_at_once_than_the_plan_gives_is_refused_by_a_condition(
+    api: client.ApiClient, operator: Operator, namespace: str
+) -> None:
+    # spec.shards unset: one shard per planned replica, here one, which the API server cannot know.
+    create(api, namespace, batch_job("wide", gpus=NO_GPU, parallelism=3))
+    st = wait_until(
+        lambda: (s := status(api, namespace, "wide")).get("phase") == "Failed" and s,
+        what="the job refused",
+    )
+    failed = cond(st, "Failed")
+    assert failed["reason"] == "ParallelismAboveShards"
+    assert failed["message"].startswith(
+        "spec.parallelism: 3 shards at once is more than the job's 1 shard(s)"
+    )
+    assert "jobName" not in st
 
 
 def test_a_spare_job_waits_reported_while_the_operator_has_no_spare_class(

@@ -16,11 +16,12 @@ from llmfleet.cli import main
 from llmfleet.models import DEFAULT_BATCH_IMAGE, LLMBatchJobSpec, describe_validation_error
 from llmfleet.models.crd import custom_resource_definition
 from llmfleet.models.resources import LLMBATCHJOB
-from llmfleet.planner import plan
+from llmfleet.planner import PlanError, plan
 from llmfleet.render.batchjob import (
     BatchOwner,
     SpareClassUnsetError,
     job_name,
+    parallelism,
     render_batch_job,
 )
 
@@ -73,6 +74,36 @@ def test_the_job_is_indexed_with_one_completion_per_shard_from_the_plan() -> Non
         }
     ]
     assert arg(container(j), "--shards") == "4"
+
+
+@pytest.mark.parametrize(
+    ("over", "completions", "parallelism"),
+    [
+        ({}, 4, 4),
+        ({"shards": 32}, 32, 32),
+        ({"shards": 32, "parallelism": 8}, 32, 8),
+        ({"parallelism": 2}, 4, 2),
+        ({"shards": 8, "parallelism": 8}, 8, 8),
+    ],
+    ids=["plan", "shards", "fewer-at-once", "plan-fewer-at-once", "as-many"],
+)
+def test_parallelism_caps_the_shards_running_at_once_and_every_shard_is_a_completion(
+    over: dict[str, Any], completions: int, parallelism: int
+) -> None:
+    j = job(**over)
+
+    assert (j["spec"]["completions"], j["spec"]["parallelism"]) == (completions, parallelism)
+    assert arg(container(j), "--shards") == str(completions)
+
+
+def test_more_at_once_than_the_planned_shards_is_refused_naming_the_field() -> None:
+    s = LLMBatchJobSpec.model_validate(spec(parallelism=8))  # the plan: 4 pods of one GPU
+    with pytest.raises(PlanError) as refused:
+        parallelism(s, plan(s.deployment_spec()))
+
+    assert refused.value.field == "spec.parallelism"
+    assert refused.value.reason == "ParallelismAboveShards"
+    assert refused.value.message.startswith("8 shards at once is more than the job's 4 shard(s)")
 
 
 def test_configuration_errors_fail_the_job_at_once_and_disruptions_do_not_count() -> None:
@@ -234,6 +265,11 @@ REFUSED = {
         lambda s: s.update(priority="Low"),
         "spec.priority: Input should be 'Normal' or 'Spare'",
     ),
+    "parallelism-above-shards": (
+        lambda s: s.update(shards=4, parallelism=8),
+        "spec.parallelism: parallelism must be at most shards",
+    ),
+    "parallelism-zero": (lambda s: s.update(parallelism=0), "spec.parallelism"),
     "grace-too-short-to-finish-a-line": (
         lambda s: s.update(terminationGracePeriodSeconds=5),
         "spec.terminationGracePeriodSeconds: Input should be greater than or equal to 10",
@@ -275,6 +311,7 @@ def test_the_crd_is_served_with_a_short_name_status_and_progress_columns() -> No
     assert columns == [
         "Status",
         "Shards",
+        "Running",
         "Progress",
         "Failed",
         "Tok/s",
@@ -289,7 +326,11 @@ def test_the_crd_is_served_with_a_short_name_status_and_progress_columns() -> No
 def test_the_crd_says_in_cel_what_the_models_check() -> None:
     schema = crd_version()["schema"]["openAPIV3Schema"]["properties"]["spec"]
     rules = [r["rule"] for r in schema["x-kubernetes-validations"]]
-    assert rules == ["self == oldSelf", "!has(self.engine) || !has(self.engine.lora)"]
+    assert rules == [
+        "self == oldSelf",
+        "!has(self.parallelism) || !has(self.shards) || self.parallelism <= self.shards",
+        "!has(self.engine) || !has(self.engine.lora)",
+    ]
     source = schema["properties"]["input"]
     assert source["x-kubernetes-validations"][0]["rule"] == (
         "has(self.persistentVolumeClaim) != has(self.configMap)"

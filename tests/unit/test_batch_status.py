@@ -153,6 +153,25 @@ def test_running_shards_are_read_from_their_metrics_with_rate_progress_and_eta()
     assert cond(st, "Running")["status"] == "True"
     assert cond(st, "Complete")["status"] == "False"
     assert [s["phase"] for s in st["shardStatus"]] == ["Running", "Running"]
+    assert st["runningShards"] == 2
+
+
+@pytest.mark.parametrize(
+    ("pods", "running"),
+    [
+        ([], 0),
+        ([("Pending", "")], 0),
+        ([("Running", "10.0.0.1"), ("Pending", "")], 1),
+    ],
+    ids=["none-started", "waiting-for-a-gpu", "one-of-two"],
+)
+def test_running_shards_counts_the_shards_that_hold_a_pod_now(
+    pods: list[tuple[str, str]], running: int
+) -> None:
+    st = compute([pod(i, phase, ip) for i, (phase, ip) in enumerate(pods)], job())
+
+    assert st.get("runningShards", 0) == running
+    assert cond(st, "Running")["message"].startswith(f"{running} of 2 shards running")
 
 
 def test_a_shard_still_loading_leaves_the_total_unknown() -> None:

@@ -150,7 +150,12 @@ def test_every_key_the_operator_sets_on_a_pod_is_refused_to_users(name: str) -> 
     doc = yaml.safe_load((EXAMPLES / name).read_text())
     if doc["kind"] == "LLMBatchJob":
         s = LLMBatchJobSpec.model_validate(doc["spec"])
-        job = render_batch_job(BatchOwner("b", "ns", "u"), s, plan(s.deployment_spec()))
+        job = render_batch_job(
+            BatchOwner("b", "ns", "u"),
+            s,
+            plan(s.deployment_spec()),
+            spare_priority_class="llmfleet-spare",  # the chart's, for a Spare example
+        )
         templates = [job["spec"]["template"]]
     else:
         templates = pod_templates(doc["spec"])

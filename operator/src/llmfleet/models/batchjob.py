@@ -180,6 +180,17 @@ class LLMBatchJobSpec(ApiModel):
             holds=lambda _: True,
         ),
         CelRule(
+            rule="!has(self.parallelism) || !has(self.shards) || self.parallelism <= self.shards",
+            message=(
+                "parallelism must be at most shards: a shard runs in one pod at a time, so more "
+                "would never run"
+            ),
+            holds=lambda job: (
+                job.parallelism is None or job.shards is None or job.parallelism <= job.shards
+            ),
+            field="parallelism",
+        ),
+        CelRule(
             rule="!has(self.engine) || !has(self.engine.lora)",
             message=(
                 "engine.lora is for an LLMDeployment's spec.adapters: an LLMBatchJob runs the "
@@ -213,8 +224,22 @@ class LLMBatchJobSpec(ApiModel):
         ge=1,
         le=MAX_SHARDS,
         description=(
-            "Pods working in parallel, each on its own stable share of the lines (line i goes "
-            "to shard i mod shards). Default: the planner's replica count for spec.gpus."
+            "Shares of the lines, each answered by one pod at a time (line i goes to shard i mod "
+            "shards). Default: the planner's replica count for spec.gpus. More shards than "
+            "parallelism makes smaller pieces, which spread a job's tail over GPUs that free up "
+            "late, at the cost of one model load per shard."
+        ),
+    )
+    parallelism: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SHARDS,
+        description=(
+            "Shards running at once, at most (the Job's parallelism); the others start as "
+            "running ones finish. With priority Spare a shard beyond the free GPUs waits Pending "
+            "at the spare class and starts as soon as a GPU frees, so the job runs on anywhere "
+            "from 0 to parallelism GPUs, growing as online serving leaves GPUs and shrinking as "
+            "it takes them back. At most shards. Default: shards (every shard at once)."
         ),
     )
     defaults: SamplingDefaults = Field(

@@ -80,6 +80,10 @@ class LLMBatchJobStatus(ApiModel):
     plan: PlanSummary | None = Field(default=None, description="The planned layout per shard.")
     job_name: str | None = Field(default=None, description="The Kubernetes Job running shards.")
     shards: int | None = Field(default=None, ge=1, description="Shards (Job completions).")
+    running_shards: int = _count(
+        "Shards running now, each on one pod: with spec.parallelism below shards, or a Spare "
+        "job on fewer free GPUs than it may use, fewer than shards."
+    )
     total: int | None = Field(
         default=None, ge=0, description="Lines in the input (known once a shard has started)."
     )

@@ -80,7 +80,8 @@ LLMBATCHJOB = CrdDefinition(
         PrinterColumn(
             "Status", "string", ".status.phase", "Pending, Running, Preempted, Complete, Failed."
         ),
-        PrinterColumn("Shards", "integer", ".status.shards", "Pods working in parallel."),
+        PrinterColumn("Shards", "integer", ".status.shards", "Shares of the lines."),
+        PrinterColumn("Running", "integer", ".status.runningShards", "Shards running now."),
         PrinterColumn("Progress", "string", ".status.progress", "Lines done of total."),
         PrinterColumn("Failed", "integer", ".status.failed", "Lines with an error record."),
         PrinterColumn("Tok/s", "number", ".status.tokensPerSecond", "Generated tokens/s."),

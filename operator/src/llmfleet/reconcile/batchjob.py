@@ -44,6 +44,7 @@ from llmfleet.render.batchjob import (
     BATCHJOB_LABEL,
     BatchOwner,
     job_name,
+    parallelism,
     render_batch_job,
     shard_count,
 )
@@ -108,6 +109,7 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
                 "or an LLMDeployment (which spans nodes) to send the requests to.",
                 reason="MultiNodeNotSupported",
             )
+        parallelism(spec, planned)  # refuses more at once than there are shards
         return planned
 
     def refused_status(

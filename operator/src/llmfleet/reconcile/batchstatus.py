@@ -282,6 +282,7 @@ def batch_status(
         plan=planned,
         job_name=(job or {}).get("metadata", {}).get("name"),
         shards=shards,
+        running_shards=len(running),
         total=total,
         succeeded=succeeded,
         failed=failed,

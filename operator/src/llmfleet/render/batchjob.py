@@ -1,9 +1,9 @@
 """The Indexed Job of an LLMBatchJob: one pod per shard, each running the batch runner
 (`python3 -m llmfleet.batch.runner`) with the planner's vLLM engine arguments.
 
-completions = parallelism = shards, so every shard runs at once; JOB_COMPLETION_INDEX is the
-shard. A failed pod is replaced (backoffLimitPerIndex) only once it is gone
-(podReplacementPolicy Failed), so one shard's output file never has two writers. Exit codes 2
+completions = shards and parallelism = spec.parallelism (default: shards, every shard at once);
+JOB_COMPLETION_INDEX is the shard. A failed pod is replaced (backoffLimitPerIndex) only once it is
+gone (podReplacementPolicy Failed), so one shard's output file never has two writers. Exit codes 2
 (usage) and 3 (the output belongs to another job, the input is missing) fail the Job at once; a
 pod the scheduler preempted, or one evicted or drained (the DisruptionTarget condition), is
 replaced without counting as a failure. A Spare job's pods run at the operator's spare
@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from llmfleet import __version__
 from llmfleet.models.batchjob import DEFAULT_BATCH_IMAGE, KIND, ClaimPath, LLMBatchJobSpec
-from llmfleet.planner import Plan
+from llmfleet.planner import Plan, PlanError
 from llmfleet.render.modelpod import (
     cache_and_tmp,
     model_env,
@@ -77,6 +77,22 @@ def labels(owner: BatchOwner) -> dict[str, str]:
 
 def shard_count(spec: LLMBatchJobSpec, plan: Plan) -> int:
     return spec.shards if spec.shards is not None else plan.replicas
+
+
+def parallelism(spec: LLMBatchJobSpec, plan: Plan) -> int:
+    """Shards at once: spec.parallelism, else every shard. More than the shards is refused here
+    where the API server could not (spec.shards unset: the plan's replicas)."""
+    shards = shard_count(spec, plan)
+    if spec.parallelism is not None and spec.parallelism > shards:
+        raise PlanError(
+            "spec.parallelism",
+            f"{spec.parallelism} shards at once is more than the job's {shards} shard(s) "
+            f"(the planner's {plan.replicas} replica(s) for spec.gpus, spec.shards unset): a "
+            "shard runs in one pod at a time. Set spec.shards to at least spec.parallelism, or "
+            "lower it.",
+            reason="ParallelismAboveShards",
+        )
+    return spec.parallelism or shards
 
 
 def output_key(output: ClaimPath) -> tuple[str, str]:
@@ -236,7 +252,7 @@ def render_batch_job(
         "spec": {
             "completionMode": "Indexed",
             "completions": shards,
-            "parallelism": shards,
+            "parallelism": parallelism(spec, plan),
             "backoffLimitPerIndex": spec.max_restarts_per_shard,
             "podReplacementPolicy": "Failed",
             "podFailurePolicy": {
