@@ -174,14 +174,15 @@ def test_running_shards_counts_the_shards_that_hold_a_pod_now(
     assert cond(st, "Running")["message"].startswith(f"{running} of 2 shards running")
 
 
-def test_a_shard_still_loading_leaves_the_total_unknown() -> None:
+def test_a_shard_still_loading_leaves_the_total_unknown_and_progress_estimated() -> None:
     st = compute(
         [pod(0, "Running", "10.0.0.1"), pod(1, "Pending")],
         job(),
-        {"10.0.0.1": metrics(0, 150, 0, 0, 0)},
+        {"10.0.0.1": metrics(0, 150, 30, 0, 0)},
     )
     assert "total" not in st
-    assert "progress" not in st
+    assert st["progress"] == "30/~300 (10%)"  # the other shard's share taken as this one's
+    assert st["eta"] == "1h30m"  # 30 lines in 10 minutes, about 270 to go
     assert st["shardStatus"][1] == {
         "index": 1,
         "phase": "Pending",

@@ -90,7 +90,11 @@ class LLMBatchJobStatus(ApiModel):
     succeeded: int = Field(default=0, ge=0, description="Lines answered, over all shards.")
     failed: int = Field(default=0, ge=0, description="Lines with an error record.")
     progress: str | None = Field(
-        default=None, description="Lines done (succeeded + failed) of total, e.g. 150/300 (50%)."
+        default=None,
+        description=(
+            "Lines done (succeeded + failed) of total, e.g. 150/300 (50%); ~ before an estimated "
+            "total while some shards have not started (spec.parallelism below shards)."
+        ),
     )
     prompt_tokens: int = Field(default=0, ge=0, description="Prompt tokens processed.")
     completion_tokens: int = Field(default=0, ge=0, description="Tokens generated.")

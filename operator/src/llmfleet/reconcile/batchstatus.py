@@ -218,15 +218,19 @@ def batch_status(
     complete = _job_condition(job, "Complete")
     failed_cond = _job_condition(job, "Failed")
 
+    # Until every shard has started (spec.parallelism below shards) the total is estimated from
+    # those that have: lines go round-robin, so shards' totals differ by at most one.
+    estimate = round(sum(r.total for r in known) * shards / len(known)) if known else None
+    whole = total if total is not None else estimate
     eta: str | None = None
-    if total is not None and start is not None and not complete and not failed_cond and done:
+    if whole is not None and start is not None and not complete and not failed_cond and done:
         elapsed = (at - start).total_seconds()
-        if elapsed > 0 and total > done:
-            eta = _format_duration((total - done) * elapsed / done)
+        if elapsed > 0 and whole > done:
+            eta = _format_duration((whole - done) * elapsed / done)
     progress = None
-    if total is not None:
-        percent = 100 * done // total if total else 100
-        progress = f"{done}/{total} ({percent}%)"
+    if whole is not None:
+        percent = min(100, 100 * done // whole) if whole else 100
+        progress = f"{done}/{'' if total is not None else '~'}{whole} ({percent}%)"
 
     counts = f"{succeeded} answered, {failed} failed" + (f" of {total} lines" if total else "")
     preempted = {o.index: o.preempted_by for o in observed if o.preempted_by is not None}
