@@ -1,6 +1,6 @@
 """How long an online engine waits for a GPU a Spare LLMBatchJob's shard holds
-(`spare_preempt_s`), on the node runner's `local-gpu-0` with one GPU slot, as
-tests/e2e/test_spare_batch.py sets it up: the shard runs a real vLLM offline engine (the tiny
+(`spare_preempt_s`), on the node runner's `local-gpu-0` with one GPU slot, the shard as
+tests/e2e/test_spare_batch.py's: it runs a real vLLM offline engine (the tiny
 model on the CPU), the online LLMDeployment's engine is the engine stand-in (it starts in about a
 second: what is timed is the scheduler, the runner's stop and the node runner, not vLLM serving).
 
