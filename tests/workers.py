@@ -39,8 +39,8 @@ if WORKER is not None:
 SLOWEST_FIRST = (
     "test_scale_to_zero",
     "test_batchjob",
-    "test_autoscaling",
     "test_spare_batch",
+    "test_autoscaling",
     "test_llmdeployment",
     "test_dataplane",
     "test_upgrade",
