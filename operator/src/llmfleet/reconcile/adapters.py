@@ -23,17 +23,15 @@ import logging
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llmfleet.fetcher.paths import FETCH_ROOT, fetched_path, needs_fetch
-from llmfleet.hubclient import TokenStaysHome
 from llmfleet.reconcile.fetching import NO_FETCHER, FetcherApi, HttpFetcherApi, has_fetcher
 from llmfleet.reconcile.kvcache import engine_url
+from llmfleet.reconcile.podcall import call
 from llmfleet.reconcile.references import API_KEY_FIELD
 from llmfleet.reconcile.secrets import BearerToken
 from llmfleet.render.names import ADAPTERS_GATE
@@ -47,8 +45,6 @@ LOAD_TIMEOUT_SECONDS = 120.0
 RETRY_SECONDS = 60.0
 
 
-# Pod IPs directly, never through a proxy; the key goes to the engine's own address only.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), TokenStaysHome)
 # vLLM wraps a worker's refusal: "Call to add_lora method failed: Worker failed with error
 # '<why>', please check the stack trace above for the root cause".
 _WORKER_ERROR = re.compile(r"failed with error '(.*)', please check", re.DOTALL)
@@ -95,16 +91,7 @@ class EngineApi(Protocol):
 def _call(
     url: str, body: Mapping[str, Any] | None, timeout: float, key: BearerToken | None
 ) -> tuple[int, str]:
-    data = None if body is None else json.dumps(body).encode()
-    headers = key.headers() if key else {}
-    if data:
-        headers["Content-Type"] = "application/json"
-    request = urllib.request.Request(url, data=data, headers=headers)
-    try:
-        with _OPENER.open(request, timeout=timeout) as r:
-            return int(r.status), r.read(1 << 20).decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(1 << 20).decode("utf-8", errors="replace")
+    return call(url, body, timeout, key.headers() if key else None)
 
 
 def _why(status: int, text: str) -> str:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from typing import Any, Protocol
 
 from llmfleet.fetcher.paths import FETCHER_PORT
 from llmfleet.reconcile.kvcache import engine_url
+from llmfleet.reconcile.podcall import call
 from llmfleet.render.fetcher import FETCHER_CONTAINER
 
 log = logging.getLogger(__name__)
@@ -26,8 +25,6 @@ NO_FETCHER = (
     "which this engine pod does not run: multi-node (LeaderWorkerSet) replicas read adapters "
     "only from a path (spec.engine.lora.claim) or a Hub repo at main"
 )
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class FetcherApi(Protocol):
@@ -47,14 +44,7 @@ def _post(ip: str, path: str, body: dict[str, Any], timeout: float) -> tuple[int
     base = engine_url(ip, FETCHER_PORT)
     if base is None:
         return 0, f"no address {ip!r}"
-    request = urllib.request.Request(
-        f"{base}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    try:
-        with _OPENER.open(request, timeout=timeout) as r:
-            return int(r.status), r.read(1 << 20).decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(1 << 20).decode("utf-8", errors="replace")
+    return call(f"{base}{path}", body, timeout)
 
 
 class HttpFetcherApi:
