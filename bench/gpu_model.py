@@ -29,6 +29,7 @@ from typing import Any
 
 from bench.gpu_edges import edge_figures, edge_report
 from llmfleet.models.catalog import lookup_architecture
+from llmfleet.models.hfconfig import architecture_from_config
 from llmfleet.models.model_spec import ModelArchitecture, Quantization
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
 from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu
@@ -127,6 +128,11 @@ def _gpu(device: str) -> tuple[Gpu, float]:
 
 
 def _arch(model: str) -> ModelArchitecture:
+    """A catalog model by its folder's name on the GPU machine, or a shape of bench/gpu/models/
+    (held-out shapes, checkpoint configs) from its config.json."""
+    if model not in MODELS:
+        config = json.loads((DATA / "models" / model / "config.json").read_text())
+        return architecture_from_config(config)
     arch = lookup_architecture(MODELS[model])
     assert arch is not None
     return arch
@@ -266,7 +272,8 @@ def validation_points(runs: tuple[str, ...] = RUNS) -> list[Point]:
         elif r["kind"] == "ttft" and engine:
             points.append(Point(engine, "ttft_ms", 1, r["in"], 1, r["ttft_ms"]))
         elif r["kind"] == "saturate" and r["sampling"] == "greedy" and engine:
-            c = r["max_num_seqs"]
+            # Fewer requests than max_num_seqs run all at once (four_gpu.sh's 2,048/128 runs).
+            c = min(r["nreq"], r["max_num_seqs"])
             points.append(Point(engine, "out_tok_s", c, r["in"], r["out"], r["out_tok_s"]))
     return points
 
