@@ -22,22 +22,7 @@ from llmfleet.planner.errors import PlanError
 TABLE_FILE = "vllm_flags.json"
 Takes = Literal["none", "one", "optional", "many"]
 
-# Flags whose value LLMFleet owns beyond those the CRD refuses (models/engine.py): a different
-# value here would leave the router, status, the planner or the pod's grace period wrong.
-LLMFLEET_FLAGS: dict[str, str] = {
-    "--model": "the model is spec.model.name, which `vllm serve` takes first",
-    "--served-model-name": (
-        "set spec.model.servedModelName: the router, status and the LoRA calls use that name"
-    ),
-    "--revision": (
-        "set spec.model.revision: the planner sizes the model from that revision's config.json"
-    ),
-    "--shutdown-timeout": (
-        "the operator sets it from the pod's grace period, so that requests in flight finish"
-    ),
-}
 UNKNOWN_REASON = "UnknownEngineFlag"
-OWNED_REASON = "EngineFlagSetByLLMFleet"
 VALUE_REASON = "InvalidEngineFlagValue"
 # argparse reads "-1" or "-.5" as a value, not as an option (its _negative_number_matcher).
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
@@ -104,7 +89,8 @@ def check_engine_args(
     field: str = EXTRA_ARGS_FIELD,
 ) -> None:
     """Raise PlanError naming the first argument the pinned `vllm serve` would refuse, or that
-    sets a flag LLMFleet owns. `positionals`: bare values `args` may start with (the model of a
+    abbreviates a flag. (Flags LLMFleet sets itself are refused at admission, models/engine.py.)
+    `positionals`: bare values `args` may start with (the model of a
     whole `vllm serve` command line; none in extraArgs)."""
     version = table.vllm_version
     i = 0
@@ -133,7 +119,6 @@ def check_engine_args(
                 f"that version removed)" + table.suggestion(name),
                 reason=UNKNOWN_REASON,
             )
-        _refuse_owned(written, field)
         values: list[str] = [inline] if eq else []
         if flag.takes == "none" and eq:
             raise PlanError(field, f"{written} takes no value", reason=VALUE_REASON)
@@ -162,20 +147,6 @@ def _refuse_abbreviation(written: str, name: str, table: FlagTable, field: str) 
             "the same letters abbreviate)",
             reason=UNKNOWN_REASON,
         )
-
-
-def check_owned_flags(args: Sequence[str], field: str = EXTRA_ARGS_FIELD) -> None:
-    """Only the flags LLMFleet owns: for an engine image whose vLLM the table may not describe."""
-    for token in args:
-        if _is_option(token):
-            _refuse_owned(token.partition("=")[0], field)
-
-
-def _refuse_owned(written: str, field: str) -> None:
-    name = _canonical(written)
-    if name in LLMFLEET_FLAGS:
-        message = f"{written} is set by LLMFleet: {LLMFLEET_FLAGS[name]}"
-        raise PlanError(field, message, reason=OWNED_REASON)
 
 
 def _check_choices(written: str, flag: Flag, values: Sequence[str], field: str) -> None:
