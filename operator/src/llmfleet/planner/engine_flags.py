@@ -90,8 +90,8 @@ def check_engine_args(
 ) -> None:
     """Raise PlanError naming the first argument the pinned `vllm serve` would refuse, or that
     abbreviates a flag. (Flags LLMFleet sets itself are refused at admission, models/engine.py.)
-    `positionals`: bare values `args` may start with (the model of a
-    whole `vllm serve` command line; none in extraArgs)."""
+    `positionals`: bare values `args` may start with (1: the model of a whole `vllm serve`
+    command line; 0 for extraArgs); `field`: what the refusal names."""
     version = table.vllm_version
     i = 0
     while i < len(args):
