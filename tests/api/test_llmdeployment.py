@@ -221,3 +221,6 @@ def test_kubectl_explain_describes_the_fields(cluster: Cluster) -> None:
     assert "OpenAI" in cluster.kubectl("explain", "llmd.spec.adapters.name")
     lora = " ".join(cluster.kubectl("explain", "llmd.spec.engine.lora").split())
     assert "restarts the engines once" in lora
+    extra = " ".join(cluster.kubectl("explain", "llmd.spec.engine.extraArgs").split())
+    assert "(vllm serve MODEL ...), the first item a flag" in extra
+    assert "does not know (misspelt, removed, or abbreviated)" in extra
