@@ -72,6 +72,15 @@ tools: ## Build the pinned cluster and metrics components (etcd, kubernetes, kwo
 vllm: ## Install the pinned vLLM CPU build (its own virtualenv in ~/.cache/llmfleet) and the tiny test model
 	dev/dataplane/install-vllm.sh
 
+# The flags the planner lets spec.engine.extraArgs set: vLLM's own `vllm serve` parser, read in the
+# pinned vLLM's virtualenv (the chart's engine image runs the same version).
+ENGINE_FLAGS := operator/src/llmfleet/planner/vllm_flags.json
+
+.PHONY: engine-flags
+engine-flags: vllm ## Regenerate the planner's table of vLLM's flags (planner/vllm_flags.json) from the pinned vLLM's parser
+	"$$(dev/dataplane/install-vllm.sh)/bin/python" dev/dataplane/engine_flags.py table > $(ENGINE_FLAGS).tmp
+	mv $(ENGINE_FLAGS).tmp $(ENGINE_FLAGS)
+
 .PHONY: dashboards
 dashboards: venv ## Generate the Grafana dashboards (charts/llmfleet/dashboards) from code
 	PYTHONPATH=dev $(PY) -m dashboards --output-dir charts/llmfleet/dashboards

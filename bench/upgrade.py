@@ -1,7 +1,8 @@
 """Upgrade under load: the previous release (chart, CRDs, operator) to this tree while a client
 sends requests through an LLMDeployment's router to a real CPU vLLM engine
-(dev/localcluster/upgrade.py, on a cluster of its own): requests that failed, and engine pods that
-restarted (both goals 0)."""
+(dev/localcluster/upgrade.py, on a cluster of its own): requests that failed (goal 0), and engine
+pods that restarted or were replaced (goal 0 for a release whose CHANGELOG.md line says `Engine
+pods: not restarted`; otherwise each replaced once, by a rollout)."""
 
 from __future__ import annotations
 

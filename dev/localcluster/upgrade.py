@@ -162,6 +162,24 @@ def engine_pods(core: client.CoreV1Api) -> dict[str, tuple[str, int]]:
     }
 
 
+def rolled_out(apps: client.AppsV1Api, core: client.CoreV1Api) -> bool:
+    """Every engine Deployment runs its current template on all its replicas, Ready, and no
+    engine pod of an older one is left, not even terminating."""
+    deps = apps.list_namespaced_deployment(
+        NAMESPACE, label_selector="app.kubernetes.io/component=engine"
+    ).items
+    for d in deps:
+        st, want = d.status, d.spec.replicas or 0
+        if (st.observed_generation or 0) < d.metadata.generation:
+            return False
+        if not want == (st.updated_replicas or 0) == (st.ready_replicas or 0) == (st.replicas or 0):
+            return False
+    pods = core.list_namespaced_pod(
+        NAMESPACE, label_selector="app.kubernetes.io/component=engine"
+    ).items
+    return not any(p.metadata.deletion_timestamp for p in pods)
+
+
 def kwok_llmd() -> dict[str, Any]:
     doc = tiny_llmd("on-kwok")
     doc["spec"]["gpus"] = {"count": 1, "memoryGiB": 80, "perNode": 8,
@@ -219,6 +237,9 @@ def upgrade(cluster: Cluster, settle_s: float = 15.0) -> Outcome:
             return {(d.metadata.labels or {}).get(VERSION_LABEL, "") for d in deps}
 
         wait_until(lambda: "" not in versions(), 60, 1, "the new operator's labels")
+        # A release whose engine pod templates differ (CHANGELOG.md: `Engine pods: restarted`)
+        # rolls them, still under load; otherwise this returns at once.
+        wait_until(lambda: rolled_out(apps, core), ENGINE_STARTUP, 2, "the engine rollouts")
         time.sleep(settle_s)  # a few resyncs of the new operator under load
     finally:
         load.stop()

@@ -31,6 +31,16 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("reserved-extra-arg", {"engine": {"extraArgs": ["--port", "9000"]}}, "spec.engine.extraArgs"),
     (
+        "extra-arg-naming-another-model",
+        {"engine": {"extraArgs": ["--model", "other/model"]}},
+        "nor --model, --served-model-name, --revision",
+    ),
+    (
+        "extra-args-starting-with-a-value",
+        {"engine": {"extraArgs": ["8", "--max-num-seqs"]}},
+        "extraArgs must start with a flag",
+    ),
+    (
         "product-not-a-label-value",
         {"gpus": {**H100, "product": "NVIDIA H100"}},
         "spec.gpus.product",
@@ -149,6 +159,36 @@ def test_extra_args_that_weaken_the_endpoint_are_allowed_with_one_warning(
     assert len(warnings()) == 1
 
 
+def test_an_extra_arg_the_pinned_vllm_does_not_know_is_refused_before_any_engine_exists(
+    operator: Operator, api: client.ApiClient, cluster: Cluster, namespace: str
+) -> None:
+    # vLLM 0.32 would take the abbreviation; the planner would not see it override --max-num-seqs.
+    apply(cluster, namespace, llmd("typo", engine={"extraArgs": ["--max-num-seq=8"]}))
+
+    def refused() -> dict[str, Any] | None:
+        planned = condition(get_llmd(api, namespace, "typo"), "Planned")
+        return planned if planned.get("status") == "False" else None
+
+    planned = wait_until(refused, timeout=60, what="Planned=False")
+    assert planned["reason"] == "UnknownEngineFlag"
+    assert planned["message"].startswith("spec.engine.extraArgs: --max-num-seq is not a whole flag")
+    assert "did you mean --max-num-seqs?" in planned["message"]
+    warnings = wait_until(
+        lambda: [
+            e.message
+            for e in client.CoreV1Api(api)
+            .list_namespaced_event(namespace, field_selector="involvedObject.name=typo")
+            .items
+            if e.type == "Warning" and e.reason == "UnknownEngineFlag"
+        ],
+        timeout=30,
+        what="a Warning Event UnknownEngineFlag",
+    )
+    assert "--max-num-seq " in warnings[0]
+    time.sleep(6)  # a resync of the operator (every 5 s): still nothing to run
+    assert client.AppsV1Api(api).list_namespaced_deployment(namespace).items == []
+
+
 def test_adapters_are_admitted_and_the_engines_start_with_lora(
     operator: Operator, api: client.ApiClient, cluster: Cluster, namespace: str
 ) -> None:
@@ -181,3 +221,6 @@ def test_kubectl_explain_describes_the_fields(cluster: Cluster) -> None:
     assert "OpenAI" in cluster.kubectl("explain", "llmd.spec.adapters.name")
     lora = " ".join(cluster.kubectl("explain", "llmd.spec.engine.lora").split())
     assert "restarts the engines once" in lora
+    extra = " ".join(cluster.kubectl("explain", "llmd.spec.engine.extraArgs").split())
+    assert "(vllm serve MODEL ...), the first item a flag" in extra
+    assert "does not know (misspelt, removed, or abbreviated)" in extra

@@ -91,9 +91,8 @@ def vllm_deployment(
     container: dict[str, Any] = {
         "name": "vllm",
         "image": "vllm/vllm-openai:v0.32.0",
-        "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        "command": ["vllm", "serve"],
         "args": [
-            "--model",
             "llmfleet-test/tiny-llama",
             "--served-model-name",
             "tiny",

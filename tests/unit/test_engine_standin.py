@@ -201,6 +201,19 @@ def test_vllm_would_not_start(
         engine_config(["--model", model(tmp_path), *flags], env)
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(["{model}", "--max-num-seqs", "3"], id="positional-as-vllm-serve"),
+        pytest.param(["--model", "{model}", "--max-num-seqs", "3"], id="model-flag-as-before"),
+    ],
+)
+def test_the_model_is_read_first_positional_or_as_model(tmp_path: Path, flags: list[str]) -> None:
+    where = model(tmp_path)
+    cfg = engine_config([f.format(model=where) for f in flags], GIB)
+    assert (cfg.model, cfg.max_num_seqs) == (where, 3)
+
+
 def test_the_server_counts_running_and_waiting_requests(tmp_path: Path) -> None:
     flags = ["--model", model(tmp_path), "--max-num-seqs", "2", "--served-model-name", "tiny"]
     cfg = engine_config(flags, GIB)
@@ -365,6 +378,8 @@ def gauge(url: str, name: str) -> float:
 
 
 VLLM_SERVER = ["/venv/bin/python", "-m", adaptations.VLLM_MODULE, "--model", "m", "--port", "8000"]
+# `vllm serve m --port 8000` as the node runner runs it (adaptation 1).
+VLLM_SERVE = ["/venv/bin/python", "-m", adaptations.LAB_VLLM_MODULE, "serve", "m", "--port", "8000"]
 ASKS = {adaptations.STAND_IN_ANNOTATION: "stand-in"}
 
 
@@ -376,11 +391,17 @@ ASKS = {adaptations.STAND_IN_ANNOTATION: "stand-in"}
             ASKS,
             ["/venv/bin/python", "-m", "localcluster.standin", "--model", "m", "--port", "8000"],
         ),
+        (
+            VLLM_SERVE,
+            ASKS,
+            ["/venv/bin/python", "-m", "localcluster.standin", "m", "--port", "8000"],
+        ),
         (VLLM_SERVER, {}, None),
+        (VLLM_SERVE, {}, None),
         (VLLM_SERVER, {adaptations.STAND_IN_ANNOTATION: "vllm"}, None),
         # LLMBatchJob pods and a multi-node replica's workers keep vLLM.
         (["/venv/bin/python", "-m", adaptations.BATCH_RUNNER_MODULE], ASKS, None),
-        (["python3", "-m", "vllm.entrypoints.cli.main", "serve"], ASKS, None),
+        ([*VLLM_SERVE, "--headless"], ASKS, None),
     ],
 )
 def test_only_an_annotated_vllm_server_runs_the_stand_in(

@@ -47,12 +47,8 @@ def test_json_output_of_70b_on_8_h100(capsys: pytest.CaptureFixture[str]) -> Non
         4,
     )
     assert result["weightsGiBPerGPU"] == pytest.approx(32.88, abs=0.01)
-    assert result["vllmArgs"][:4] == [
-        "--model",
-        "meta-llama/Llama-3.1-70B-Instruct",
-        "--served-model-name",
-        "llama-70b",
-    ]
+    # The model is not among the flags: `vllm serve` takes it first.
+    assert result["vllmArgs"][:2] == ["--served-model-name", "llama-70b"]
 
 
 def test_yaml_output_has_one_document_per_deployment(
@@ -103,6 +99,7 @@ def test_table_is_the_default_and_shows_reason_and_args(
         out,
         re.MULTILINE,
     )
+    assert "  vLLM command:\n    vllm serve meta-llama/Llama-3.1-70B-Instruct\n" in out
     assert "    --tensor-parallel-size 4\n" in out
 
 
@@ -138,6 +135,12 @@ def test_reads_standard_input(
             "LLMDeployment bad: spec.model.architecture: /models/unknown is not in the built-in "
             "catalog and is a path in the container, whose config.json the operator cannot read",
             id="unknown-model-at-a-path",
+        ),
+        pytest.param(
+            "model: {name: meta-llama/Llama-3.1-8B}\n  engine: {extraArgs: [--max-num-seq=8]}",
+            "LLMDeployment bad: spec.engine.extraArgs: --max-num-seq is not a whole flag of vllm "
+            "serve 0.32.0; did you mean --max-num-seqs?",
+            id="extra-arg-the-engine-does-not-know",
         ),
         pytest.param(
             "modle: {name: x}",

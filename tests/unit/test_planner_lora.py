@@ -194,7 +194,7 @@ def test_extra_args_override_the_lora_settings_and_are_sized_by(
 @pytest.mark.parametrize(
     ("extra", "complaint"),
     [
-        pytest.param(["--max-lora-rank", "24"], "not a rank vLLM accepts", id="odd-rank"),
+        pytest.param(["--max-lora-rank", "24"], "'24' is not one of: 1, 8, 16", id="odd-rank"),
         pytest.param(["--max-cpu-loras", "2"], "below --max-loras 4", id="cpu-below-gpu"),
     ],
 )

@@ -117,8 +117,9 @@ def test_engine_runs_the_planned_vllm_args_on_the_planned_gpus() -> None:
     s = spec(objective="Latency")
     p = plan(s)
     c = container(s)
-    assert c["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert c["command"] == ["vllm", "serve"]
     assert c["args"] == [
+        s.model.name,
         *p.vllm_args,
         "--host",
         "0.0.0.0",

@@ -84,9 +84,9 @@ def test_leader_and_worker_start_vllms_multi_node_launcher() -> None:
     assert "readinessProbe" in lc
     assert "preStop" in lc["lifecycle"]
     assert "--headless" in wc["args"]
-    assert lc["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
     # Only `vllm serve` honours --headless; the OpenAI server module would start an engine.
-    assert wc["command"] == ["python3", "-m", "vllm.entrypoints.cli.main", "serve"]
+    assert lc["command"] == wc["command"] == ["vllm", "serve"]
+    assert lc["args"][0] == wc["args"][0] == spec().model.name
     assert "--port" not in wc["args"]
     assert not {"readinessProbe", "startupProbe", "livenessProbe", "ports"} & set(wc)
 

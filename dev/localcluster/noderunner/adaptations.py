@@ -13,8 +13,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The module the operator runs (`python3 -m vllm.entrypoints.openai.api_server`).
+# What the operator runs: `vllm serve MODEL ...` (and `--headless` on a multi-node replica's
+# workers). Releases before 0.2.0 ran the OpenAI server module with --model, which the upgrade
+# test still starts.
+VLLM_COMMAND = "vllm"
+SERVE = "serve"
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+# What runs for `vllm` here: the virtualenv's own script fails (site/vllm_cli.py says why).
+LAB_VLLM_MODULE = "vllm_cli"
+VLLM_CLI_MODULES = (LAB_VLLM_MODULE, "vllm.entrypoints.cli.main")
 # The LLMBatchJob runner (`python3 -m llmfleet.batch.runner`): its flags are vLLM engine flags plus
 # its own, and its --host binds its metrics endpoint, so it gets the same rewrites.
 BATCH_RUNNER_MODULE = "llmfleet.batch.runner"
@@ -48,13 +55,13 @@ LAB_PYTHONPATH = Path(__file__).resolve().parents[2]  # dev/: `localcluster` imp
 
 # (name, what it does): the list docs/cpu-adaptations.md describes, in the same order.
 ADAPTATIONS: tuple[tuple[str, str], ...] = (
-    ("python", "`python3`/`python` as the command -> the vLLM virtualenv's python"),
+    ("python", "`python3`/`python`/`vllm` as the command -> the vLLM virtualenv's"),
     ("host", "`--host` (any value, or none) -> `--host <pod IP>`"),
     ("tensor-parallel", "`--tensor-parallel-size N` -> `1`"),
     ("gpu-memory-utilization", "`--gpu-memory-utilization X` dropped"),
     ("quantization", "`--quantization fp8|awq|gptq` dropped"),
     ("enforce-eager", "`--enforce-eager` added"),
-    ("model", "`--model NAME` -> the directory the model table maps NAME to"),
+    ("model", "`vllm serve NAME` or `--model NAME` -> the directory the table maps NAME to"),
     ("max-model-len", "`--max-model-len` capped to the served model's max_position_embeddings"),
     ("kv-cache", "env VLLM_CPU_KVCACHE_SPACE=1 unless the pod sets it"),
     ("batch-runner", "`-m llmfleet.batch.runner` gets rewrites 2-8 too (vLLM engine flags)"),
@@ -111,8 +118,24 @@ def is_vllm(command: Sequence[str]) -> bool:
     return (
         VLLM_MODULE in command
         or BATCH_RUNNER_MODULE in command
-        or (len(command) > 1 and Path(command[0]).name == "vllm")
+        or (len(command) > 1 and Path(command[0]).name == VLLM_COMMAND)
     )
+
+
+def _serve_at(argv: Sequence[str]) -> int | None:
+    """Where `serve` is in `vllm serve ...` (or `python -m <vLLM's CLI> serve ...`), whose next
+    argument is the model; None for any other command."""
+    if len(argv) > 1 and Path(argv[0]).name == VLLM_COMMAND and argv[1] == SERVE:
+        return 1
+    for i in range(2, len(argv) - 1):
+        if argv[i - 1] == "-m" and argv[i] in VLLM_CLI_MODULES and argv[i + 1] == SERVE:
+            return i + 1
+    return None
+
+
+def is_vllm_server(argv: Sequence[str]) -> bool:
+    """A vLLM that serves the OpenAI API (not a multi-node replica's headless workers)."""
+    return VLLM_MODULE in argv or (_serve_at(argv) is not None and "--headless" not in argv)
 
 
 def adapt_command(command: Sequence[str], args: Sequence[str], ctx: Context) -> list[str]:
@@ -120,9 +143,19 @@ def adapt_command(command: Sequence[str], args: Sequence[str], ctx: Context) -> 
     cmd = list(command)
     if cmd and cmd[0] in PYTHON_NAMES:
         cmd[0] = str(ctx.python)
+    elif cmd and cmd[0] == VLLM_COMMAND:
+        cmd[:1] = [str(ctx.python), "-m", LAB_VLLM_MODULE]
     if not is_vllm([*command, *args]):
         return [*cmd, *args]
-    return [*cmd, *_adapt_vllm_args(args, ctx)]
+    argv = [*cmd, *args]
+    serve = _serve_at(argv)
+    if serve is None:
+        return [*cmd, *_adapt_vllm_args(args, ctx)]
+    head, rest = argv[: serve + 1], argv[serve + 1 :]
+    if rest and not rest[0].startswith("-"):
+        head.append(ctx.models.get(rest[0], rest[0]))
+        rest = rest[1:]
+    return [*head, *_adapt_vllm_args(rest, ctx)]
 
 
 def bind_pod_ip(args: Sequence[str], pod_ip: str) -> list[str]:
@@ -206,18 +239,24 @@ def stand_in(
     argv: Sequence[str], env: Mapping[str, str], annotations: Mapping[str, str]
 ) -> tuple[list[str], dict[str, str]] | None:
     """The argv and environment that run the engine stand-in in place of vLLM's OpenAI server
-    (`-m vllm.entrypoints.openai.api_server` -> `-m localcluster.standin`, every flag kept), for a
-    pod annotated `lab.llmfleet.test/engine: stand-in`; None for any other pod or command (the
-    batch runner, a multi-node worker's `vllm serve`)."""
-    if annotations.get(STAND_IN_ANNOTATION) != STAND_IN:
+    (`<python> -m vllm_cli serve` -> `<python> -m localcluster.standin`, or
+    `-m vllm.entrypoints.openai.api_server` -> `-m localcluster.standin`, the model and every
+    flag kept), for a pod annotated `lab.llmfleet.test/engine: stand-in`; None for any other pod
+    or command (the batch runner, a multi-node worker's `vllm serve --headless`)."""
+    if annotations.get(STAND_IN_ANNOTATION) != STAND_IN or not is_vllm_server(argv):
         return None
-    module = [i for i in range(1, len(argv)) if argv[i] == VLLM_MODULE and argv[i - 1] == "-m"]
-    if not module:
-        return None
-    i = module[0]
+    serve = _serve_at(argv)
+    if serve is not None:
+        python = argv[0] if serve > 1 else str(Path(argv[0]).parent / "python")
+        program, rest = [python, "-m", STAND_IN_MODULE], list(argv[serve + 1 :])
+    else:
+        module = [i for i in range(1, len(argv)) if argv[i] == VLLM_MODULE and argv[i - 1] == "-m"]
+        if not module:
+            return None
+        program, rest = [*argv[: module[0]], STAND_IN_MODULE], list(argv[module[0] + 1 :])
     out = dict(env)
     out["PYTHONPATH"] = ":".join(filter(None, (str(LAB_PYTHONPATH), env.get("PYTHONPATH"))))
     for key, var in STAND_IN_SETTINGS.items():
         if key in annotations:
             out[var] = annotations[key]
-    return [*argv[:i], STAND_IN_MODULE, *argv[i + 1 :]], out
+    return [*program, *rest], out

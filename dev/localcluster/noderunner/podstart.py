@@ -12,7 +12,7 @@ from typing import IO, Any
 
 from .. import podrefs
 from . import oci, procs, volumes
-from .adaptations import VLLM_MODULE, adapt_command, stand_in
+from .adaptations import adapt_command, is_vllm_server, stand_in
 from .bundle import ContainerConfigError
 from .container import BACKOFF_START, Container, timestamp
 from .podenv import MissingKeyError, container_env, expand, process_env
@@ -152,7 +152,7 @@ class ContainerStarts(PodState):
             )
         c.started_at, c.started_mono = time.time(), time.monotonic()
         c.started = c.ready = False
-        c.vllm_server = VLLM_MODULE in argv
+        c.vllm_server = is_vllm_server(argv)
         for p in c.probes.values():
             p.reset(c.started_mono)
         log.info(

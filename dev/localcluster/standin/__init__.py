@@ -1,9 +1,9 @@
 """The engine stand-in: vLLM's OpenAI server as the operator and the router see it, without vLLM.
 
 A vLLM server pod annotated `lab.llmfleet.test/engine: stand-in` is run by the node runner with
-`python3 -m localcluster.standin` in place of `python3 -m vllm.entrypoints.openai.api_server`,
-on the same command line (docs/cpu-adaptations.md, "stand-in"). It starts in about a second where
-vLLM takes 35-90 s on this machine, for the e2e tests that are about the operator or the router
+`python3 -m localcluster.standin` in place of `vllm serve`, on the same command line
+(docs/cpu-adaptations.md, "stand-in"). It starts in about a second where vLLM takes 35-90 s on
+this machine, for the e2e tests that are about the operator or the router
 and not about vLLM (issue 32).
 
 What it keeps of vLLM 0.32 (tests/e2e/test_engine_standin_contract.py holds it to that against

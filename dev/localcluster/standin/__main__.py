@@ -1,4 +1,4 @@
-"""`python -m localcluster.standin <vLLM's OpenAI server flags>`: the engine stand-in (see
+"""`python -m localcluster.standin MODEL <vllm serve's flags>`: the engine stand-in (see
 __init__.py). Exits 1 where vLLM would not start; on SIGTERM drains for `--shutdown-timeout`
 seconds, still listening, and exits 0."""
 

@@ -151,9 +151,13 @@ def kv_cache_bytes(env: Mapping[str, str], flag: int | None) -> int:
 
 
 def engine_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> EngineConfig:
-    """The engine vLLM would start with `argv` (its flags, without the program) and `env`."""
+    """The engine vLLM would start with `argv` (`vllm serve`'s arguments: the model, then its
+    flags; or the OpenAI server module's, with --model) and `env`."""
     env = os.environ if env is None else env
-    args, _unknown = parser().parse_known_args(list(argv))
+    argv = list(argv)
+    if argv and not argv[0].startswith("-"):
+        argv[:1] = ["--model", argv[0]]
+    args, _unknown = parser().parse_known_args(argv)
     config = read_model_config(args.model)
     positions = int(config.get("max_position_embeddings") or 2048)
     max_model_len = args.max_model_len or positions

@@ -290,7 +290,7 @@ def _table(item: _Planned) -> str:
     lines += textwrap.wrap(p.reason, width=96, initial_indent="    ", subsequent_indent="    ")
     if p.candidates and any(c.predicted for c in p.candidates):
         lines += ["", "  Candidates:", _candidate_table(p)]
-    lines += ["", "  vLLM args:"]
+    lines += ["", "  vLLM command:", f"    vllm serve {item.model}"]
     lines += [f"    {' '.join(group.tokens)}" for group in group_args(p.vllm_args)]
     return "\n".join(lines) + "\n"
 

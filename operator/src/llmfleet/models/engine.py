@@ -22,11 +22,14 @@ from llmfleet.models.refs import SecretKeyRef
 SchedulingPolicy = Literal["fcfs", "priority"]
 
 # Flags the operator owns: the Service and probes target the port it sets, the GPU count per
-# pod follows the planned tensor-parallel size, and a multi-node replica's pods find each other
-# with the launcher flags it sets. Underscored spellings are accepted by vLLM too.
+# pod follows the planned tensor-parallel size, a multi-node replica's pods find each other
+# with the launcher flags it sets, the model and its served name and revision are spec.model's
+# (the router, status and the planner's config.json use them), and the shutdown timeout follows
+# the pod's grace period. Underscored spellings are accepted by vLLM too.
 RESERVED_ARG_PATTERN = (
     r"^(-tp|-pp|-dp|--(host|port|(tensor|pipeline|data)[-_]parallel[-_]size"
-    r"|nnodes|node[-_]rank|master[-_](addr|port)|headless))(=.*)?$"
+    r"|nnodes|node[-_]rank|master[-_](addr|port)|headless"
+    r"|model|served[-_]model[-_]name|revision|shutdown[-_]timeout))(=.*)?$"
 )
 _RESERVED_ARG = re.compile(RESERVED_ARG_PATTERN)
 
@@ -115,9 +118,22 @@ class EngineSpec(ApiModel):
                 "extraArgs must not set --host, --port, --tensor-parallel-size, "
                 "--pipeline-parallel-size, --data-parallel-size or the multi-node launcher's "
                 "--nnodes, --node-rank, --master-addr, --master-port, --headless: the operator "
-                "sets them from the plan (choose the layout with spec.strategy and spec.gpus)"
+                "sets them from the plan (choose the layout with spec.strategy and spec.gpus); "
+                "nor --model, --served-model-name, --revision (set spec.model's name, "
+                "servedModelName, revision) or --shutdown-timeout (the operator sets it from "
+                "the pod's grace period)"
             ),
             holds=lambda e: not any(_RESERVED_ARG.search(arg) for arg in e.extra_args),
+            field="extraArgs",
+        ),
+        CelRule(
+            rule="!has(self.extraArgs) || size(self.extraArgs) == 0 || "
+            "self.extraArgs[0].startsWith('-')",
+            message=(
+                "extraArgs must start with a flag (--flag value or --flag=value): vllm serve "
+                "takes the model, spec.model.name, as its only positional argument"
+            ),
+            holds=lambda e: not e.extra_args or e.extra_args[0].startswith("-"),
             field="extraArgs",
         ),
         *pod_metadata_rules(lambda e: e.pod_labels, lambda e: e.pod_annotations),
@@ -182,11 +198,14 @@ class EngineSpec(ApiModel):
         default=(),
         max_length=MAX_EXTRA_ARGS,
         description=(
-            "Arguments appended verbatim to vLLM's command line. A flag given here (as "
-            "--flag value or --flag=value) replaces the derived flag of the same name; "
-            "numeric overrides of --max-model-len, --gpu-memory-utilization, --max-num-seqs, "
-            "--max-num-batched-tokens, --max-loras, --max-lora-rank and --max-cpu-loras are "
-            "also used by the planner, and --enable-lora turns LoRA on as engine.lora does."
+            "Flags appended verbatim to vLLM's command line (vllm serve MODEL ...), the first "
+            "item a flag. A flag given here (as --flag value or --flag=value) replaces the "
+            "derived flag of the same name; numeric overrides of --max-model-len, "
+            "--gpu-memory-utilization, --max-num-seqs, --max-num-batched-tokens, --max-loras, "
+            "--max-lora-rank and --max-cpu-loras are also used by the planner, and "
+            "--enable-lora turns LoRA on as engine.lora does. Unless spec.engine.image is set, "
+            "a flag the default engine's vLLM does not know (misspelt, removed, or abbreviated), "
+            "or a value outside a flag's choices, is refused with Planned=False naming it."
         ),
     )
     api_key_secret_ref: SecretKeyRef | None = Field(

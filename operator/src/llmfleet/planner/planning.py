@@ -16,6 +16,9 @@ Rules, in the order they apply:
 * LoRA (spec.engine.lora or spec.adapters): vLLM's adapter buffers come off each GPU before the
   KV cache (see `lora`); a spec that plans without them but not with them is refused naming
   spec.engine.lora, with the settings that would fit.
+* spec.engine.extraArgs are checked first against the flags of the pinned vLLM (see
+  `engine_flags`): an unknown or abbreviated flag, or a value outside a flag's choices, is
+  refused naming it; not with spec.engine.image set, whose vLLM may be another version.
 * Derived vLLM settings: maxModelLen = min(8192, maxPositionEmbeddings); maxNumBatchedTokens =
   vLLM's own defaults by GPU size (16384 from 70 GiB, else 8192; Latency smaller), at least
   maxNumSeqs -- vLLM always prefills in chunks, so it may be below maxModelLen.
@@ -35,6 +38,7 @@ from llmfleet.models.model_spec import ModelArchitecture
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.planner.cpu import plan_cpu
 from llmfleet.planner.engine_args import ArgGroup, group_args
+from llmfleet.planner.engine_flags import check_engine_args, pinned_flags
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.lora import lora_does_not_fit
 from llmfleet.planner.memory import GpuFit
@@ -62,6 +66,8 @@ def plan(
     """Plan `spec` (its `gpus.profile` looked up in `profiles`), or raise PlanError naming the
     field to change. `model_config`: the model's config.json, which sizes it when neither
     spec.model.architecture nor the catalog does."""
+    if spec.engine.image is None:
+        check_engine_args(spec.engine.extra_args, pinned_flags())
     arch, source = architecture(spec, model_config)
     planned = _plan(spec, profiles, arch)
     return planned.model_copy(update={"reason": f"Architecture from {source}. {planned.reason}"})

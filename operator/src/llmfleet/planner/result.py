@@ -80,7 +80,10 @@ class Plan(ApiModel):
         ge=1, description="Sequences one pod runs at once (vLLM --max-num-seqs)."
     )
     vllm_args: tuple[str, ...] = Field(
-        description="vLLM arguments, without --host/--port (the renderer adds those)."
+        description=(
+            "vLLM engine flags, without the model (`vllm serve` takes it first) and "
+            "--host/--port (the renderer adds those)."
+        )
     )
     reason: str = Field(description="Why this layout, with the numbers.")
     min_replicas: int = Field(

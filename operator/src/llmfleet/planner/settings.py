@@ -172,7 +172,8 @@ def vllm_args(
     pipeline_parallel_size: int = 1,
 ) -> tuple[str, ...]:
     model = spec.model
-    derived: list[tuple[str, tuple[str, ...]]] = [("--model", (model.name,))]
+    # The model is no flag here: `vllm serve` takes it first, the batch runner as --model.
+    derived: list[tuple[str, tuple[str, ...]]] = []
     if model.revision is not None:
         derived.append(("--revision", (model.revision,)))
     if model.served_model_name is not None:

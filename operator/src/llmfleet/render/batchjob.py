@@ -187,6 +187,9 @@ def runner_args(
             if spec.termination_grace_period_seconds != DEFAULT_GRACE_SECONDS
             else []
         ),
+        # The offline engine's EngineArgs take the model as --model (no positional).
+        "--model",
+        spec.model.name,
         *plan.vllm_args,
     ]
 

@@ -32,14 +32,10 @@ from llmfleet.render.names import (
 )
 from llmfleet.render.podspec import node_placement, pod_security_context
 
-# The OpenAI server module rather than the `vllm serve` console script: the same command runs in
-# the upstream image and in a plain virtualenv.
-ENGINE_COMMAND = ("python3", "-m", "vllm.entrypoints.openai.api_server")
-# A multi-node replica's workers: `vllm serve`, the console script's module, since only it
-# honours --headless (it then starts the node's workers and no API server). The OpenAI server
-# module ignores the flag and starts an engine of its own, which fails on a follower node
-# ("collective_rpc should not be called on follower node", vLLM 0.32).
-HEADLESS_COMMAND = ("python3", "-m", "vllm.entrypoints.cli.main", "serve")
+# `vllm serve MODEL`, vLLM's own command since 0.29 (the OpenAI server module and --model are
+# deprecated). Multi-node workers run it too: only `vllm serve` honours --headless (it then
+# starts the node's workers and no API server).
+ENGINE_COMMAND = ("vllm", "serve")
 # Seconds for endpoints and routers to stop sending new requests before SIGTERM; vLLM then
 # finishes what it has in flight within the rest of the grace period.
 PRESTOP_SLEEP_SECONDS = 10
@@ -129,11 +125,10 @@ def engine_pod_template(
     a LoRA engine."""
     serving = not worker
     component = COMPONENT_ENGINE_WORKER if worker else COMPONENT_ENGINE
-    command = HEADLESS_COMMAND if worker else ENGINE_COMMAND
     layout = layout_id(plan)
     pod_labels = {**pod_template_labels(owner, component), LAYOUT_LABEL: layout}
     volumes, mounts = _volumes(spec, plan)
-    args = [*plan.vllm_args, *launcher_args]
+    args = [spec.model.name, *plan.vllm_args, *launcher_args]
     if serving:
         args += [
             "--host",
@@ -150,7 +145,7 @@ def engine_pod_template(
         # An engine that dies at start leaves its log's tail as the termination message, which
         # status shows (Degraded EngineCrashLoop).
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "command": list(command),
+        "command": list(ENGINE_COMMAND),
         "args": args,
         "env": _env(spec, plan),
         "resources": resources(spec.engine, plan),
