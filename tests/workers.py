@@ -2,9 +2,12 @@
 own, so one worker's engines start while another's tests wait on an HPA window or a grace period.
 
 Imported by tests/conftest.py before anything imports `localcluster` (its ports are read from
-the environment when it is imported): worker N gets LLMFLEET_CLUSTER_INDEX base+N and its own
-state directory, so the workers' clusters, node runners, pod networks and API tiers never meet.
-Worker 0 keeps the base index and directory, so it reuses a lab `make cluster-up` left running.
+the environment when it is imported): worker N gets LLMFLEET_CLUSTER_INDEX base+1+N and the state
+directory `.cluster-gwN`, so the workers' clusters, node runners, pod networks and API tiers never
+meet, and none of them meets the lab of `make cluster-up` or `make demo` (base index, `.cluster`):
+`make test` neither sees what the demo left nor leaves anything the demo would list, whichever
+runs first, and the two can run at once. Plain pytest, without xdist, reuses the `.cluster` lab
+(the loop of tests/README.md, "Running one test").
 
 `ordered` hands the workers the slowest modules first (xdist's loadfile, in collection order):
 the workers end within the shortest modules' time of each other. A stale list unbalances the
@@ -22,11 +25,9 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... under xdist;
 
 def _own_lab(worker: str) -> None:
     number = int(re.sub(r"\D", "", worker) or "0")
-    if number == 0:
-        return
     base = int(os.environ.get("LLMFLEET_CLUSTER_INDEX", "0"))
     state = Path(os.environ.get("LLMFLEET_CLUSTER_DIR", REPO / ".cluster"))
-    os.environ["LLMFLEET_CLUSTER_INDEX"] = str(base + number)
+    os.environ["LLMFLEET_CLUSTER_INDEX"] = str(base + 1 + number)
     os.environ["LLMFLEET_CLUSTER_DIR"] = f"{state}-{worker}"
 
 

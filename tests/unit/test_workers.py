@@ -13,15 +13,16 @@ import workers
 @pytest.mark.parametrize(
     ("worker", "base", "state", "want_index", "want_state"),
     [
-        # Worker 0 keeps the lab a developer's `make cluster-up` runs, so it is reused.
-        ("gw0", None, None, None, None),
-        ("gw1", None, None, "1", f"{workers.REPO / '.cluster'}-gw1"),
+        # Not the lab of `make cluster-up` / `make demo` (index 0, .cluster): make test never
+        # sees what the demo left, and the demo never lists what the tests made.
+        ("gw0", None, None, "1", f"{workers.REPO / '.cluster'}-gw0"),
+        ("gw1", None, None, "2", f"{workers.REPO / '.cluster'}-gw1"),
         # Beside a lab of another index (a second checkout's), the workers move with it.
-        ("gw1", "2", "/tmp/lab", "3", "/tmp/lab-gw1"),
-        ("gw3", "2", None, "5", f"{workers.REPO / '.cluster'}-gw3"),
+        ("gw1", "2", "/tmp/lab", "4", "/tmp/lab-gw1"),
+        ("gw3", "2", None, "6", f"{workers.REPO / '.cluster'}-gw3"),
     ],
 )
-def test_each_worker_but_the_first_gets_a_lab_of_its_own(
+def test_each_worker_gets_a_lab_of_its_own_apart_from_the_demos(
     monkeypatch: pytest.MonkeyPatch,
     worker: str,
     base: str | None,
