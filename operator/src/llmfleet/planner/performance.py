@@ -17,8 +17,9 @@ Bandwidths and peaks are the GPU profile's datasheet figures; the efficiencies (
 of them vLLM achieves) and fixed costs are fitted by bench/gpu_model.py (vLLM 0.26.0, bf16) to
 the H100 Llama-3.1-8B sweep of 2026-11-23 (32 layers) together with a 60-layer shape
 (bench/gpu/models/heldout-deep-10b, TP 1 and TP 2 on H200s, 2026-11-27): one depth alone cannot
-tell a per-layer cost from a per-step one. A 48-layer shape (heldout-wide-17b), every TP 2 run
-but that one, and every earlier validation point stay out of the fit and check it.
+tell a per-layer cost from a per-step one. A 48-layer shape (heldout-wide-17b, TP 1 and TP 2),
+the other TP 2 runs (Llama-3.1-8B, Llama-3.1-70B fp8) and every earlier validation point stay
+out of the fit and check it.
 Weights quantized to fp8 on load (vLLM --quantization fp8) have their own two constants,
 fitted to Llama-3.1-70B on one H200 (2026-11-24) with the bf16 ones held fixed, and checked on
 one H100: the linear layers' fraction of the fp8 peak (cutlass scaled-mm at these shapes reaches
@@ -62,6 +63,8 @@ CALIBRATION_NAME = (
 )
 MEMORY_EFFICIENCY = 0.824
 COMPUTE_EFFICIENCY = 0.732
+# Fitted to zero once the costs below are per layer: the 1.25 ms the 32-layer calibration found
+# alone was 32 x the per-layer cost (vLLM 0.26 schedules the next step while the GPU runs).
 STEP_OVERHEAD_MS = 0.0
 FP8_COMPUTE_EFFICIENCY = 0.624
 FP8_LAYER_OVERHEAD_US = 0.0
