@@ -2,11 +2,14 @@
 
 No GPU is needed here: the GPU runs (bench/gpu/run.sh, measure.py) produced the JSON lines this
 reads. It fits the performance model's efficiencies to the calibration runs (the H100 sweep and
-batch-1 TTFTs of 2026-11-23 in reference-h100-2026-11-23.json, bf16), and its two fp8 constants
+batch-1 TTFTs of 2026-11-23 in reference-h100-2026-11-23.json, bf16, with the 60-layer shape
+heldout-deep-10b's TP 1 and TP 2 engines of 2026-11-27 on H200s), and its two fp8 constants
 to the Llama-3.1-70B fp8 runs on one H200 (2026-11-24) with the bf16 ones held fixed; compares
 the model, with the constants the planner ships, on every point that was left out of the fits
-(other concurrencies, prompt lengths, a second model shape, an H200 in bf16, the H100 in fp8),
-and the planner's KV-cache figure with vLLM's for every engine started (and that the planner
+(other concurrencies, prompt lengths, a second model shape, an H200 in bf16, the H100 in fp8)
+and on the held-out shape heldout-wide-17b (TP 1, TP 2, a tight fit; 2 x H200, 2026-11-27), with
+the planner's choice between 2 x TP 1 and TP 2 against the measured winner, and the planner's
+KV-cache figure with vLLM's for every engine started (and that the planner
 refuses what vLLM refused). With LoRA on (kv_check.py runs of 2026-11-25, H100), the KV cache
 vLLM gives up against the planner's LoRA buffers, and the planner's KV tokens with them. Writes
 bench/gpu/calibration.json and bench/plots/prediction.png.
@@ -62,6 +65,18 @@ LORA_RUNS = ("h100-2026-11-25-lora.jsonl",)
 # 0.6) and of Llama-3.1-70B in fp8 at the H100's 0.95 budget (0.538 of an H200) compiling afresh,
 # Llama-3.1-8B at TP 2, and the same saturation run four times over (top-p and greedy).
 EDGE_RUNS = ("h200x2-2026-11-25.jsonl",)
+# 2 x H200, 2026-11-27 (two_gpu.sh): two dense shapes no earlier run had (bench/gpu/models/), each
+# as 2 x TP1 (engines side by side), TP2 and a tight fit. The 60-layer shape's TP1 and TP2 engines
+# join the bf16 fit (one depth alone cannot tell a per-layer cost from a per-step one, and TP2
+# alone shows the tensor-parallel layer's cost); the 48-layer shape (all of it) and the deep
+# shape's tight fit stay out and check it. The q42-* lines (fp8 checkpoint, fp8 KV cache) are
+# another issue's.
+HELDOUT_RUNS = ("h200x2-2026-11-27.jsonl",)
+HELDOUT_SHAPES = ("heldout-wide-17b", "heldout-deep-10b")
+FIT_TAGS = ("deep-tp1-a", "deep-tp1-b", "deep-tp2")
+# Measured winners (greedy saturation, 512/256, output tok/s per GPU): 2 x TP1 5,091 vs TP2 4,376
+# (wide), 7,282 vs 6,091 (deep).
+TWO_GPU_PLANS = {shape: DATA / f"plan-{shape}.yaml" for shape in HELDOUT_SHAPES}
 LOGS = DATA / "logs"
 # Engines vLLM refused to start (bench/gpu/logs/<tag>.log.gz: "Available KV cache memory:
 # -0.26 GiB"), which the planner must refuse too: model, GPU, utilization, maxModelLen, mnbt.
@@ -278,6 +293,54 @@ def validation_points(runs: tuple[str, ...] = RUNS) -> list[Point]:
     return points
 
 
+def heldout_points(fitted: bool = False) -> list[Point]:
+    """The new shapes' points (HELDOUT_RUNS): those of FIT_TAGS' engines when `fitted`, else
+    every other engine's (the held-out ones)."""
+    return [
+        p
+        for p in validation_points(HELDOUT_RUNS)
+        if p.engine.model in HELDOUT_SHAPES and (p.engine.tag in FIT_TAGS) == fitted
+    ]
+
+
+def bf16_fit_points() -> list[Point]:
+    return calibration_points() + heldout_points(fitted=True)
+
+
+def two_gpu_choices() -> list[dict[str, Any]]:
+    """For each new shape on 2 x H200, the planner's layout against the measured winner by
+    greedy saturation output tok/s per GPU (512/256; TP1 engines averaged)."""
+    import yaml
+
+    from llmfleet.models import LLMDeploymentSpec
+    from llmfleet.planner.planning import plan
+
+    saturation: dict[tuple[str, int], list[float]] = {}
+    known = engines(HELDOUT_RUNS)
+    for r in _records(HELDOUT_RUNS):
+        engine = known.get(r["tag"])
+        if r["kind"] == "saturate" and r["sampling"] == "greedy" and r["in"] == 512 and engine:
+            key = (engine.model, engine.tensor_parallel_size)
+            if engine.utilization == 0.9:
+                saturation.setdefault(key, []).append(r["out_tok_s"] / key[1])
+    found = []
+    for shape, path in TWO_GPU_PLANS.items():
+        spec = LLMDeploymentSpec.model_validate(yaml.safe_load(path.read_text())["spec"])
+        config = json.loads((DATA / "models" / shape / "config.json").read_text())
+        planned = plan(spec, model_config=config).tensor_parallel_size
+        measured = {tp: statistics.mean(saturation[(shape, tp)]) for tp in (1, 2)}
+        winner = max(measured, key=lambda tp: measured[tp])
+        found.append(
+            {
+                "shape": shape,
+                "planned_tp": planned,
+                "measured_tp": winner,
+                "measured_per_gpu": measured,
+            }
+        )
+    return found
+
+
 def _loss(points: list[Point], e: Efficiencies) -> float:
     return sum(math.log(p.predict(e) / p.measured) ** 2 for p in points)
 
@@ -286,14 +349,22 @@ def fp8_calibration_points() -> list[Point]:
     return validation_points(FP8_CALIBRATION_RUNS)
 
 
-BF16_FITTED = ("memory", "compute", "step_overhead_ms", "sequence_overhead_us")
+BF16_FITTED = (
+    "memory",
+    "compute",
+    "step_overhead_ms",
+    "layer_overhead_us",
+    "sequence_layer_overhead_us",
+    "tp_layer_overhead_us",
+)
 FP8_FITTED = ("fp8_compute", "fp8_layer_overhead_us")
 
 
 def fit(points: list[Point], names: tuple[str, ...] = BF16_FITTED) -> Efficiencies:
     """Nelder-Mead over the fitted efficiencies `names`, the others held at the planner's
     (log space keeps them positive)."""
-    start = [math.log(getattr(CALIBRATED, n)) for n in names]
+    # A constant fitted to zero restarts from a small value (log space).
+    start = [math.log(max(getattr(CALIBRATED, n), 1e-3)) for n in names]
 
     def make(x: list[float]) -> Efficiencies:
         return replace(CALIBRATED, **{n: math.exp(v) for n, v in zip(names, x, strict=True)})
@@ -489,7 +560,9 @@ def run() -> dict[str, float]:
     fp8 = [p for p in validation if p.engine.quantization == "fp8"]
     fp8_errors = [abs(p.error_pct()) for p in fp8 if p.what in ("out_tok_s", "itl_ms")]
     kv = []
-    for e in engines(RUNS + FP8_CALIBRATION_RUNS + EDGE_RUNS).values():
+    for e in engines(RUNS + FP8_CALIBRATION_RUNS + EDGE_RUNS + HELDOUT_RUNS).values():
+        if e.tag.startswith("q42-"):
+            continue  # an fp8 checkpoint and an fp8 KV cache: modelled on another branch
         planned = e.planner_kv_tokens()
         kv.append(
             {
@@ -508,9 +581,14 @@ def run() -> dict[str, float]:
         )
     args = engine_args_ratio()
     lora = lora_kv()
+    held = heldout_points()
+    held_tok_s = [abs(p.error_pct()) for p in held if p.what == "out_tok_s"]
+    held_b1 = [abs(p.error_pct()) for p in held if p.what == "itl_ms" and p.concurrency == 1]
+    held_kv = [k for k in kv if k["model"] in HELDOUT_SHAPES]
+    choices = two_gpu_choices()
     report = {
         "efficiencies": CALIBRATED.__dict__,
-        "calibration_loss": _loss(calibration_points(), CALIBRATED),
+        "calibration_loss": _loss(bf16_fit_points(), CALIBRATED),
         "fp8_calibration_loss": _loss(fp8_calibration_points(), CALIBRATED),
         "kv": kv,
         "refused_by_vllm": refusals(),
@@ -518,15 +596,23 @@ def run() -> dict[str, float]:
         "engine_args": args,
         "validation": _report(validation),
         "fp8_calibration": _report(fp8_calibration_points()),
+        "heldout": _report(held),
+        "heldout_fitted": _report(heldout_points(fitted=True)),
+        "two_gpu_choices": choices,
         "source": (
             "vLLM 0.26.0 on NVIDIA H100 80GB HBM3 and NVIDIA H200, 2026-11-23 (bf16) and "
-            "2026-11-24 (Llama-3.1-70B fp8), 2026-11-25 (LoRA, H100) (bench/gpu/)"
+            "2026-11-24 (Llama-3.1-70B fp8), 2026-11-25 (LoRA, H100), 2026-11-27 (new dense "
+            "shapes, 2 x H200) (bench/gpu/)"
         ),
     }
     OUTPUT.write_text(json.dumps(report, indent=2) + "\n")
     _plot(validation)
     return {
-        "gpu_kv_error_max_pct": max(abs(k["error_pct"]) for k in kv if k["quantization"] == "none"),
+        "gpu_kv_error_max_pct": max(
+            abs(k["error_pct"])
+            for k in kv
+            if k["quantization"] == "none" and k["model"] not in HELDOUT_SHAPES
+        ),
         # A new pod compiles afresh; an engine that loaded an earlier start's compile cache
         # peaks 0.55 GiB lower and gets that much more KV cache (gpu_kv_fp8_cached_compile_*).
         "gpu_kv_fp8_error_max_pct": max(
@@ -554,6 +640,13 @@ def run() -> dict[str, float]:
         "gpu_prediction_points": float(len(errors)),
         "gpu_fp8_prediction_error_p50_pct": statistics.median(fp8_errors),
         "gpu_fp8_prediction_error_max_pct": max(fp8_errors),
+        "gpu_heldout_tok_s_error_p50_pct": statistics.median(held_tok_s),
+        "gpu_heldout_tok_s_error_max_pct": max(held_tok_s),
+        "gpu_heldout_itl_b1_error_max_pct": max(held_b1),
+        "gpu_heldout_kv_error_max_pct": max(abs(k["error_pct"]) for k in held_kv),
+        "gpu_two_gpu_choice_agrees": float(
+            all(c["planned_tp"] == c["measured_tp"] for c in choices)
+        ),
     }
 
 
@@ -564,7 +657,9 @@ def main() -> None:
     args = p.parse_args()
     if args.fit or args.fit_fp8:
         if args.fit:
-            points, fitted = calibration_points(), fit(calibration_points())
+            points = bf16_fit_points()
+            fitted = fit(points)
+            points = points + heldout_points()
         else:
             points = fp8_calibration_points()
             fitted = fit(points, FP8_FITTED)
@@ -578,7 +673,7 @@ def main() -> None:
     print(json.dumps(figures, indent=2))
     print(json.dumps(edge_report(), indent=2))
     report = json.loads(OUTPUT.read_text())
-    for v in report["validation"] + report["fp8_calibration"]:
+    for v in report["validation"] + report["fp8_calibration"] + report["heldout"]:
         print(
             f"  {v['point']:45s} {v['measured']:10.3f} {v['predicted']:10.3f} "
             f"{v['error_pct']:+6.1f} %"

@@ -263,7 +263,8 @@ FIGURES: dict[str, tuple[str, str]] = {
     ),
     "gpu_tp2_itl_error_max_pct": (
         "Planner decode step vs vLLM's at TP 2 (Llama-3.1-8B, 2 x H200), worst of 5 "
-        "concurrencies 1-256 (within 4.2 % up to 128), 2026-11-25",
+        "concurrencies 1-256 (within 2.7 % up to 128), 2026-11-25; held out of the fit, whose "
+        "TP cost per layer comes from heldout-deep-10b at TP 2",
         "%",
     ),
     "gpu_top_p_cold_run_slowdown_pct": (
@@ -313,6 +314,32 @@ FIGURES: dict[str, tuple[str, str]] = {
         "%",
     ),
     "gpu_fp8_prediction_error_max_pct": ("… the worst of the H100 fp8 points", "%"),
+    "gpu_heldout_tok_s_error_p50_pct": (
+        "Predicted vs measured output tok/s on a dense shape held out of the fit "
+        "(heldout-wide-17b: hidden 5120, 48 layers, MLP 17408; 2 x TP1, TP2 and a tight fit at "
+        "0.29; points at concurrency 1-128 and greedy saturation), 2 x H200, vLLM 0.26.0, "
+        "2026-11-27; the bf16 fit had the 8B H100 sweep and heldout-deep-10b (60 layers) at TP1 "
+        "and TP2, and the deep shape's tight fit (0.18) is held out too; median |error|",
+        "%",
+    ),
+    "gpu_heldout_tok_s_error_max_pct": ("… the worst of those points", "%"),
+    "gpu_heldout_itl_b1_error_max_pct": (
+        "… batch-1 ITL of those held-out engines, worst |error|",
+        "%",
+    ),
+    "gpu_heldout_kv_error_max_pct": (
+        "Planner KV-cache tokens vs vLLM's on both new shapes (heldout-wide-17b, "
+        "heldout-deep-10b; TP1, TP2 and tight fits at 0.29 and 0.18; the KV model fits none of "
+        "them), 2 x H200, vLLM 0.26.0, 2026-11-27, worst |error|",
+        "%",
+    ),
+    "gpu_two_gpu_choice_agrees": (
+        "For each new shape on 2 x H200 (bench/gpu/plan-heldout-*.yaml), the planner's choice "
+        "between 2 x TP1 and TP2 is the measured winner by greedy saturation output tok/s per "
+        "GPU (2 x TP1 won both: 5,091 vs 4,376 wide, 7,282 vs 6,091 deep), vLLM 0.26.0, "
+        "2026-11-27 (1: both agree)",
+        "",
+    ),
     "allreduce_fit_error_p50_pct": (
         "Planner's all-reduce model (planner/allreduce.py) against the latency tables it is "
         "fitted to: aiconfigurator-core 0.12.0 (Apache-2.0), vLLM 0.24.0 custom all-reduce and "

@@ -8,20 +8,25 @@ chunk) through the model once:
 * attention: read every running sequence's KV cache (context x KV bytes per token per GPU)
   and, for prompt tokens, the causal QK^T and AV FLOPs (2 x layers x hidden x length^2 / TP);
 * with TP > 1, two all-reduces of the step's activations per layer (planner/allreduce.py:
-  vLLM's custom all-reduce or NCCL by message size, fitted to published latency tables);
-* a fixed per-step cost (scheduling, sampling, launches) and a per-sequence one.
+  vLLM's custom all-reduce or NCCL by message size, fitted to published latency tables), plus
+  a measured per-layer cost of the tensor-parallel step;
+* fixed costs that scale with depth: a per-layer cost of every step and a per-layer cost of
+  every running sequence (a fixed per-step cost is kept, fitted to zero).
 
 Bandwidths and peaks are the GPU profile's datasheet figures; the efficiencies (what fraction
-of them vLLM achieves) are fitted by bench/gpu_model.py to the H100 runs of 2026-11-23
-(bench/gpu/, vLLM 0.26.0, bf16) and checked on points left out of the fit and on an H200.
+of them vLLM achieves) and fixed costs are fitted by bench/gpu_model.py (vLLM 0.26.0, bf16) to
+the H100 Llama-3.1-8B sweep of 2026-11-23 (32 layers) together with a 60-layer shape
+(bench/gpu/models/heldout-deep-10b, TP 1 and TP 2 on H200s, 2026-11-27): one depth alone cannot
+tell a per-layer cost from a per-step one. A 48-layer shape (heldout-wide-17b, TP 1 and TP 2),
+the other TP 2 runs (Llama-3.1-8B, Llama-3.1-70B fp8) and every earlier validation point stay
+out of the fit and check it.
 Weights quantized to fp8 on load (vLLM --quantization fp8) have their own two constants,
-fitted to Llama-3.1-70B on one H200 (2026-11-24) and checked on one H100: the linear layers'
-fraction of the fp8 peak (cutlass scaled-mm at these shapes reaches about half of it, not the
-bf16 GEMMs' 73 %), and a per-layer cost of every step (quantizing the activations to fp8 before
-each linear layer, dynamic per-token scales). Attention stays in bf16 (the KV cache is bf16),
-so its FLOPs count at the bf16 peak. No multi-GPU run has calibrated the model here: the
-all-reduce term comes from published latency tables, and bench/tp_published.py checks the whole
-model against published tensor-parallel vLLM results.
+fitted to Llama-3.1-70B on one H200 (2026-11-24) with the bf16 ones held fixed, and checked on
+one H100: the linear layers' fraction of the fp8 peak (cutlass scaled-mm at these shapes reaches
+about 62 % of it, not the bf16 GEMMs' 73 %), and an extra per-layer cost (activation
+quantization), which the fit puts at zero now that every layer pays layer_overhead_us.
+Attention stays in bf16 (the KV cache is bf16), so its FLOPs count at the bf16 peak;
+bench/tp_published.py checks the whole model against published tensor-parallel vLLM results.
 
 Model families change what a step reads and computes: a mixture of experts does 2 x active
 parameters FLOPs per token and reads the shared weights plus the experts its tokens touch (B
@@ -53,14 +58,25 @@ SAMPLING_NOTE = (
 )
 # Fitted by bench/gpu_model.py (see its output, bench/gpu/calibration.json).
 CALIBRATION_NAME = (
-    "NVIDIA H100 80GB HBM3, vLLM 0.26.0, 2026-11-23 (bf16); NVIDIA H200, 2026-11-24 (fp8)"
+    "vLLM 0.26.0: NVIDIA H100 80GB HBM3 2026-11-23 and NVIDIA H200 2026-11-27 (bf16); "
+    "NVIDIA H200 2026-11-24 (fp8)"
 )
-MEMORY_EFFICIENCY = 0.897
-COMPUTE_EFFICIENCY = 0.728
-STEP_OVERHEAD_MS = 1.25
-SEQUENCE_OVERHEAD_US = 6.18
-FP8_COMPUTE_EFFICIENCY = 0.614
-FP8_LAYER_OVERHEAD_US = 28.5
+MEMORY_EFFICIENCY = 0.824
+COMPUTE_EFFICIENCY = 0.732
+# Fitted to zero once the costs below are per layer: the 1.25 ms the 32-layer calibration found
+# alone was 32 x the per-layer cost (vLLM 0.26 schedules the next step while the GPU runs).
+STEP_OVERHEAD_MS = 0.0
+FP8_COMPUTE_EFFICIENCY = 0.624
+FP8_LAYER_OVERHEAD_US = 0.0
+# Depth-scaled fixed costs (bf16 and fp8 alike). A 60-layer and a 48-layer shape at batch 1
+# measured 0.9 ms more per step than a 32-layer-calibrated constant predicted: kernel launches
+# and the norms, rotary and residual adds each layer pays whatever the batch. Attention kernels
+# run per layer, so a sequence's cost grows with depth too.
+LAYER_OVERHEAD_US = 27.2
+SEQUENCE_LAYER_OVERHEAD_US = 0.187
+# TP > 1: what a tensor-parallel layer costs beyond allreduce.py's two all-reduces (the ranks'
+# synchronisation and vLLM's custom all-reduce launch): 11 us per layer at TP 2 on H200s.
+TP_LAYER_OVERHEAD_US = 10.9
 
 
 @dataclass(frozen=True)
@@ -70,9 +86,11 @@ class Efficiencies:
     memory: float = MEMORY_EFFICIENCY
     compute: float = COMPUTE_EFFICIENCY
     step_overhead_ms: float = STEP_OVERHEAD_MS
-    sequence_overhead_us: float = SEQUENCE_OVERHEAD_US
     fp8_compute: float = FP8_COMPUTE_EFFICIENCY
     fp8_layer_overhead_us: float = FP8_LAYER_OVERHEAD_US
+    layer_overhead_us: float = LAYER_OVERHEAD_US
+    sequence_layer_overhead_us: float = SEQUENCE_LAYER_OVERHEAD_US
+    tp_layer_overhead_us: float = TP_LAYER_OVERHEAD_US
 
 
 CALIBRATED = Efficiencies()
@@ -169,11 +187,18 @@ class PodModel:
         # Causal attention over a prompt: each token attends to half the prompt on average.
         attention_flops = 2 * self.hidden * prompt_tokens * self._attended(prompt_len)
         attention = attention_flops / self.tensor_parallel_size / self._bf16_flops
-        fixed = self.efficiencies.step_overhead_ms * 1e-3
-        fixed += sequences * self.efficiencies.sequence_overhead_us * 1e-6
+        return self._fixed_s(sequences) + linear + kv_read + attention + self._allreduce_s(tokens)
+
+    def _fixed_s(self, sequences: float) -> float:
+        """A step's costs that do not scale with bytes or FLOPs: per layer, per layer and
+        sequence, per tensor-parallel layer (see the constants)."""
+        e = self.efficiencies
+        per_layer = e.layer_overhead_us + sequences * e.sequence_layer_overhead_us
         if self._fp8_math:
-            fixed += self.layers * self.efficiencies.fp8_layer_overhead_us * 1e-6
-        return fixed + linear + kv_read + attention + self._allreduce_s(tokens)
+            per_layer += e.fp8_layer_overhead_us
+        if self.tensor_parallel_size > 1:
+            per_layer += e.tp_layer_overhead_us
+        return e.step_overhead_ms * 1e-3 + self.layers * per_layer * 1e-6
 
     def prefill_s(self, prompts: int, prompt_len: int) -> float:
         """Prefill `prompts` prompts of `prompt_len` tokens, in chunks of max-num-batched-tokens,
