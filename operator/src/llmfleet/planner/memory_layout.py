@@ -13,7 +13,7 @@ from llmfleet.models.status import PlannedStrategy
 from llmfleet.planner.candidates import MIN_CONCURRENT_SEQUENCES
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.explain import join, plural, precision
-from llmfleet.planner.kv_cache import kv_layout
+from llmfleet.planner.kv_cache import kv_dtype, kv_layout
 from llmfleet.planner.memory import (
     GpuFit,
     batched_tokens_within,
@@ -144,13 +144,19 @@ def does_not_fit(
     length = settings.max_model_len
     widest = max(size for size in sizes if size <= gpus.count)
     fit = fits[widest]
-    layout = kv_layout(arch, spec.model.dtype, widest, 1, settings.max_num_batched_tokens)
+    layout = kv_layout(
+        arch,
+        kv_dtype(spec.model.dtype, settings.kv_cache_dtype),
+        widest,
+        1,
+        settings.max_num_batched_tokens,
+    )
     one_sequence = layout.sequence_gib(length)
     needed = fit.weights_gib + fit.reserve_gib + fit.lora_gib + one_sequence
     lora = f"+ {fit.lora_gib:.2f} GiB of LoRA buffers " if fit.lora_gib else ""
     model = (
-        f"{spec.model.name} ({weights_gib(arch, spec.model.dtype, spec.model.quantization):.1f} "
-        f"GiB of {precision(spec)} weights)"
+        f"{spec.model.name} ({weights_gib(arch, spec.model.dtype, settings.weights):.1f} "
+        f"GiB of {precision(settings.weights)} weights)"
     )
     numbers = (
         f"at tensor-parallel size {widest} each GPU needs {fit.weights_gib:.2f} GiB of weights "
@@ -165,7 +171,7 @@ def does_not_fit(
     wider = [s for s in sizes if s > widest and fits[s].starts(length)]
     if wider:
         options.append(f"spec.gpus.count {wider[0]} (tensor-parallel size {wider[0]})")
-    if spec.model.quantization == "none":
+    if settings.weights.sixteen_bit:
         fp8 = gpu_fit(spec, gpus, arch, settings, widest, fp8=True)
         if fp8.starts(length):
             options.append(

@@ -40,10 +40,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llmfleet.models.engine import KvCacheDtype
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
 from llmfleet.planner.allreduce import allreduce_s
-from llmfleet.planner.kv_cache import kv_bytes_per_token_per_layer, sliding_layers
-from llmfleet.planner.memory import GIB, bytes_per_weight, weights_gib
+from llmfleet.planner.kv_cache import kv_bytes_per_token_per_layer, kv_dtype, sliding_layers
+from llmfleet.planner.memory import GIB, routed_expert_bytes, weights_gib
+from llmfleet.planner.weights import Weights, as_weights
 
 # What the predictions stand for, measured on 2 x H200 (bench/gpu_edges.py): the calibration
 # runs decode greedily on warm engines.
@@ -217,13 +219,16 @@ def pod_model(
     arch: ModelArchitecture,
     *,
     dtype: Dtype,
-    quantization: Quantization,
+    quantization: Quantization | Weights,
     tensor_parallel_size: int,
     gpu: Gpu,
     max_num_batched_tokens: int,
     efficiencies: Efficiencies = CALIBRATED,
+    kv_cache_dtype: KvCacheDtype = "auto",
 ) -> PodModel:
-    per_layer = kv_bytes_per_token_per_layer(arch, dtype, tensor_parallel_size)
+    weights = as_weights(dtype, quantization)
+    kv = kv_dtype(dtype, kv_cache_dtype)
+    per_layer = kv_bytes_per_token_per_layer(arch, kv, tensor_parallel_size)
     sliding = sliding_layers(arch)
     experts, per_token = arch.num_experts or 0, arch.num_experts_per_token or 0
     active = arch.active_parameters_billions or arch.parameters_billions
@@ -232,19 +237,19 @@ def pod_model(
     return PodModel(
         gpu=gpu,
         parameters=active * 1e9,
-        weight_bytes_per_gpu=weights_gib(arch, dtype, quantization) * GIB / tensor_parallel_size,
+        weight_bytes_per_gpu=weights_gib(arch, dtype, weights) * GIB / tensor_parallel_size,
         kv_bytes_per_token_per_gpu=(arch.num_layers - sliding) * per_layer,
         layers=arch.num_layers,
         hidden=arch.num_attention_heads * arch.head_dim,
         tensor_parallel_size=tensor_parallel_size,
-        fp8_compute=quantization == "fp8",
+        fp8_compute=weights.kernel == "w8a8",
         max_num_batched_tokens=max_num_batched_tokens,
         efficiencies=efficiencies,
         sliding_layers=sliding,
         sliding_kv_bytes_per_token_per_gpu=sliding * per_layer,
         sliding_window=arch.sliding_window or 0,
         expert_bytes_per_gpu=(
-            routed * 1e9 * bytes_per_weight(dtype, quantization) / tensor_parallel_size
+            routed_expert_bytes(arch, dtype, weights, routed * 1e9) / tensor_parallel_size
         ),
         experts=experts,
         experts_per_token=per_token,
