@@ -78,6 +78,18 @@ class QuantFormat:
     only: tuple[str, ...] = ()  # GPTQ modules_in_block_to_quantize: the only ones quantized
     lm_head: bool = False
 
+    @property
+    def label(self) -> str:
+        """A short name: what `X GiB of ... weights` calls them."""
+        if self.method in ("awq", "gptq"):
+            return f"{self.bits}-bit {self.method.upper()}"
+        if self.method == "fp8":
+            return "fp8"
+        precision = {"fp8": "fp8", "int8": "int8"}.get(
+            self.spec_value or "", f"{self.bits}-bit int"
+        )
+        return f"{precision} compressed-tensors"
+
     def quantizes(self, name: str) -> bool:
         if self.only and not any(part in name for part in self.only):
             return False

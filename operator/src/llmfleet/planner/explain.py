@@ -19,7 +19,7 @@ from llmfleet.planner.weights import Weights
 
 def precision(weights: Weights) -> str:
     if weights.checkpoint is not None:
-        return f"{weights.checkpoint.format.method} ({weights.words})"
+        return weights.checkpoint.format.label
     return weights.words
 
 
