@@ -78,6 +78,12 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
         "at least maxAdapters",
     ),
     ("lora-rank-vllm-refuses", {"engine": {"lora": {"maxRank": 24}}}, "spec.engine.lora.maxRank"),
+    (
+        "kv-cache-dtype-not-offered",
+        {"engine": {"kvCacheDtype": "int8"}},
+        'spec.engine.kvCacheDtype: Unsupported value: "int8": supported values: "auto", '
+        '"bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"',
+    ),
 ]
 
 
