@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from llmfleet.cli import main
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.hfconfig import architecture_from_config, checkpoint_weights
 from llmfleet.planner import PlanError, plan
@@ -320,3 +321,33 @@ def test_quantized_weights_decode_alone_at_their_bytes_and_batches_at_their_kern
         assert batched == pytest.approx(1, abs=0.02)
     else:
         assert batched < 0.8
+
+
+def awq_manifest(tmp_path: Path, quantization: str) -> str:
+    path = tmp_path / "awq.yaml"
+    path.write_text(
+        "apiVersion: llmfleet.dev/v1alpha1\nkind: LLMDeployment\nmetadata: {name: awq}\n"
+        "spec:\n"
+        f"  model: {{name: Qwen/Qwen2.5-7B-Instruct-AWQ, quantization: {quantization}}}\n"
+        "  gpus: {count: 1, profile: h100-80gb}\n"
+    )
+    return str(path)
+
+
+def test_llmfleet_plan_says_the_format_came_from_the_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = str(CONFIGS / "Qwen--Qwen2.5-7B-Instruct-AWQ.json")
+
+    assert main(["plan", "-f", awq_manifest(tmp_path, "none"), "--model-config", given]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert main(["plan", "-f", awq_manifest(tmp_path, "gptq"), "--model-config", given]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+
+    assert (
+        "Weights: 4-bit AWQ weights, one 16-bit scale and zero point per 128 inputs, from the "
+        "quantization_config of config.json of Qwen/Qwen2.5-7B-Instruct-AWQ@main." in out
+    )
+    assert "5.2 GiB of 4-bit AWQ weights" in out
+    assert "spec.model.quantization gptq contradicts" in err
+    assert "quant_method awq" in err

@@ -18,8 +18,16 @@ Weights quantized to fp8 on load (vLLM --quantization fp8) have their own two co
 fitted to Llama-3.1-70B on one H200 (2026-11-24) and checked on one H100: the linear layers'
 fraction of the fp8 peak (cutlass scaled-mm at these shapes reaches about half of it, not the
 bf16 GEMMs' 73 %), and a per-layer cost of every step (quantizing the activations to fp8 before
-each linear layer, dynamic per-token scales). Attention stays in bf16 (the KV cache is bf16),
-so its FLOPs count at the bf16 peak. No multi-GPU run has calibrated the model here: the
+each linear layer, dynamic per-token scales). Attention stays in bf16, so its FLOPs count at the
+bf16 peak; an fp8 KV cache (spec.engine.kvCacheDtype) halves the KV bytes a step reads.
+
+Pre-quantized checkpoints run the kernel their format runs (planner/weights.py): w8a8 (fp8 and
+int8 weights with quantized activations) takes the fp8 constants above, int8 at the fp8 peak
+(equal on H100/H200) and block-scaled fp8 with the per-tensor constants; w4a16 and w8a16 (AWQ,
+GPTQ, compressed-tensors weight-only) read their packed weights' bytes but multiply at the bf16
+rate (Marlin dequantizes to 16 bits), so they decode faster at small batches and gain nothing
+when compute-bound. None of these checkpoint kernels has been measured on a GPU: the
+dequantization's own cost is not modelled. No multi-GPU run has calibrated the model here: the
 all-reduce term comes from published latency tables, and bench/tp_published.py checks the whole
 model against published tensor-parallel vLLM results.
 
