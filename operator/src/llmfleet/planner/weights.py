@@ -94,7 +94,7 @@ def resolve_weights(
             return typed(model.dtype, "fp8", f"{QUANTIZATION_FIELD} fp8 (quantized on load)")
         raise PlanError(
             QUANTIZATION_FIELD,
-            f"spec.model.quantization {wanted} contradicts {where}, which has no "
+            f"{wanted} contradicts {where}, which has no "
             f"quantization_config (a 16-bit checkpoint): vLLM serves {wanted} only from a "
             f"checkpoint quantized that way. Use none, fp8 (quantized on load), or a {wanted} "
             "checkpoint",
@@ -105,7 +105,7 @@ def resolve_weights(
         agree = "none" if form.spec_value is None else f"none or {form.spec_value}"
         raise PlanError(
             QUANTIZATION_FIELD,
-            f"spec.model.quantization {wanted} contradicts {where}, whose quantization_config "
+            f"{wanted} contradicts {where}, whose quantization_config "
             f"says quant_method {form.method} ({form.description}); vLLM serves the "
             f"checkpoint's format, so set {agree}",
             reason="QuantizationMismatch",
