@@ -132,8 +132,12 @@ def _matches(name: str, patterns: Sequence[str], match: Match) -> bool:
 
 
 def _strings(value: object, key: str) -> tuple[str, ...]:
+    """A list of module names; a list of such lists (GPTQ's modules_in_block_to_quantize, one
+    per sequential step) is flattened, as vLLM does."""
     if value is None:
         return ()
+    if isinstance(value, list) and all(isinstance(item, list) for item in value):
+        value = [name for names in value for name in names]
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return tuple(value)
     raise ModelConfigError(f"quantization_config.{key} is not a list of module names")
