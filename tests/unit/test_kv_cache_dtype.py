@@ -155,3 +155,15 @@ def test_plan_verified_holds_the_engines_to_the_fp8_figure() -> None:
     assert plan_verified(fp8, fp8, 1).status == "True"
     # An engine that ignored the setting would allocate the 16-bit figure: half the plan's.
     assert plan_verified(sixteen, fp8, 1).status == "False"
+
+
+def test_a_spec_whose_kv_cache_does_not_fit_hears_that_fp8_would() -> None:
+    # Llama-3.1-8B on one 24 GiB GPU at 40,000 tokens: 4.72 GiB left after weights and reserve,
+    # one sequence needs 4.88 GiB in 16 bits and 2.44 in fp8.
+    small = {"count": 1, "memoryGiB": 24}
+    engine = {"maxModelLen": 40_000}
+    with pytest.raises(PlanError) as refused:
+        planned(engine, gpus=small)
+
+    assert "spec.engine.kvCacheDtype fp8 (1 full-length sequence of KV cache" in str(refused.value)
+    assert planned({**engine, "kvCacheDtype": "fp8"}, gpus=small).max_concurrent_sequences >= 1

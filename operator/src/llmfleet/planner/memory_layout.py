@@ -5,7 +5,7 @@ size does. It is the plan itself on GPUs without performance constants."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.models.model_spec import ModelArchitecture
@@ -178,6 +178,14 @@ def does_not_fit(
                 f"spec.model.quantization fp8 ({fp8.weights_gib:.2f} GiB of weights per GPU, "
                 f"{plural(fp8.sequences(length), 'full-length sequence')} of KV cache at "
                 f"TP={widest})"
+            )
+    if settings.kv_cache_dtype == "auto":
+        fp8_kv = gpu_fit(spec, gpus, arch, replace(settings, kv_cache_dtype="fp8"), widest)
+        if fp8_kv.starts(length):
+            held = plural(fp8_kv.sequences(length), "full-length sequence")
+            options.append(
+                f"spec.engine.kvCacheDtype fp8 ({held} of KV cache at TP={widest}, 1 byte per "
+                "element)"
             )
     longest = fit.longest_start(length)
     if longest >= 16:
