@@ -351,3 +351,32 @@ def test_llmfleet_plan_says_the_format_came_from_the_checkpoint(
     assert "5.2 GiB of 4-bit AWQ weights" in out
     assert "spec.model.quantization: gptq contradicts" in err
     assert "quant_method awq" in err
+
+
+# Qwen2.5-72B-Instruct's published figures, on Qwen2.5-7B-Instruct's config.json.
+QWEN_72B = {
+    **config(SIXTEEN_BIT),
+    "hidden_size": 8192,
+    "intermediate_size": 29568,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "max_window_layers": 80,
+}
+
+
+def test_a_72b_fp8_checkpoint_takes_the_gpus_of_fp8_not_of_16_bit() -> None:
+    gpus = {"count": 4, "profile": "h100-80gb"}
+    fp8_checkpoint = {
+        **QWEN_72B,
+        "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"},
+    }
+
+    sixteen = plan(spec(FINE_TUNE, gpus), model_config=QWEN_72B)
+    on_load = plan(spec(FINE_TUNE, gpus, quantization="fp8"), model_config=QWEN_72B)
+    checkpoint = plan(spec(FINE_TUNE, gpus), model_config=fp8_checkpoint)
+
+    assert sixteen.tensor_parallel_size == 4
+    # The same weights whether vLLM quantizes them on load or reads them quantized.
+    assert checkpoint.tensor_parallel_size == on_load.tensor_parallel_size == 2
+    assert checkpoint.weights_gib == pytest.approx(on_load.weights_gib, rel=0.001)
