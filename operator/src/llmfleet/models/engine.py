@@ -210,7 +210,8 @@ class EngineSpec(ApiModel):
             "--flag value or --flag=value) replaces the derived flag of the same name; "
             "numeric overrides of --max-model-len, --gpu-memory-utilization, --max-num-seqs, "
             "--max-num-batched-tokens, --max-loras, --max-lora-rank and --max-cpu-loras are "
-            "also used by the planner, and --enable-lora turns LoRA on as engine.lora does."
+            "also used by the planner, as is --kv-cache-dtype (one of kvCacheDtype's values), "
+            "and --enable-lora turns LoRA on as engine.lora does."
         ),
     )
     api_key_secret_ref: SecretKeyRef | None = Field(
