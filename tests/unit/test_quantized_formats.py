@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet.models.hfconfig import checkpoint_weights
+from llmfleet.models.hfconfig import architecture_from_config, checkpoint_weights
 from llmfleet.models.hfquant import quant_format
 
 QWEN = json.loads(
@@ -203,3 +203,29 @@ def test_compressed_tensors_ignore_names_modules_exactly_or_by_pattern(ignore: l
 
     # down_proj at 16 bits instead of 8 (and without its fp32 scale).
     assert sized(with_ignore) - sized(base) == pytest.approx(LAYERS * (INTER * HIDDEN - 4))
+
+
+FAMILIES = [
+    "meta-llama--Meta-Llama-3.1-8B",
+    "Qwen--Qwen3-30B-A3B",
+    "mistralai--Mixtral-8x7B-v0.1",
+    "google--gemma-3-27b-it",
+    "deepseek-ai--DeepSeek-V3",
+]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_family_sizes_as_16_bit_when_its_config_ignores_every_module(name: str) -> None:
+    family = json.loads((Path(__file__).parent / f"data/hf-configs/{name}.json").read_text())
+    family.pop("quantization_config", None)
+    fp8 = scheme({"num_bits": 8, "type": "float", "strategy": "tensor"}, FP8_DYNAMIC)
+    sixteen = checkpoint_weights({**family, "quantization_config": {**fp8, "ignore": ["re:.*"]}})
+    eight = checkpoint_weights({**family, "quantization_config": {**fp8, "ignore": []}})
+    assert sixteen is not None
+    assert eight is not None
+
+    # The linear layers summed from the config are the model's own: unquantized, they and the
+    # rest make its 16-bit size; quantized, more than half of it goes.
+    parameters = architecture_from_config(family).parameters_billions * 1e9
+    assert sixteen.total_bytes == pytest.approx(2 * parameters, rel=1e-3)
+    assert parameters < eight.total_bytes < 1.2 * parameters
