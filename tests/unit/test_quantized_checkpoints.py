@@ -234,7 +234,7 @@ def test_a_spec_quantization_the_checkpoint_contradicts_is_refused_naming_both(
     [
         pytest.param(
             {"quant_method": "mxfp4"},
-            "quant_method 'mxfp4' is not modelled (MXFP4",
+            "quant_method 'mxfp4' is not modelled (MXFP4 (gpt-oss) experts: vLLM pads them",
             id="mxfp4",
         ),
         pytest.param(

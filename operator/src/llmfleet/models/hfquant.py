@@ -40,9 +40,15 @@ Kernel = Literal["w16a16", "w8a8", "w8a16", "w4a16"]
 Match = Literal["exact", "substring", "compressed-tensors"]
 
 MODELLED_METHODS = ("fp8", "compressed-tensors", "awq", "gptq")
+# vLLM 0.32 pads MXFP4 experts to its MoE backend's tile (fused_moe/oracle/mxfp4.py), which
+# the GPU and the backend vLLM picks decide; nothing here has measured which.
+_MXFP4 = (
+    "MXFP4 (gpt-oss) experts: vLLM pads them to its MoE backend's tile, e.g. the hidden size to a "
+    "multiple of 256 for Marlin on Hopper, by GPU and backend, which is not modelled"
+)
 _REFUSED = {
-    "mxfp4": "MXFP4 (gpt-oss) expert weights are not modelled",
-    "gpt_oss_mxfp4": "MXFP4 (gpt-oss) expert weights are not modelled",
+    "mxfp4": _MXFP4,
+    "gpt_oss_mxfp4": _MXFP4,
     "bitsandbytes": (
         "vLLM 0.32, the engine LLMFleet pins, has no bitsandbytes quantization method, so it "
         "cannot serve this checkpoint without a plugin"
