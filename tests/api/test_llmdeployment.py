@@ -187,3 +187,7 @@ def test_kubectl_explain_describes_the_fields(cluster: Cluster) -> None:
     assert "OpenAI" in cluster.kubectl("explain", "llmd.spec.adapters.name")
     lora = " ".join(cluster.kubectl("explain", "llmd.spec.engine.lora").split())
     assert "restarts the engines once" in lora
+    kv = " ".join(cluster.kubectl("explain", "llmd.spec.engine.kvCacheDtype").split())
+    assert "store 1 byte per element, so the cache holds twice the tokens" in kv
+    quantization = " ".join(cluster.kubectl("explain", "llmd.spec.model.quantization").split())
+    assert "none serves the checkpoint as it is" in quantization
