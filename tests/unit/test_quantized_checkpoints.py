@@ -349,6 +349,10 @@ def test_llmfleet_plan_says_the_format_came_from_the_checkpoint(
         "quantization_config of config.json of Qwen/Qwen2.5-7B-Instruct-AWQ@main." in out
     )
     assert "5.2 GiB of 4-bit AWQ weights" in out
+    assert (
+        "Weights format: 4-bit AWQ weights, one 16-bit scale and zero point per 128 inputs (the "
+        "quantization_config of config.json of Qwen/Qwen2.5-7B-Instruct-AWQ@main)" in out
+    )
     assert "spec.model.quantization: gptq contradicts" in err
     assert "quant_method awq" in err
 

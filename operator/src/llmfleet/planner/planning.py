@@ -71,7 +71,12 @@ def plan(
     )
     planned = _plan(spec, profiles, arch, weights)
     where = f"Architecture from {source}. Weights: {weights.words}, from {weights.source}."
-    return planned.model_copy(update={"reason": f"{where} {planned.reason}"})
+    return planned.model_copy(
+        update={
+            "reason": f"{where} {planned.reason}",
+            "weights_format": f"{weights.words} ({weights.source})",
+        }
+    )
 
 
 def _plan(

@@ -89,7 +89,7 @@ def resolve_weights(
         ) from None
     if found is None:
         if wanted == "none":
-            return typed(model.dtype, "none", f"{where} (no quantization_config)")
+            return typed(model.dtype, "none", f"{where}, which has no quantization_config")
         if wanted == "fp8":
             return typed(model.dtype, "fp8", f"{QUANTIZATION_FIELD} fp8 (quantized on load)")
         raise PlanError(
