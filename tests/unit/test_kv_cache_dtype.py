@@ -167,3 +167,47 @@ def test_a_spec_whose_kv_cache_does_not_fit_hears_that_fp8_would() -> None:
 
     assert "spec.engine.kvCacheDtype fp8 (1 full-length sequence of KV cache" in str(refused.value)
     assert planned({**engine, "kvCacheDtype": "fp8"}, gpus=small).max_concurrent_sequences >= 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "said"),
+    [
+        pytest.param(
+            {
+                "model": {"name": "deepseek-ai/DeepSeek-V3"},
+                "gpus": {"count": 8, "profile": "h200-141gb"},
+                "engine": {"kvCacheDtype": "fp8_e5m2"},
+            },
+            "spec.engine.kvCacheDtype",
+            "kvCacheDtype fp8_e5m2: no attention backend of vLLM 0.32 on NVIDIA GPUs reads it for "
+            "multi-latent attention (kvLoraRank), so the engine would not start; use one of auto, "
+            "bfloat16, float16, fp8, fp8_e4m3",
+            id="mla-e5m2-on-gpus",
+        ),
+        pytest.param(
+            {
+                "model": {"name": "deepseek-ai/DeepSeek-V3"},
+                "gpus": {"count": 8, "profile": "h200-141gb"},
+                "engine": {"extraArgs": ["--kv-cache-dtype=fp8_e5m2"]},
+            },
+            "spec.engine.extraArgs",
+            "kvCacheDtype fp8_e5m2: no attention backend",
+            id="mla-e5m2-in-extra-args",
+        ),
+        pytest.param(
+            {"model": {"name": MODEL}, "engine": {"kvCacheDtype": "bfloat16"}},
+            "spec.engine.kvCacheDtype",
+            "kvCacheDtype bfloat16: no attention backend of vLLM 0.32 on CPUs reads it for this "
+            "model, so the engine would not start; use one of auto, fp8, fp8_e4m3, fp8_e5m2",
+            id="16-bit-named-on-cpu",
+        ),
+    ],
+)
+def test_a_kv_cache_dtype_no_attention_backend_reads_is_refused_before_any_pod(
+    spec: dict[str, Any], field: str, said: str
+) -> None:
+    with pytest.raises(PlanError) as refused:
+        plan(LLMDeploymentSpec.model_validate(spec), model_config=DEEPSEEK)
+
+    assert refused.value.field == field
+    assert said in refused.value.message

@@ -191,8 +191,10 @@ class EngineSpec(ApiModel):
             "NVIDIA GPUs), fp8_e4m3 and fp8_e5m2 store 1 byte per element, so the cache holds "
             "twice the tokens and decoding reads half the bytes, at some cost in accuracy "
             "(vLLM uses per-layer scales of 1.0 unless the checkpoint carries its own). The "
-            "planner sizes the cache and predicts speed with it. One of auto, bfloat16, "
-            "float16, fp8, fp8_e4m3, fp8_e5m2. Default auto."
+            "planner sizes the cache and predicts speed with it, and refuses what no attention "
+            "backend of the engine reads (fp8_e5m2 for multi-latent attention on GPUs; on CPUs, "
+            "anything but auto and the fp8 types). One of auto, bfloat16, float16, fp8, "
+            "fp8_e4m3, fp8_e5m2. Default auto."
         ),
     )
     scheduling_policy: SchedulingPolicy = Field(

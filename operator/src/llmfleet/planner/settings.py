@@ -86,20 +86,46 @@ def architecture(
     )
 
 
-def kv_cache_dtype(spec: LLMDeploymentSpec, extra: tuple[ArgGroup, ...]) -> KvCacheDtype:
-    """spec.engine.kvCacheDtype, or --kv-cache-dtype in extraArgs, which vLLM takes instead."""
+# The KV cache dtypes some attention backend of vLLM 0.32 reads (supported_kv_cache_dtypes in
+# vllm/v1/attention/backends/): no NVIDIA backend for multi-latent attention reads fp8_e5m2, and
+# the CPU backend names the 16-bit types only as auto. Another value leaves vLLM no backend and
+# the pod crash-looping.
+_KV_DTYPES_READ = {
+    (True, True): ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3"),
+    (False, False): ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+    (False, True): ("auto",),
+}
+
+
+def kv_cache_dtype(
+    spec: LLMDeploymentSpec, extra: tuple[ArgGroup, ...], arch: ModelArchitecture
+) -> KvCacheDtype:
+    """spec.engine.kvCacheDtype, or --kv-cache-dtype in extraArgs, which vLLM takes instead;
+    PlanError where vLLM has no attention backend that reads it."""
     raw = overridden_value(extra, "--kv-cache-dtype")
-    if raw is None:
-        return spec.engine.kv_cache_dtype
+    field = EXTRA_ARGS_FIELD if raw is not None else "spec.engine.kvCacheDtype"
+    chosen = spec.engine.kv_cache_dtype if raw is None else None
     for allowed in KV_CACHE_DTYPES:
         if raw == allowed:
-            return allowed
-    raise PlanError(
-        EXTRA_ARGS_FIELD,
-        f"--kv-cache-dtype {raw!r} is not one the planner sizes; use one of "
-        + ", ".join(KV_CACHE_DTYPES)
-        + " (or spec.engine.kvCacheDtype)",
-    )
+            chosen = allowed
+    if chosen is None:
+        raise PlanError(
+            EXTRA_ARGS_FIELD,
+            f"--kv-cache-dtype {raw!r} is not one the planner sizes; use one of "
+            + ", ".join(KV_CACHE_DTYPES)
+            + " (or spec.engine.kvCacheDtype)",
+        )
+    mla = arch.kv_lora_rank is not None
+    read = _KV_DTYPES_READ.get((spec.gpus is not None, mla), KV_CACHE_DTYPES)
+    if chosen not in read:
+        where = "on NVIDIA GPUs" if spec.gpus is not None else "on CPUs"
+        model = "multi-latent attention (kvLoraRank)" if mla else "this model"
+        raise PlanError(
+            field,
+            f"kvCacheDtype {chosen}: no attention backend of vLLM 0.32 {where} reads it for "
+            f"{model}, so the engine would not start; use one of {', '.join(read)}",
+        )
+    return chosen
 
 
 def engine_settings(
@@ -158,7 +184,7 @@ def engine_settings(
         workload=workload,
         lora=lora_settings(spec, extra),
         weights=weights or typed(spec.model.dtype, spec.model.quantization),
-        kv_cache_dtype=kv_cache_dtype(spec, extra),
+        kv_cache_dtype=kv_cache_dtype(spec, extra, arch),
     )
 
 
