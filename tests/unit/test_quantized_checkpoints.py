@@ -160,8 +160,9 @@ def test_deepseek_v3_is_sized_as_the_fp8_checkpoint_it_is() -> None:
     c = config("deepseek-ai--DeepSeek-V3")
     weights = checkpoint_weights(c)
     assert weights is not None
-    # deepseek-ai/DeepSeek-V3 at revision afb92e1f: its safetensors hold 688,586,727,753 bytes
-    # (model.safetensors.index.json total_size, as quoted for that revision). They include the
+    # deepseek-ai/DeepSeek-V3 at revision afb92e1fa402: its weight files hold 688,586,727,753
+    # bytes, as a public survey of model artifacts quotes that revision (the Hub, and so the
+    # repository's model.safetensors.index.json, is not reachable from here). They include the
     # multi-token-prediction layer 61, which vLLM loads only for speculative decoding: one
     # more MoE decoder layer in fp8, its own bf16 embeddings and output head, and the bf16
     # eh_proj (hidden x 2 hidden) and norms.
