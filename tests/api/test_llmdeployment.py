@@ -88,6 +88,12 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
         "at least maxAdapters",
     ),
     ("lora-rank-vllm-refuses", {"engine": {"lora": {"maxRank": 24}}}, "spec.engine.lora.maxRank"),
+    (
+        "kv-cache-dtype-not-offered",
+        {"engine": {"kvCacheDtype": "int8"}},
+        'spec.engine.kvCacheDtype: Unsupported value: "int8": supported values: "auto", '
+        '"bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"',
+    ),
 ]
 
 
@@ -224,3 +230,7 @@ def test_kubectl_explain_describes_the_fields(cluster: Cluster) -> None:
     extra = " ".join(cluster.kubectl("explain", "llmd.spec.engine.extraArgs").split())
     assert "(vllm serve MODEL ...), the first item a flag" in extra
     assert "does not know (misspelt, removed, or abbreviated)" in extra
+    kv = " ".join(cluster.kubectl("explain", "llmd.spec.engine.kvCacheDtype").split())
+    assert "store 1 byte per element, so the cache holds twice the tokens" in kv
+    quantization = " ".join(cluster.kubectl("explain", "llmd.spec.model.quantization").split())
+    assert "none serves the checkpoint as it is" in quantization

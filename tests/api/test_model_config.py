@@ -156,3 +156,51 @@ def test_a_hub_that_fails_is_named_and_retried_until_it_answers(
     # Retried with the resource's backoff, not at the next resync.
     wait_until(lambda: planned(api, namespace, "later"), timeout=30, what="later planned")
     assert len(hub.asked(repo)) >= 2
+
+
+# A pre-quantized checkpoint's published config.json (4-bit AWQ), under a repo id of its own.
+AWQ = json.loads(
+    (
+        Path(__file__).parents[1] / "unit/data/hf-configs/Qwen--Qwen2.5-7B-Instruct-AWQ.json"
+    ).read_text()
+)
+AWQ_REPO = "acme-labs/qwen-7b-awq"
+
+
+def test_a_quantized_checkpoint_is_planned_in_its_format_and_a_spec_contradicting_it_refused(
+    hub_operator: ThreadOperator,
+    hub: HubStub,
+    api: client.ApiClient,
+    cluster: Cluster,
+    namespace: str,
+) -> None:
+    hub.serve_config(AWQ_REPO, AWQ)
+    apply(cluster, namespace, llmd("awq", model={"name": AWQ_REPO}, gpus=GPUS))
+    apply(
+        cluster,
+        namespace,
+        llmd("gptq", model={"name": AWQ_REPO, "quantization": "gptq"}, gpus=GPUS),
+    )
+
+    found = wait_until(lambda: planned(api, namespace, "awq"), what="awq planned")
+    wrong = wait_until(lambda: refused(api, namespace, "gptq"), what="gptq refused")
+
+    assert (
+        f"Weights: 4-bit AWQ weights, one 16-bit scale and zero point per 128 inputs, from the "
+        f"quantization_config of config.json of {AWQ_REPO}@main."
+    ) in condition(found, "Planned")["message"]
+    # Not the 14.2 GiB the 16-bit model would take.
+    assert "5.2 GiB of 4-bit AWQ weights" in condition(found, "Planned")["message"]
+    (deployment,) = [
+        d for d in deployments(api, namespace) if d.metadata.labels[DEPLOYMENT_LABEL] == "awq"
+    ]
+    assert "--quantization" not in deployment.spec.template.spec.containers[0].args
+    assert wrong["reason"] == "QuantizationMismatch"
+    assert wrong["message"].startswith(
+        f"spec.model.quantization: gptq contradicts config.json of "
+        f"{AWQ_REPO}@main, whose quantization_config says quant_method awq"
+    )
+    wait_until(
+        lambda: warning_events(api, namespace, "gptq", "QuantizationMismatch"),
+        what="a Warning Event QuantizationMismatch",
+    )

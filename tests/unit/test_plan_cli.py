@@ -71,8 +71,8 @@ def test_table_is_the_default_and_shows_reason_and_args(
     assert out.startswith("LLMDeployment llama-70b\n")
     assert re.search(r"^  Strategy:\s+MultiPod$", out, re.MULTILINE)
     assert re.search(
-        r"^  Reason:\n    Architecture from the built-in catalog\. "
-        r"meta-llama/Llama-3\.1-70B-Instruct has",
+        r"^  Reason:\n    Architecture from the built-in catalog\. Weights: 16-bit, from "
+        r"spec\.model\.quantization none\.\s+meta-llama/Llama-3\.1-70B-Instruct has",
         out,
         re.MULTILINE,
     )

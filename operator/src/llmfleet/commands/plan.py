@@ -248,6 +248,7 @@ def _table(item: _Planned) -> str:
         ),
         ("Total GPUs", str(p.total_gpus)),
         ("Weights per GPU", f"{_gib(p.weights_gib_per_gpu)} of {_gib(p.weights_gib)} in all"),
+        ("Weights format", p.weights_format),
         (
             "KV cache",
             f"{p.kv_cache_tokens_per_replica:,} tokens per replica "

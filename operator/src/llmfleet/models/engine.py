@@ -20,6 +20,18 @@ from llmfleet.models.podmeta import MAX_POD_METADATA_ENTRIES, LabelValue, pod_me
 from llmfleet.models.refs import SecretKeyRef
 
 SchedulingPolicy = Literal["fcfs", "priority"]
+# vLLM 0.32's --kv-cache-dtype values (its CacheDType) that the planner sizes: the 16-bit types
+# and fp8, one byte per element. Its other values (fp8_inc for Intel Gaudi, the DeepSeek sparse
+# MLA, nvfp4, turboquant and per-token-head layouts) are not offered.
+KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+KV_CACHE_DTYPES: tuple[KvCacheDtype, ...] = (
+    "auto",
+    "bfloat16",
+    "float16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+)
 
 # Flags the operator owns: the Service and probes target the port it sets, the GPU count per
 # pod follows the planned tensor-parallel size, a multi-node replica's pods find each other
@@ -187,6 +199,20 @@ class EngineSpec(ApiModel):
             "Latency (long prompts are prefilled in chunks)."
         ),
     )
+    kv_cache_dtype: KvCacheDtype = Field(
+        default="auto",
+        description=(
+            "Element type of the KV cache, vLLM --kv-cache-dtype. auto stores it in the "
+            "model's activation dtype (2 bytes per element for 16-bit models); fp8 (e4m3 on "
+            "NVIDIA GPUs), fp8_e4m3 and fp8_e5m2 store 1 byte per element, so the cache holds "
+            "twice the tokens and decoding reads half the bytes, at some cost in accuracy "
+            "(vLLM uses per-layer scales of 1.0 unless the checkpoint carries its own). The "
+            "planner sizes the cache and predicts speed with it, and refuses what no attention "
+            "backend of the engine reads (fp8_e5m2 for multi-latent attention on GPUs; on CPUs, "
+            "anything but auto and the fp8 types). One of auto, bfloat16, float16, fp8, "
+            "fp8_e4m3, fp8_e5m2. Default auto."
+        ),
+    )
     scheduling_policy: SchedulingPolicy = Field(
         default="fcfs",
         description=(
@@ -202,10 +228,11 @@ class EngineSpec(ApiModel):
             "item a flag. A flag given here (as --flag value or --flag=value) replaces the "
             "derived flag of the same name; numeric overrides of --max-model-len, "
             "--gpu-memory-utilization, --max-num-seqs, --max-num-batched-tokens, --max-loras, "
-            "--max-lora-rank and --max-cpu-loras are also used by the planner, and "
-            "--enable-lora turns LoRA on as engine.lora does. Unless spec.engine.image is set, "
-            "a flag the default engine's vLLM does not know (misspelt, removed, or abbreviated), "
-            "or a value outside a flag's choices, is refused with Planned=False naming it."
+            "--max-lora-rank and --max-cpu-loras are also used by the planner, as is "
+            "--kv-cache-dtype (one of kvCacheDtype's values), and --enable-lora turns LoRA on "
+            "as engine.lora does. Unless spec.engine.image is set, a flag the default engine's "
+            "vLLM does not know (misspelt, removed, or abbreviated), or a value outside a flag's "
+            "choices, is refused with Planned=False naming it."
         ),
     )
     api_key_secret_ref: SecretKeyRef | None = Field(

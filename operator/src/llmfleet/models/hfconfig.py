@@ -12,10 +12,12 @@ refused, naming what is not modelled.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from llmfleet.models.hfconfig_layers import (
     Layers,
+    Linear,
     ModelConfigError,
     deepseek_layers,
     gemma_layers,
@@ -23,9 +25,16 @@ from llmfleet.models.hfconfig_layers import (
     positive_int,
     siglip_parameters,
 )
+from llmfleet.models.hfquant import QuantFormat, quant_format
 from llmfleet.models.model_spec import ModelArchitecture
 
-__all__ = ["MODELLED", "ModelConfigError", "architecture_from_config"]
+__all__ = [
+    "MODELLED",
+    "CheckpointWeights",
+    "ModelConfigError",
+    "architecture_from_config",
+    "checkpoint_weights",
+]
 
 _LLAMA_LIKE = frozenset(
     {
@@ -90,9 +99,17 @@ def _layers(name: str, config: Mapping[str, Any]) -> Layers:
     return llama_layers(name, config)
 
 
-def architecture_from_config(config: Mapping[str, Any]) -> ModelArchitecture:
-    """The architecture figures of the model `config` (a parsed config.json) describes, or
-    ModelConfigError naming what is not modelled."""
+@dataclass(frozen=True)
+class _Model:
+    text: Mapping[str, Any]  # the language model's figures
+    layers: Layers
+    parameters: int  # everything vLLM loads: layers, embeddings, final norm, vision tower
+    hidden: int
+    vocab: int
+    tied: bool
+
+
+def _model(config: Mapping[str, Any]) -> _Model:
     name = _name(config)
     if name not in MODELLED:
         raise _refuse(name, _NOT_MODELLED.get(name, "an architecture the planner does not know"))
@@ -103,12 +120,62 @@ def architecture_from_config(config: Mapping[str, Any]) -> ModelArchitecture:
         text = {**_GEMMA3_TEXT_DEFAULTS, **(config.get("text_config") or {})}
         vision = siglip_parameters(config, positive_int(text, "hidden_size"))
     layers = _layers(name, text)
-    heads = positive_int(text, "num_attention_heads")
     hidden = positive_int(text, "hidden_size")
     vocab = positive_int(text, "vocab_size")
     tied = bool(text.get("tie_word_embeddings", layers.tied_by_default))
     embeddings = vocab * hidden * (1 if tied else 2)
     parameters = layers.parameters + embeddings + hidden + vision
+    return _Model(text, layers, parameters, hidden, vocab, tied)
+
+
+@dataclass(frozen=True)
+class CheckpointWeights:
+    """A quantized checkpoint's weights, summed from its layers as the format stores them."""
+
+    format: QuantFormat
+    total_bytes: float
+    embedding_matrix_bytes: float  # one vocabulary x hidden matrix, 16-bit
+    routed_expert_bytes: float  # of total_bytes: the routed experts
+
+
+# Everything a quantized format leaves unquantized is loaded in the 16-bit activation dtype.
+_HALF = 2
+
+
+def checkpoint_weights(config: Mapping[str, Any]) -> CheckpointWeights | None:
+    """The weights of the quantized checkpoint `config` declares (its quantization_config);
+    None for a 16-bit one. ModelConfigError names what is not modelled."""
+    found = quant_format(config)
+    if found is None:
+        return None
+    model = _model(config)
+    linears = list(model.layers.linears)
+    if found.lm_head and not model.tied:
+        linears.append(Linear("lm_head", model.hidden, model.vocab))
+    total = routed = 0.0
+    for linear in linears:
+        if found.quantizes(linear.name):
+            size = found.linear_bytes(linear) * linear.copies
+        else:
+            size = float(linear.parameters * _HALF)
+        total += size
+        routed += size if linear.copies > 1 else 0.0
+    rest = model.parameters - sum(linear.parameters for linear in linears)
+    return CheckpointWeights(
+        found,
+        total + rest * _HALF,
+        float(model.vocab * model.hidden * _HALF),
+        routed,
+    )
+
+
+def architecture_from_config(config: Mapping[str, Any]) -> ModelArchitecture:
+    """The architecture figures of the model `config` (a parsed config.json) describes, or
+    ModelConfigError naming what is not modelled."""
+    model = _model(config)
+    text, layers, parameters = model.text, model.layers, model.parameters
+    heads = positive_int(text, "num_attention_heads")
+    hidden, vocab, tied = model.hidden, model.vocab, model.tied
     active = None
     if layers.routed_expert_parameters:
         share = layers.experts_per_token / layers.experts

@@ -25,6 +25,43 @@ def positive_int(config: Mapping[str, Any], key: str, default: int | None = None
 
 
 @dataclass(frozen=True)
+class Linear:
+    """A linear layer's weight matrix as vLLM names the module (model.layers.0.self_attn.q_proj):
+    what a quantized checkpoint stores packed, with its scales, unless its config ignores it.
+    A mixture of experts' routed experts are one entry per matrix kind, `copies` of it."""
+
+    name: str
+    inputs: int
+    outputs: int
+    copies: int = 1
+
+    @property
+    def parameters(self) -> int:
+        return self.inputs * self.outputs * self.copies
+
+
+def _mlp(prefix: str, hidden: int, width: int, copies: int = 1) -> list[Linear]:
+    """A gated MLP's gate, up and down projections."""
+    return [
+        Linear(f"{prefix}.gate_proj", hidden, width, copies),
+        Linear(f"{prefix}.up_proj", hidden, width, copies),
+        Linear(f"{prefix}.down_proj", width, hidden, copies),
+    ]
+
+
+def _gqa_linears(prefix: str, config: Mapping[str, Any], head_dim: int) -> list[Linear]:
+    hidden = positive_int(config, "hidden_size")
+    heads = positive_int(config, "num_attention_heads")
+    kv_heads = positive_int(config, "num_key_value_heads", heads)
+    return [
+        Linear(f"{prefix}.self_attn.q_proj", hidden, heads * head_dim),
+        Linear(f"{prefix}.self_attn.k_proj", hidden, kv_heads * head_dim),
+        Linear(f"{prefix}.self_attn.v_proj", hidden, kv_heads * head_dim),
+        Linear(f"{prefix}.self_attn.o_proj", heads * head_dim, hidden),
+    ]
+
+
+@dataclass(frozen=True)
 class Layers:
     parameters: int  # every decoder layer, without the embeddings
     head_dim: int
@@ -37,6 +74,9 @@ class Layers:
     expert_intermediate_size: int | None = None
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
+    # The linear layers among `parameters`; the rest (norms, biases, routers) stay 16-bit in
+    # every quantized format.
+    linears: tuple[Linear, ...] = ()
 
 
 def _gqa_attention(config: Mapping[str, Any], *, bias: bool, qk_norm: bool) -> tuple[int, int]:
@@ -67,19 +107,32 @@ def llama_layers(name: str, config: Mapping[str, Any]) -> Layers:
     bias = bool(config.get("attention_bias")) or name.startswith("Qwen2")
     attention, head_dim = _gqa_attention(config, bias=bias, qk_norm=name.startswith("Qwen3"))
     dense_mlp = _MLP_MATRICES * hidden * inter
-    experts = k = width = moe_layers = per_moe_layer = 0
+    experts = k = width = per_moe_layer = shared = 0
+    moe = set[int]()
     if name == "MixtralForCausalLM":
-        experts, width, moe_layers = positive_int(config, "num_local_experts"), inter, count
+        experts, width, moe = positive_int(config, "num_local_experts"), inter, set(range(count))
     elif name.endswith("MoeForCausalLM") and config.get("num_experts"):
         experts = positive_int(config, "num_experts")
         width = positive_int(config, "moe_intermediate_size")
         skipped = set(config.get("mlp_only_layers") or [])
         step = int(config.get("decoder_sparse_step") or 1)
-        moe_layers = sum(1 for i in range(count) if i not in skipped and (i + 1) % step == 0)
+        moe = {i for i in range(count) if i not in skipped and (i + 1) % step == 0}
         shared = int(config.get("shared_expert_intermediate_size") or 0)
         if shared:
             # Qwen2-MoE's shared expert and its sigmoid gate (hidden -> 1) run for every token.
             per_moe_layer = _MLP_MATRICES * hidden * shared + hidden
+    moe_layers = len(moe)
+    mlp = "block_sparse_moe" if name == "MixtralForCausalLM" else "mlp"
+    linears: list[Linear] = []
+    for i in range(count):
+        prefix = f"model.layers.{i}"
+        linears += _gqa_linears(prefix, config, head_dim)
+        if i not in moe:
+            linears += _mlp(f"{prefix}.mlp", hidden, inter)
+            continue
+        linears += _mlp(f"{prefix}.{mlp}.experts", hidden, width, experts)
+        if shared:
+            linears += _mlp(f"{prefix}.mlp.shared_expert", hidden, shared)
     if experts:
         k = positive_int(config, "num_experts_per_tok")
         per_moe_layer += _experts(hidden, experts, width) + hidden * experts
@@ -98,6 +151,7 @@ def llama_layers(name: str, config: Mapping[str, Any]) -> Layers:
         experts=experts,
         experts_per_token=k,
         expert_intermediate_size=width or None,
+        linears=tuple(linears),
     )
 
 
@@ -121,12 +175,17 @@ def gemma_layers(name: str, config: Mapping[str, Any]) -> Layers:
     inter = positive_int(config, "intermediate_size")
     attention, head_dim = _gqa_attention(config, bias=False, qk_norm=name.startswith("Gemma3"))
     per_layer = attention + _MLP_MATRICES * hidden * inter + 4 * hidden
+    linears: list[Linear] = []
+    for i in range(count):
+        linears += _gqa_linears(f"model.layers.{i}", config, head_dim)
+        linears += _mlp(f"model.layers.{i}.mlp", hidden, inter)
     return Layers(
         parameters=count * per_layer,
         head_dim=head_dim,
         tied_by_default=True,
         sliding_window=positive_int(config, "sliding_window"),
         sliding_layers=_gemma_sliding_layers(name, config, count),
+        linears=tuple(linears),
     )
 
 
@@ -146,6 +205,28 @@ def _mla_attention(config: Mapping[str, Any], hidden: int, heads: int) -> int:
     return queries + latent + kv_rank * heads * (nope + value) + heads * value * hidden
 
 
+def _mla_linears(prefix: str, config: Mapping[str, Any], hidden: int, heads: int) -> list[Linear]:
+    nope = positive_int(config, "qk_nope_head_dim")
+    rope = positive_int(config, "qk_rope_head_dim")
+    value = positive_int(config, "v_head_dim")
+    kv_rank = positive_int(config, "kv_lora_rank")
+    q_rank = int(config.get("q_lora_rank") or 0)
+    attention = f"{prefix}.self_attn"
+    if q_rank:
+        queries = [
+            Linear(f"{attention}.q_a_proj", hidden, q_rank),
+            Linear(f"{attention}.q_b_proj", q_rank, heads * (nope + rope)),
+        ]
+    else:
+        queries = [Linear(f"{attention}.q_proj", hidden, heads * (nope + rope))]
+    return [
+        *queries,
+        Linear(f"{attention}.kv_a_proj_with_mqa", hidden, kv_rank + rope),
+        Linear(f"{attention}.kv_b_proj", kv_rank, heads * (nope + value)),
+        Linear(f"{attention}.o_proj", heads * value, hidden),
+    ]
+
+
 def deepseek_layers(config: Mapping[str, Any]) -> Layers:
     """DeepSeek-V2/V3 (and Kimi K2): multi-latent attention; the first first_k_dense_replace
     layers dense, the rest n_routed_experts routed plus n_shared_experts shared experts. The
@@ -158,13 +239,27 @@ def deepseek_layers(config: Mapping[str, Any]) -> Layers:
     width = positive_int(config, "moe_intermediate_size")
     first_dense = int(config.get("first_k_dense_replace") or 0)
     frequency = int(config.get("moe_layer_freq") or 1)
-    moe_layers = sum(1 for i in range(first_dense, count) if i % frequency == 0)
+    moe = {i for i in range(first_dense, count) if i % frequency == 0}
+    moe_layers = len(moe)
     routed = _experts(hidden, experts, width)
-    shared = _experts(hidden, int(config.get("n_shared_experts") or 0), width)
+    shared_count = int(config.get("n_shared_experts") or 0)
+    shared = _experts(hidden, shared_count, width)
+    inter = positive_int(config, "intermediate_size")
+    linears: list[Linear] = []
+    for i in range(count):
+        prefix = f"model.layers.{i}"
+        linears += _mla_linears(prefix, config, hidden, heads)
+        if i not in moe:
+            linears += _mlp(f"{prefix}.mlp", hidden, inter)
+            continue
+        linears += _mlp(f"{prefix}.mlp.experts", hidden, width, experts)
+        if shared_count:
+            # vLLM runs the shared experts as one MLP of their summed width, as stored.
+            linears += _mlp(f"{prefix}.mlp.shared_experts", hidden, shared_count * width)
     router = hidden * experts
     if config.get("topk_method") == "noaux_tc":
         router += experts  # the routing bias (e_score_correction_bias)
-    dense = _MLP_MATRICES * hidden * positive_int(config, "intermediate_size")
+    dense = _MLP_MATRICES * hidden * inter
     attention = _mla_attention(config, hidden, heads) + 2 * hidden
     parameters = count * attention + moe_layers * (routed + shared + router)
     parameters += (count - moe_layers) * dense
@@ -177,6 +272,7 @@ def deepseek_layers(config: Mapping[str, Any]) -> Layers:
         expert_intermediate_size=width,
         kv_lora_rank=positive_int(config, "kv_lora_rank"),
         qk_rope_head_dim=positive_int(config, "qk_rope_head_dim"),
+        linears=tuple(linears),
     )
 
 

@@ -300,11 +300,16 @@ class ModelSpec(ApiModel):
     quantization: Quantization = Field(
         default="none",
         description=(
-            "Weight quantization. fp8 quantizes a 16-bit checkpoint on load (vLLM "
-            "--quantization fp8; needs Hopper/Ada or newer GPUs); int8, awq and gptq need a "
-            "checkpoint already quantized that way, which vLLM detects from its config. The "
-            "planner counts 1 byte per weight for fp8 and int8, 0.5 for awq and gptq. One of "
-            "none, fp8, int8, awq, gptq. Default none."
+            "Weight quantization. none serves the checkpoint as it is: when the planner reads "
+            "the model's config.json, a pre-quantized checkpoint (its quantization_config: "
+            "fp8, compressed-tensors, AWQ, GPTQ) is sized as that format stores it and vLLM "
+            "reads the format itself. fp8 quantizes a 16-bit checkpoint on load (vLLM "
+            "--quantization fp8; needs Hopper/Ada or newer GPUs), or names an fp8 checkpoint's "
+            "format; int8, awq and gptq name a checkpoint already quantized that way. A value "
+            "that contradicts the checkpoint's quantization_config is refused (Planned=False, "
+            "QuantizationMismatch), naming both. Without config.json (catalog, architecture) "
+            "the planner counts 1 byte per weight for fp8 and int8, 0.5 for awq and gptq. One "
+            "of none, fp8, int8, awq, gptq. Default none."
         ),
     )
     revision: Revision | None = Field(

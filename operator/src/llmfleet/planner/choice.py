@@ -89,7 +89,8 @@ def evaluate(  # noqa: PLR0917
             pod = pod_model(
                 arch,
                 dtype=spec.model.dtype,
-                quantization=spec.model.quantization,
+                quantization=settings.weights,
+                kv_cache_dtype=settings.kv_cache_dtype,
                 tensor_parallel_size=size,
                 gpu=gpus.performance,
                 max_num_batched_tokens=settings.max_num_batched_tokens,

@@ -12,7 +12,7 @@ from llmfleet.planner.candidates import concurrency_for
 from llmfleet.planner.engine_args import ArgGroup
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.explain import explain_cpu_batching, plural, precision
-from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu, kv_tokens_in
+from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu, kv_dtype, kv_tokens_in
 from llmfleet.planner.lora import explain_lora, lora_plan
 from llmfleet.planner.memory import GIB, weights_gib
 from llmfleet.planner.pod_settings import shm_size_gib, startup_budget
@@ -31,7 +31,9 @@ def plan_cpu(
 ) -> Plan:
     length = settings.max_model_len
     cache_gib = spec.engine.cpu_kv_cache_gib
-    bytes_per_token = kv_bytes_per_token_per_gpu(arch, spec.model.dtype, 1)
+    bytes_per_token = kv_bytes_per_token_per_gpu(
+        arch, kv_dtype(spec.model.dtype, settings.kv_cache_dtype), 1
+    )
     tokens = kv_tokens_in(cache_gib, bytes_per_token)
     if tokens < length:
         needed = math.ceil(bytes_per_token * length / GIB * 100) / 100
@@ -41,7 +43,7 @@ def plan_cpu(
             f"than one {length}-token sequence (maxModelLen); set cpuKVCacheGiB to at least "
             f"{needed:g} or lower spec.engine.maxModelLen to {max(16, tokens)} or less",
         )
-    total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+    total_weights = weights_gib(arch, spec.model.dtype, settings.weights)
     lora = lora_plan(arch, settings.lora, tensor_parallel_size=1)
     # vLLM's CPU backend keeps the LoRA buffers in host memory, beside its cache of adapters.
     lora_gib = 0.0 if lora is None else lora.gpu_gib_per_gpu + lora.cpu_gib_per_pod
@@ -50,7 +52,7 @@ def plan_cpu(
     sequences = tokens // length
     reason = (
         f"No spec.gpus, so one vLLM CPU pod. {spec.model.name} has {total_weights:.1f} GiB of "
-        f"{precision(spec)} weights ({arch.parameters_billions:g}B parameters) in host "
+        f"{precision(settings.weights)} weights ({arch.parameters_billions:g}B parameters) in host "
         f"memory; the {cache_gib:g} GiB KV cache (engine.cpuKVCacheGiB) holds {tokens:,} "
         f"tokens, {plural(sequences, 'sequence')} of {length:,} tokens. "
         f"Suggested memory request: {memory} GiB (weights + KV cache + {CPU_RUNTIME_GIB} GiB "

@@ -10,17 +10,17 @@ from llmfleet.planner.candidates import (
     Evaluated,
     Workload,
 )
-from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu
+from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu, kv_dtype
 from llmfleet.planner.memory import GpuFit, weights_gib
 from llmfleet.planner.placement import Gpus
 from llmfleet.planner.settings import Settings
+from llmfleet.planner.weights import Weights
 
 
-def precision(spec: LLMDeploymentSpec) -> str:
-    quantization = spec.model.quantization
-    if quantization == "none":
-        return "16-bit" if spec.model.dtype == "auto" else spec.model.dtype
-    return {"fp8": "fp8", "int8": "int8", "awq": "4-bit AWQ", "gptq": "4-bit GPTQ"}[quantization]
+def precision(weights: Weights) -> str:
+    if weights.checkpoint is not None:
+        return weights.checkpoint.format.label
+    return weights.words
 
 
 def join(numbers: list[int] | tuple[int, ...]) -> str:
@@ -38,10 +38,11 @@ def explain_sizing(
     settings: Settings,
     chosen: GpuFit,
 ) -> str:
-    total = weights_gib(arch, spec.model.dtype, spec.model.quantization)
-    kv_kib = kv_bytes_per_token_per_gpu(arch, spec.model.dtype, 1) / 1024
+    total = weights_gib(arch, spec.model.dtype, settings.weights)
+    kv = kv_dtype(spec.model.dtype, settings.kv_cache_dtype)
+    kv_kib = kv_bytes_per_token_per_gpu(arch, kv, 1) / 1024
     return (
-        f"{spec.model.name} has {total:.1f} GiB of {precision(spec)} weights "
+        f"{spec.model.name} has {total:.1f} GiB of {precision(settings.weights)} weights "
         f"({arch.parameters_billions:g}B parameters) and {kv_kib:g} KiB of KV cache per token. "
         f"Each {gpus.memory_gib:g} GiB GPU gives vLLM {chosen.budget_gib:.2f} GiB "
         f"(gpuMemoryUtilization {settings.gpu_memory_utilization:g}), {chosen.reserve_gib:.2f} "
@@ -63,7 +64,7 @@ def explain_smaller_sizes(
     sizes: tuple[int, ...],
     fits: dict[int, GpuFit],
     chosen: int,
-    quantization: str = "none",
+    sixteen_bit: bool = True,
 ) -> str:
     length = settings.max_model_len
     text = f"At TP={chosen}: {describe_fit(fits[chosen], length)}."
@@ -72,7 +73,7 @@ def explain_smaller_sizes(
         text += (
             f" Only {plural(sequences, 'full-length sequence')} fit, below the "
             f"{MIN_CONCURRENT_SEQUENCES} the planner aims for; expect queueing, or use "
-            f"{'fp8, ' if quantization == 'none' else ''}more GPUs or a shorter maxModelLen."
+            f"{'fp8, ' if sixteen_bit else ''}more GPUs or a shorter maxModelLen."
         )
     smaller = [size for size in sizes if size < chosen]
     if not smaller:

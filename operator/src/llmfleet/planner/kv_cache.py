@@ -6,16 +6,32 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
+from llmfleet.models.engine import KvCacheDtype
 from llmfleet.models.model_spec import Dtype, ModelArchitecture
 
 GIB = 1024**3
 # vLLM allocates the KV cache in blocks of 16 tokens.
 KV_BLOCK_TOKENS = 16
+# What a KV cache element is stored as: the activation dtype (kvCacheDtype auto) or the
+# kvCacheDtype named.
+KvDtype = Literal["auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2"]
+_FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 
-def kv_bytes_per_element(dtype: Dtype) -> int:
-    """The KV cache uses the activation dtype (vLLM's kv_cache_dtype auto), whatever the weights."""
+def kv_dtype(dtype: Dtype, kv_cache_dtype: KvCacheDtype) -> KvDtype:
+    """The KV cache's element type: vLLM's --kv-cache-dtype auto follows the activation dtype,
+    whatever the weights."""
+    return dtype if kv_cache_dtype == "auto" else kv_cache_dtype
+
+
+def kv_bytes_per_element(dtype: KvDtype) -> int:
+    """vLLM stores fp8 KV as one byte per element (uint8, vllm/utils/torch_utils.py) with one
+    scale per layer for keys and one for values, which it loads with the weights, not the
+    cache."""
+    if dtype in _FP8:
+        return 1
     return 4 if dtype == "float32" else 2
 
 
@@ -30,7 +46,7 @@ def layers_per_stage(arch: ModelArchitecture, pipeline_parallel_size: int) -> in
 
 
 def kv_bytes_per_token_per_layer(
-    arch: ModelArchitecture, dtype: Dtype, tensor_parallel_size: int
+    arch: ModelArchitecture, dtype: KvDtype, tensor_parallel_size: int
 ) -> int:
     """One token of one layer's KV cache on one GPU: key and value of this GPU's heads, or with
     multi-latent attention the whole latent and rotary key (vLLM keeps them on every GPU)."""
@@ -42,7 +58,7 @@ def kv_bytes_per_token_per_layer(
 
 def kv_bytes_per_token_per_gpu(
     arch: ModelArchitecture,
-    dtype: Dtype,
+    dtype: KvDtype,
     tensor_parallel_size: int,
     pipeline_parallel_size: int = 1,
 ) -> int:
@@ -100,7 +116,7 @@ class KvLayout:
 
 def kv_layout(
     arch: ModelArchitecture,
-    dtype: Dtype,
+    dtype: KvDtype,
     tensor_parallel_size: int,
     pipeline_parallel_size: int = 1,
     max_num_batched_tokens: int = 0,

@@ -29,12 +29,14 @@ from llmfleet.models.adapters import (
     LoraSpec,
 )
 from llmfleet.models.deployment import LLMDeploymentSpec
+from llmfleet.models.engine import KvCacheDtype
 from llmfleet.models.model_spec import ModelArchitecture
 from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, ArgGroup, parse_int_override
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.kv_cache import (
     kv_bytes_per_element,
     kv_bytes_per_token_per_gpu,
+    kv_dtype,
     kv_heads_per_gpu,
     kv_tokens_in,
     layers_per_stage,
@@ -209,12 +211,15 @@ def lora_does_not_fit(
     lora: LoraSettings,
     max_model_len: int,
     without: Plan,
+    *,
+    kv_cache_dtype: KvCacheDtype = "auto",
 ) -> PlanError:
     """The refusal when the spec plans without LoRA but not with it: the numbers at the layout
     it gets without, and the settings that would fit there."""
     tp, pp = without.tensor_parallel_size, without.pipeline_parallel_size
     room = without.kv_cache_gib_per_gpu
-    per_token = kv_bytes_per_token_per_gpu(arch, spec.model.dtype, tp, pp)
+    kv = kv_dtype(spec.model.dtype, kv_cache_dtype)
+    per_token = kv_bytes_per_token_per_gpu(arch, kv, tp, pp)
 
     def fits(settings: LoraSettings) -> bool:
         left = round_down(room - buffer_gib(arch, settings, tp, pp))

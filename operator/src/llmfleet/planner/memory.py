@@ -34,7 +34,10 @@ CUDA reports for the GPU; it loads its shard of the weights, profiles a forward 
 * Weights: parameters x bytes per weight; with fp8 (quantized on load) vLLM keeps the
   embeddings and the output head in 16 bits ("Model loading took 67.73 GiB" for Llama-3.1-70B,
   65.75 GiB at 8 bits throughout), so they count at 2 bytes where the architecture gives a
-  vocabulary size.
+  vocabulary size. A pre-quantized checkpoint read from its config.json is summed from its
+  layers as its format stores them, scales and 16-bit modules included (planner/weights.py).
+* KV cache dtype: the activation dtype, or 1 byte per element with spec.engine.kvCacheDtype
+  fp8 (kv_cache.kv_dtype).
 * KV cache: vLLM's KV cache manager (vllm/v1/core/kv_cache_utils.py) cuts it into blocks of
   KV_BLOCK_TOKENS tokens. With full attention only, a block holds those tokens for every layer
   and a sequence of L tokens takes ceil(L / 16) blocks. With sliding-window layers beside full
@@ -52,14 +55,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llmfleet.models.engine import KvCacheDtype
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
 from llmfleet.planner.kv_cache import (
     KV_BLOCK_TOKENS,
     KvLayout,
     kv_bytes_per_token_per_layer,
+    kv_dtype,
     kv_layout,
 )
 from llmfleet.planner.pipeline_stages import passes_kv_check, stage_layers, stage_weights_gib
+from llmfleet.planner.weights import Weights, as_weights
 
 GIB = 1024**3
 CUDA_UNREACHABLE_GIB = 0.82
@@ -87,7 +93,13 @@ def embedding_parameters(arch: ModelArchitecture) -> float:
     return float(matrices * arch.vocab_size * arch.num_attention_heads * arch.head_dim)
 
 
-def weights_gib(arch: ModelArchitecture, dtype: Dtype, quantization: Quantization) -> float:
+def weights_gib(
+    arch: ModelArchitecture, dtype: Dtype, quantization: Quantization | Weights
+) -> float:
+    weights = as_weights(dtype, quantization)
+    if weights.checkpoint is not None:
+        return weights.checkpoint.total_bytes / GIB
+    quantization = weights.quantization
     total = arch.parameters_billions * 1e9 * bytes_per_weight(dtype, quantization)
     if quantization == "fp8":
         # vLLM's online fp8 quantizes the linear layers only: the embeddings and the output
@@ -199,12 +211,25 @@ class GpuFit:
         return low
 
 
+def routed_expert_bytes(
+    arch: ModelArchitecture, dtype: Dtype, quantization: Quantization | Weights, routed: float
+) -> float:
+    """The routed experts' weights (`routed` parameters) as `weights_gib` counts them."""
+    weights = as_weights(dtype, quantization)
+    if weights.checkpoint is not None:
+        return weights.checkpoint.routed_expert_bytes
+    return routed * bytes_per_weight(dtype, weights.quantization)
+
+
 def embedding_matrix_gib(
-    arch: ModelArchitecture, dtype: Dtype, quantization: Quantization
+    arch: ModelArchitecture, dtype: Dtype, quantization: Quantization | Weights
 ) -> float:
     """One vocabulary x hidden matrix, in 16 bits under fp8 as `weights_gib` counts it."""
+    weights = as_weights(dtype, quantization)
+    if weights.checkpoint is not None:
+        return weights.checkpoint.embedding_matrix_bytes / GIB
     matrices = 1 if arch.tie_word_embeddings else 2
-    quantized = "none" if quantization == "fp8" else quantization
+    quantized = "none" if weights.quantization == "fp8" else weights.quantization
     return embedding_parameters(arch) / matrices * bytes_per_weight(dtype, quantized) / GIB
 
 
@@ -212,7 +237,7 @@ def fit_on_gpu(
     arch: ModelArchitecture,
     *,
     dtype: Dtype,
-    quantization: Quantization,
+    quantization: Quantization | Weights,
     memory_gib: float,
     gpu_memory_utilization: float,
     max_num_batched_tokens: int,
@@ -221,6 +246,7 @@ def fit_on_gpu(
     lora_gib: float = 0.0,
     cuda_gib: float | None = None,
     max_model_len: int | None = None,
+    kv_cache_dtype: KvCacheDtype = "auto",
 ) -> GpuFit:
     """One GPU of a replica of `tensor_parallel_size` x `pipeline_parallel_size` GPUs, with
     `lora_gib` of LoRA buffers: with pipeline parallelism, a GPU of the stage with the fewest KV
@@ -228,8 +254,9 @@ def fit_on_gpu(
     A hybrid (sliding-window) model's tokens are vLLM's for `max_model_len` when given."""
     budget = budget_gib(memory_gib, gpu_memory_utilization, cuda_gib)
     reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size))
+    kv = kv_dtype(dtype, kv_cache_dtype)
     layout = kv_layout(
-        arch, dtype, tensor_parallel_size, pipeline_parallel_size, max_num_batched_tokens
+        arch, kv, tensor_parallel_size, pipeline_parallel_size, max_num_batched_tokens
     )
     layers = stage_layers(arch.num_layers, pipeline_parallel_size)
     stage_weights = stage_weights_gib(
@@ -238,9 +265,7 @@ def fit_on_gpu(
         1 if arch.tie_word_embeddings else 2,
         layers,
     )
-    per_layer_block = (
-        kv_bytes_per_token_per_layer(arch, dtype, tensor_parallel_size) * KV_BLOCK_TOKENS
-    )
+    per_layer_block = kv_bytes_per_token_per_layer(arch, kv, tensor_parallel_size) * KV_BLOCK_TOKENS
     stages: list[tuple[int, float, float]] = []  # (blocks, weights, KV cache GiB) per stage
     for count, stage_gib in zip(layers, stage_weights, strict=True):
         weights = round_up(stage_gib / tensor_parallel_size)

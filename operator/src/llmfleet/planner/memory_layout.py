@@ -5,7 +5,7 @@ size does. It is the plan itself on GPUs without performance constants."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.models.model_spec import ModelArchitecture
@@ -13,7 +13,7 @@ from llmfleet.models.status import PlannedStrategy
 from llmfleet.planner.candidates import MIN_CONCURRENT_SEQUENCES
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.explain import join, plural, precision
-from llmfleet.planner.kv_cache import kv_layout
+from llmfleet.planner.kv_cache import kv_dtype, kv_layout
 from llmfleet.planner.memory import (
     GpuFit,
     batched_tokens_within,
@@ -144,13 +144,19 @@ def does_not_fit(
     length = settings.max_model_len
     widest = max(size for size in sizes if size <= gpus.count)
     fit = fits[widest]
-    layout = kv_layout(arch, spec.model.dtype, widest, 1, settings.max_num_batched_tokens)
+    layout = kv_layout(
+        arch,
+        kv_dtype(spec.model.dtype, settings.kv_cache_dtype),
+        widest,
+        1,
+        settings.max_num_batched_tokens,
+    )
     one_sequence = layout.sequence_gib(length)
     needed = fit.weights_gib + fit.reserve_gib + fit.lora_gib + one_sequence
     lora = f"+ {fit.lora_gib:.2f} GiB of LoRA buffers " if fit.lora_gib else ""
     model = (
-        f"{spec.model.name} ({weights_gib(arch, spec.model.dtype, spec.model.quantization):.1f} "
-        f"GiB of {precision(spec)} weights)"
+        f"{spec.model.name} ({weights_gib(arch, spec.model.dtype, settings.weights):.1f} "
+        f"GiB of {precision(settings.weights)} weights)"
     )
     numbers = (
         f"at tensor-parallel size {widest} each GPU needs {fit.weights_gib:.2f} GiB of weights "
@@ -165,13 +171,21 @@ def does_not_fit(
     wider = [s for s in sizes if s > widest and fits[s].starts(length)]
     if wider:
         options.append(f"spec.gpus.count {wider[0]} (tensor-parallel size {wider[0]})")
-    if spec.model.quantization == "none":
+    if settings.weights.sixteen_bit:
         fp8 = gpu_fit(spec, gpus, arch, settings, widest, fp8=True)
         if fp8.starts(length):
             options.append(
                 f"spec.model.quantization fp8 ({fp8.weights_gib:.2f} GiB of weights per GPU, "
                 f"{plural(fp8.sequences(length), 'full-length sequence')} of KV cache at "
                 f"TP={widest})"
+            )
+    if settings.kv_cache_dtype == "auto":
+        fp8_kv = gpu_fit(spec, gpus, arch, replace(settings, kv_cache_dtype="fp8"), widest)
+        if fp8_kv.starts(length):
+            held = plural(fp8_kv.sequences(length), "full-length sequence")
+            options.append(
+                f"spec.engine.kvCacheDtype fp8 ({held} of KV cache at TP={widest}, 1 byte per "
+                "element)"
             )
     longest = fit.longest_start(length)
     if longest >= 16:

@@ -80,7 +80,7 @@ def plan_multinode(  # noqa: PLR0917
     replicas = nodes // pp
     seqs = concurrency_for(fit.sequences(settings.workload.tokens), settings.max_num_seqs)
     min_replicas, max_replicas = multinode_bounds(spec, replicas, tp * pp, count)
-    total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+    total_weights = weights_gib(arch, spec.model.dtype, settings.weights)
     single = max(s for s in sizes if s <= tp)
     reason = " ".join(
         (
@@ -193,10 +193,10 @@ def stages_refused(  # noqa: PLR0917
     low = fit.longest_start(length)
     need = fit.blocks_per_sequence(length)
     layers = stage_layers(arch.num_layers, depth)[fit.stage]
-    total = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+    total = weights_gib(arch, spec.model.dtype, settings.weights)
     options = [f"maxModelLen {low} or less"] if low >= KV_BLOCK_TOKENS else []
     options.append("more nodes (spec.gpus.count)")
-    if spec.model.quantization == "none":
+    if settings.weights.sixteen_bit:
         options.append("fp8 weights (spec.model.quantization)")
     field = "spec.gpus.count"
     if low >= KV_BLOCK_TOKENS:
@@ -204,7 +204,8 @@ def stages_refused(  # noqa: PLR0917
         field = EXTRA_ARGS_FIELD if from_args else "spec.engine.maxModelLen"
     return PlanError(
         field,
-        f"{spec.model.name} ({total:.1f} GiB of {precision(spec)} weights) does not fit "
+        f"{spec.model.name} ({total:.1f} GiB of {precision(settings.weights)} weights) does "
+        f"not fit "
         f"{plural(depth * tp, 'GPU')} at maxModelLen {length} even over {depth} nodes: at "
         f"TP={tp} x PP={depth} each GPU of pipeline stage {fit.stage + 1} ({layers} of "
         f"{arch.num_layers} layers) holds {fit.weights_gib:.2f} GiB of weights + "

@@ -25,8 +25,17 @@ fitted to Llama-3.1-70B on one H200 (2026-11-24) with the bf16 ones held fixed, 
 one H100: the linear layers' fraction of the fp8 peak (cutlass scaled-mm at these shapes reaches
 about 62 % of it, not the bf16 GEMMs' 73 %), and an extra per-layer cost (activation
 quantization), which the fit puts at zero now that every layer pays layer_overhead_us.
-Attention stays in bf16 (the KV cache is bf16), so its FLOPs count at the bf16 peak;
-bench/tp_published.py checks the whole model against published tensor-parallel vLLM results.
+Attention stays in bf16, so its FLOPs count at the bf16 peak; an fp8 KV cache
+(spec.engine.kvCacheDtype) halves the KV bytes a step reads.
+
+Pre-quantized checkpoints run the kernel their format runs (planner/weights.py): w8a8 (fp8 and
+int8 weights with quantized activations) takes the fp8 constants above, int8 at the fp8 peak
+(equal on H100/H200) and block-scaled fp8 with the per-tensor constants; w4a16 and w8a16 (AWQ,
+GPTQ, compressed-tensors weight-only) read their packed weights' bytes but multiply at the bf16
+rate (Marlin dequantizes to 16 bits), so they decode faster at small batches and gain nothing
+when compute-bound. None of these checkpoint kernels has been measured on a GPU: the
+dequantization's own cost is not modelled. bench/tp_published.py checks the whole model against
+published tensor-parallel vLLM results.
 
 Model families change what a step reads and computes: a mixture of experts does 2 x active
 parameters FLOPs per token and reads the shared weights plus the experts its tokens touch (B
@@ -45,10 +54,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llmfleet.models.engine import KvCacheDtype
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
 from llmfleet.planner.allreduce import allreduce_s
-from llmfleet.planner.kv_cache import kv_bytes_per_token_per_layer, sliding_layers
-from llmfleet.planner.memory import GIB, bytes_per_weight, weights_gib
+from llmfleet.planner.kv_cache import kv_bytes_per_token_per_layer, kv_dtype, sliding_layers
+from llmfleet.planner.memory import GIB, routed_expert_bytes, weights_gib
+from llmfleet.planner.weights import Weights, as_weights
 
 # What the predictions stand for, measured on 2 x H200 (bench/gpu_edges.py): the calibration
 # runs decode greedily on warm engines.
@@ -242,13 +253,16 @@ def pod_model(
     arch: ModelArchitecture,
     *,
     dtype: Dtype,
-    quantization: Quantization,
+    quantization: Quantization | Weights,
     tensor_parallel_size: int,
     gpu: Gpu,
     max_num_batched_tokens: int,
     efficiencies: Efficiencies = CALIBRATED,
+    kv_cache_dtype: KvCacheDtype = "auto",
 ) -> PodModel:
-    per_layer = kv_bytes_per_token_per_layer(arch, dtype, tensor_parallel_size)
+    weights = as_weights(dtype, quantization)
+    kv = kv_dtype(dtype, kv_cache_dtype)
+    per_layer = kv_bytes_per_token_per_layer(arch, kv, tensor_parallel_size)
     sliding = sliding_layers(arch)
     experts, per_token = arch.num_experts or 0, arch.num_experts_per_token or 0
     active = arch.active_parameters_billions or arch.parameters_billions
@@ -257,19 +271,19 @@ def pod_model(
     return PodModel(
         gpu=gpu,
         parameters=active * 1e9,
-        weight_bytes_per_gpu=weights_gib(arch, dtype, quantization) * GIB / tensor_parallel_size,
+        weight_bytes_per_gpu=weights_gib(arch, dtype, weights) * GIB / tensor_parallel_size,
         kv_bytes_per_token_per_gpu=(arch.num_layers - sliding) * per_layer,
         layers=arch.num_layers,
         hidden=arch.num_attention_heads * arch.head_dim,
         tensor_parallel_size=tensor_parallel_size,
-        fp8_compute=quantization == "fp8",
+        fp8_compute=weights.kernel == "w8a8",
         max_num_batched_tokens=max_num_batched_tokens,
         efficiencies=efficiencies,
         sliding_layers=sliding,
         sliding_kv_bytes_per_token_per_gpu=sliding * per_layer,
         sliding_window=arch.sliding_window or 0,
         expert_bytes_per_gpu=(
-            routed * 1e9 * bytes_per_weight(dtype, quantization) / tensor_parallel_size
+            routed_expert_bytes(arch, dtype, weights, routed * 1e9) / tensor_parallel_size
         ),
         experts=experts,
         experts_per_token=per_token,

@@ -47,6 +47,8 @@ from llmfleet.planner.parallelism import tensor_parallel_sizes
 from llmfleet.planner.placement import Gpus, resolve_gpus
 from llmfleet.planner.result import Plan
 from llmfleet.planner.settings import (
+    ARCHITECTURE_FIELD,
+    CATALOG_SOURCE,
     LARGE_GPU_BATCHED_TOKENS,
     LARGE_GPU_GIB,
     SMALL_BATCHED_TOKENS,
@@ -56,6 +58,7 @@ from llmfleet.planner.settings import (
     gpu_fit,
 )
 from llmfleet.planner.single_node import plan_single_node
+from llmfleet.planner.weights import Weights, resolve_weights
 
 
 def plan(
@@ -69,17 +72,29 @@ def plan(
     if spec.engine.image is None:
         check_engine_args(spec.engine.extra_args, pinned_flags())
     arch, source = architecture(spec, model_config)
-    planned = _plan(spec, profiles, arch)
-    return planned.model_copy(update={"reason": f"Architecture from {source}. {planned.reason}"})
+    weights = resolve_weights(
+        spec, model_config, from_config=source not in (ARCHITECTURE_FIELD, CATALOG_SOURCE)
+    )
+    planned = _plan(spec, profiles, arch, weights)
+    where = f"Architecture from {source}. Weights: {weights.words}, from {weights.source}."
+    return planned.model_copy(
+        update={
+            "reason": f"{where} {planned.reason}",
+            "weights_format": f"{weights.words} ({weights.source})",
+        }
+    )
 
 
-def _plan(spec: LLMDeploymentSpec, profiles: GpuProfiles, arch: ModelArchitecture) -> Plan:
+def _plan(
+    spec: LLMDeploymentSpec, profiles: GpuProfiles, arch: ModelArchitecture, weights: Weights
+) -> Plan:
     extra = group_args(spec.engine.extra_args)
     if spec.gpus is None:
-        return plan_cpu(spec, arch, engine_settings(spec, arch, extra, SMALL_BATCHED_TOKENS), extra)
+        settings = engine_settings(spec, arch, extra, SMALL_BATCHED_TOKENS, weights)
+        return plan_cpu(spec, arch, settings, extra)
     gpus = resolve_gpus(spec.gpus, profiles)
     chunks = LARGE_GPU_BATCHED_TOKENS if gpus.memory_gib >= LARGE_GPU_GIB else SMALL_BATCHED_TOKENS
-    settings = engine_settings(spec, arch, extra, chunks)
+    settings = engine_settings(spec, arch, extra, chunks, weights)
     try:
         return _plan_on_gpus(spec, gpus, arch, settings, extra)
     except PlanError as error:
@@ -91,7 +106,14 @@ def _plan(spec: LLMDeploymentSpec, profiles: GpuProfiles, arch: ModelArchitectur
         without = _plan_on_gpus(spec, gpus, arch, replace(settings, lora=None), extra)
     except PlanError:
         raise refusal from None
-    raise lora_does_not_fit(spec, arch, settings.lora, settings.max_model_len, without)
+    raise lora_does_not_fit(
+        spec,
+        arch,
+        settings.lora,
+        settings.max_model_len,
+        without,
+        kv_cache_dtype=settings.kv_cache_dtype,
+    )
 
 
 def _plan_on_gpus(

@@ -92,6 +92,13 @@ class Plan(ApiModel):
     max_replicas: int = Field(ge=1, description="Autoscaler upper bound (replicas if disabled).")
     total_gpus: int = Field(ge=0, description="replicas x gpusPerReplica.")
     weights_gib: float = Field(alias="weightsGiB", ge=0, description="All weights, GiB.")
+    weights_format: str = Field(
+        default="",
+        description=(
+            "The weights' format and where the planner learnt it: a checkpoint's "
+            "quantization_config, or spec.model.quantization."
+        ),
+    )
     kv_cache_gib_per_gpu: float = Field(
         alias="kvCacheGiBPerGPU", ge=0, description="KV cache per GPU, GiB; 0 on CPU."
     )

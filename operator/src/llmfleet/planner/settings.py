@@ -3,10 +3,11 @@ the memory fit they give, and the vLLM arguments that set them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmfleet.models.catalog import CATALOG_NAMES, lookup_architecture
 from llmfleet.models.deployment import LLMDeploymentSpec
+from llmfleet.models.engine import KV_CACHE_DTYPES, KvCacheDtype
 from llmfleet.models.hfconfig import ModelConfigError, architecture_from_config
 from llmfleet.models.hub import Config, described, is_repo_id
 from llmfleet.models.model_spec import ModelArchitecture
@@ -16,6 +17,7 @@ from llmfleet.planner.engine_args import (
     EXTRA_ARGS_FIELD,
     ArgGroup,
     merge_args,
+    overridden_value,
     parse_fraction_override,
     parse_int_override,
 )
@@ -23,6 +25,7 @@ from llmfleet.planner.errors import PlanError
 from llmfleet.planner.lora import LoraSettings, buffer_gib, lora_args, lora_settings
 from llmfleet.planner.memory import GpuFit, fit_on_gpu
 from llmfleet.planner.placement import Gpus
+from llmfleet.planner.weights import Weights, typed
 
 DEFAULT_MAX_MODEL_LEN = 8192
 # Prefill chunk per engine step, by vLLM's own rule for its defaults: 16384 on GPUs of 70 GiB and
@@ -32,6 +35,7 @@ LARGE_GPU_GIB = 70
 LARGE_GPU_BATCHED_TOKENS = {"Throughput": 16384, "Latency": 8192}
 SMALL_BATCHED_TOKENS = {"Throughput": 8192, "Latency": 2048}
 ARCHITECTURE_FIELD = "spec.model.architecture"
+CATALOG_SOURCE = "the built-in catalog"
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class Settings:
     max_num_batched_tokens: int
     workload: Workload
     lora: LoraSettings | None = None
+    weights: Weights = field(default_factory=lambda: typed("auto", "none"))
+    kv_cache_dtype: KvCacheDtype = "auto"
 
 
 def architecture(
@@ -57,7 +63,7 @@ def architecture(
         return model.architecture, ARCHITECTURE_FIELD
     cataloged = lookup_architecture(model.name)
     if cataloged is not None:
-        return cataloged, "the built-in catalog"
+        return cataloged, CATALOG_SOURCE
     where = f"config.json of {described(model)}"
     if model_config is not None:
         try:
@@ -80,11 +86,54 @@ def architecture(
     )
 
 
+# The KV cache dtypes some attention backend of vLLM 0.32 reads (supported_kv_cache_dtypes in
+# vllm/v1/attention/backends/): no NVIDIA backend for multi-latent attention reads fp8_e5m2, and
+# the CPU backend names the 16-bit types only as auto. Another value leaves vLLM no backend and
+# the pod crash-looping.
+_KV_DTYPES_READ = {
+    (True, True): ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3"),
+    (False, False): ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+    (False, True): ("auto",),
+}
+
+
+def kv_cache_dtype(
+    spec: LLMDeploymentSpec, extra: tuple[ArgGroup, ...], arch: ModelArchitecture
+) -> KvCacheDtype:
+    """spec.engine.kvCacheDtype, or --kv-cache-dtype in extraArgs, which vLLM takes instead;
+    PlanError where vLLM has no attention backend that reads it."""
+    raw = overridden_value(extra, "--kv-cache-dtype")
+    field = EXTRA_ARGS_FIELD if raw is not None else "spec.engine.kvCacheDtype"
+    chosen = spec.engine.kv_cache_dtype if raw is None else None
+    for allowed in KV_CACHE_DTYPES:
+        if raw == allowed:
+            chosen = allowed
+    if chosen is None:
+        raise PlanError(
+            EXTRA_ARGS_FIELD,
+            f"--kv-cache-dtype {raw!r} is not one the planner sizes; use one of "
+            + ", ".join(KV_CACHE_DTYPES)
+            + " (or spec.engine.kvCacheDtype)",
+        )
+    mla = arch.kv_lora_rank is not None
+    read = _KV_DTYPES_READ.get((spec.gpus is not None, mla), KV_CACHE_DTYPES)
+    if chosen not in read:
+        where = "on NVIDIA GPUs" if spec.gpus is not None else "on CPUs"
+        model = "multi-latent attention (kvLoraRank)" if mla else "this model"
+        raise PlanError(
+            field,
+            f"kvCacheDtype {chosen}: no attention backend of vLLM 0.32 {where} reads it for "
+            f"{model}, so the engine would not start; use one of {', '.join(read)}",
+        )
+    return chosen
+
+
 def engine_settings(
     spec: LLMDeploymentSpec,
     arch: ModelArchitecture,
     extra: tuple[ArgGroup, ...],
     chunks: dict[str, int],
+    weights: Weights | None = None,
 ) -> Settings:
     engine = spec.engine
     from_args = parse_int_override(extra, "--max-model-len", 16)
@@ -134,6 +183,8 @@ def engine_settings(
         max_num_batched_tokens=batched,
         workload=workload,
         lora=lora_settings(spec, extra),
+        weights=weights or typed(spec.model.dtype, spec.model.quantization),
+        kv_cache_dtype=kv_cache_dtype(spec, extra, arch),
     )
 
 
@@ -150,7 +201,8 @@ def gpu_fit(
     return fit_on_gpu(
         arch,
         dtype=spec.model.dtype,
-        quantization="fp8" if fp8 else spec.model.quantization,
+        quantization=typed(spec.model.dtype, "fp8") if fp8 else settings.weights,
+        kv_cache_dtype=settings.kv_cache_dtype,
         memory_gib=gpus.memory_gib,
         cuda_gib=gpus.cuda_gib,
         max_model_len=settings.max_model_len,
@@ -179,11 +231,13 @@ def vllm_args(
     if model.served_model_name is not None:
         derived.append(("--served-model-name", (model.served_model_name,)))
     derived.append(("--dtype", (model.dtype,)))
-    # Only fp8 is passed: it quantizes a 16-bit checkpoint on load. vLLM detects int8, AWQ and
-    # GPTQ from the checkpoint's config, and naming awq/gptq explicitly would force their slow
-    # non-Marlin kernels (int8 is not a vLLM method name at all).
-    if model.quantization == "fp8":
+    # Only fp8 of a 16-bit checkpoint is passed: vLLM quantizes it on load. A pre-quantized
+    # checkpoint's format vLLM reads from its quantization_config, and naming awq/gptq would
+    # force their slow non-Marlin kernels (int8 is not a vLLM method name at all).
+    if settings.weights.online:
         derived.append(("--quantization", ("fp8",)))
+    if settings.kv_cache_dtype != "auto":
+        derived.append(("--kv-cache-dtype", (settings.kv_cache_dtype,)))
     derived.append(("--tensor-parallel-size", (str(tensor_parallel_size),)))
     if pipeline_parallel_size > 1:
         derived.append(("--pipeline-parallel-size", (str(pipeline_parallel_size),)))

@@ -38,7 +38,7 @@ def plan_single_node(
     reason = " ".join(
         (
             explain_sizing(spec, gpus, arch, settings, fit),
-            explain_smaller_sizes(settings, sizes, fits, tp, spec.model.quantization),
+            explain_smaller_sizes(settings, sizes, fits, tp, settings.weights.sixteen_bit),
             why,
             explain_batching(settings, chosen, spec.slo is not None),
         )
@@ -48,7 +48,7 @@ def plan_single_node(
         reason += " " + explain_lora(lora)
     replicas = chosen.replicas
     min_replicas, max_replicas = autoscaling_bounds(spec, replicas)
-    total_weights = weights_gib(arch, spec.model.dtype, spec.model.quantization)
+    total_weights = weights_gib(arch, spec.model.dtype, settings.weights)
     return Plan(
         strategy=chosen.strategy,
         replicas=replicas,

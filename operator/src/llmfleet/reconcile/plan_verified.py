@@ -40,8 +40,8 @@ def plan_verified(measured: int | None, planned: int, generation: int) -> Condit
         FALSE,
         "KVCacheDiffersFromPlan",
         f"{numbers}, more than {KV_TOLERANCE:.0%} off: the plan's memory figures "
-        "(spec.gpus.memoryGiB, engine.gpuMemoryUtilization, engine.extraArgs) do not describe "
-        "what the engine found",
+        "(spec.gpus.memoryGiB, engine.gpuMemoryUtilization, engine.kvCacheDtype, "
+        "engine.extraArgs) do not describe what the engine found",
         generation,
     )
 
