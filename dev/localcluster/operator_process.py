@@ -45,6 +45,7 @@ CHART_FLAGS = (
     "--lease-duration=",
     "--renew-deadline=",
     "--retry-period=",
+    "--fetcher-key-secret=",
 )
 # The audit log's user.extra key that names the token a request came with (its JTI): replicas of
 # one ServiceAccount are told apart by it.

@@ -225,13 +225,14 @@ def test_install_watching_listed_namespaces_grants_roles_there_only(
     # Cluster-wide only: get the spare PriorityClass (cluster-scoped) by name.
     cluster_wide = [f"{release}-llmfleet-priority-classes"]
     assert objects["ClusterRole"] == objects["ClusterRoleBinding"] == cluster_wide
-    # The operator's rules in the watched namespace, and the leader Lease's where it runs (here
-    # the same namespace).
+    # The operator's rules in the watched namespace, and the leader Lease's and the fetcher
+    # key's where it runs (here the same namespace).
     assert (
         objects["Role"]
         == objects["RoleBinding"]
         == [
             f"{release}-llmfleet",
+            f"{release}-llmfleet-fetcher-key",
             f"{release}-llmfleet-leader-election",
         ]
     )

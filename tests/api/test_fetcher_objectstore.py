@@ -52,6 +52,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
         yield s
 
 
+# What the operator sends; the fetcher refuses fetches without it.
+FETCHER_TOKEN = "operator-token-for-this-test"
+
+
 @contextmanager
 def fetcher(store: ObjectStore, root: Path, secret: str) -> Iterator[str]:
     """`llmfleet fetch-adapters` against the store, with these credentials; its URL."""
@@ -65,6 +69,7 @@ def fetcher(store: ObjectStore, root: Path, secret: str) -> Iterator[str]:
         "AWS_SECRET_ACCESS_KEY": secret,
         "AWS_CONFIG_FILE": os.devnull,  # the machine's own AWS profile plays no part
         "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "LLMFLEET_FETCHER_TOKEN": FETCHER_TOKEN,
     }
     cmd = [
         sys.executable, "-m", "llmfleet.cli", "fetch-adapters",
@@ -90,11 +95,14 @@ def fetcher(store: ObjectStore, root: Path, secret: str) -> Iterator[str]:
             proc.terminate()
             proc.wait(timeout=30)
         assert secret not in logged()  # never a credential in its log
+        assert FETCHER_TOKEN not in logged()
 
 
 def fetch(url: str, source: str) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(
-        f"{url}/v1/fetch", data=json.dumps({"source": source, "revision": None}).encode()
+        f"{url}/v1/fetch",
+        data=json.dumps({"source": source, "revision": None}).encode(),
+        headers={"Authorization": f"Bearer {FETCHER_TOKEN}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=60) as answer:

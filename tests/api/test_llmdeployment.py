@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from localcluster.operator_process import Operator, condition, get_llmd
+from localcluster.operator_process import (
+    OPERATOR_NAMESPACE,
+    RELEASE,
+    Operator,
+    condition,
+    get_llmd,
+)
 from localcluster.supervisor import Cluster
 from localcluster.waiting import wait_until
 from manifests import H100, apply, deployments, llmd
@@ -215,6 +221,34 @@ def test_adapters_are_admitted_and_the_engines_start_with_lora(
             "--max-lora-rank",
             "16",
         ]
+
+    # The fetchers' token: a Secret the operator created with the chart's RBAC (create, no get
+    # here), owned by the LLMDeployment, and read by the fetcher container alone.
+    core = client.CoreV1Api(api)
+    secret = wait_until(
+        lambda: _secret(core, namespace, "lora-fetcher"), timeout=30, what="the fetcher Secret"
+    )
+    (owner,) = secret.metadata.owner_references
+    assert (owner.kind, owner.name) == ("LLMDeployment", "lora")
+    assert set(secret.data) == {"token"}
+    for engine in engines:
+        env = {
+            c.name: [e.value_from.secret_key_ref.name for e in c.env or [] if e.value_from
+                     and e.value_from.secret_key_ref]
+            for c in engine.spec.template.spec.containers
+        }  # fmt: skip
+        assert "lora-fetcher" in env["adapter-fetcher"]
+        assert "lora-fetcher" not in env["vllm"]
+    assert _secret(core, OPERATOR_NAMESPACE, f"{RELEASE}-fetcher-key") is not None
+
+
+def _secret(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Secret | None:
+    try:
+        return core.read_namespaced_secret(name, namespace)
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
 
 
 def test_kubectl_explain_describes_the_fields(cluster: Cluster) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client, config
-from localcluster.operator_process import Operator
+from localcluster.operator_process import OPERATOR_NAMESPACE, Operator
 
 pytestmark = pytest.mark.cluster
 
@@ -17,6 +17,18 @@ pytestmark = pytest.mark.cluster
             "list secrets",
             lambda api, ns: client.CoreV1Api(api).list_namespaced_secret(ns),
             id="cannot-read-secrets",
+        ),
+        pytest.param(
+            "read a Secret where it serves (it creates the fetchers' token Secrets, never reads)",
+            lambda api, ns: client.CoreV1Api(api).read_namespaced_secret("lora-fetcher", ns),
+            id="cannot-read-a-secret-by-name",
+        ),
+        pytest.param(
+            "read a Secret of its own namespace but its fetcher key",
+            lambda api, ns: client.CoreV1Api(api).read_namespaced_secret(
+                "other", OPERATOR_NAMESPACE
+            ),
+            id="cannot-read-its-namespaces-other-secrets",
         ),
         pytest.param(
             "delete a namespace",

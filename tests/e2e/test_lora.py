@@ -32,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
+from llmfleet.fetcher.paths import FETCHER_PORT
 from llmfleet.render.names import ADAPTERS_GATE, HTTP_PORT
 
 from . import localnode
@@ -88,6 +89,16 @@ def post(ip: str, port: int, path: str, body: dict[str, Any]) -> tuple[int, dict
             return r.status, json.load(r)
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"{}")
+
+
+def fetcher_call(url: str, body: dict[str, Any] | None, headers: dict[str, str]) -> int:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data, headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 def complete(router_ip: str, model: str) -> tuple[int, str]:
@@ -242,6 +253,16 @@ def test_adapters_change_in_running_engines_without_a_restart(
         status, chat_text = complete(rip, "chat")
         assert status == 200
         assert chat_text not in (base_text, sql_text)
+
+        # --- Only the operator makes the fetcher fetch or prune: without its token, or with
+        # another, both are refused before anything is read; the probe's /healthz stays open.
+        fetcher = f"http://{engine.status.pod_ip}:{FETCHER_PORT}"
+        unasked = store.put_folder(chat_dir, BUCKET, "tiny/unasked")
+        for path, request in (("/v1/fetch", {"source": unasked}), ("/v1/prune", {"keep": []})):
+            for headers in ({}, {"Authorization": "Bearer not-the-operators"}):
+                assert fetcher_call(fetcher + path, request, headers) == 401, (path, headers)
+        assert fetcher_call(f"{fetcher}/healthz", None, {}) == 200
+        assert complete(rip, "chat") == (200, chat_text)  # its copy was not pruned
 
         # --- One removed: its name answers 404; the other serves as before.
         set_adapters(api, namespace, [chat])

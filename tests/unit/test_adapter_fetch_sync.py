@@ -7,16 +7,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from test_adapter_sync import FakeEngines, pod, sync
+from test_adapter_sync import FakeEngines, pod
 
 from llmfleet.fetcher.paths import FETCH_ROOT, fetched_path
-from llmfleet.reconcile.adapters import AdapterSync, Wanted
+from llmfleet.reconcile.adapters import AdapterSync, EngineOutcome, Wanted
 from llmfleet.reconcile.fetching import NO_FETCHER
+from llmfleet.reconcile.secrets import BearerToken
 
 S3 = Wanted("sql", "s3://team/sql")
 REV = Wanted("chat", "org/chat-lora", "v2")
 LOCAL = Wanted("tool", "/adapters/tool")
 IP = "127.0.9.1"
+TOKEN = BearerToken("fetcher-token")
 
 
 class FakeFetcher:
@@ -24,12 +26,20 @@ class FakeFetcher:
         self.refuse = refuse or {}
         self.calls: list[tuple[str, ...]] = []
 
-    def fetch(self, ip: str, source: str, revision: str | None) -> str | None:
+    def fetch(self, ip: str, token: BearerToken, source: str, revision: str | None) -> str | None:
+        assert token == TOKEN  # the LLMDeployment's, on every call
         self.calls.append(("fetch", ip, source, revision or ""))
         return self.refuse.get(source)
 
-    def prune(self, ip: str, keep: Iterable[str]) -> None:
+    def prune(self, ip: str, token: BearerToken, keep: Iterable[str]) -> None:
+        assert token == TOKEN
         self.calls.append(("prune", ip, *sorted(keep)))
+
+
+def sync(
+    engines: FakeEngines, s: AdapterSync, wanted: tuple[Wanted, ...], *pods: dict[str, Any]
+) -> tuple[EngineOutcome, ...]:
+    return s.sync("ns", "llmd", wanted, list(pods), fetcher_token=TOKEN)
 
 
 def with_fetcher(name: str, ip: str = IP) -> dict[str, Any]:
@@ -101,8 +111,12 @@ def test_a_new_revision_is_fetched_and_loaded_in_place_of_the_old() -> None:
     sync(engines, s, (v3,), with_fetcher("p1"))
 
     assert engines.loaded[IP] == {"chat": v3.path}
-    assert ("fetch", IP, "org/chat-lora", "v3") in fetcher.calls
-    assert fetcher.calls[-1] == ("prune", IP, v3.path)
+    # The old copy goes before the new one comes: at the fetcher's cap on count (or bytes) the
+    # new revision would otherwise be refused while the old one still takes its place.
+    assert fetcher.calls[-2:] == [
+        ("prune", IP, v3.path),
+        ("fetch", IP, "org/chat-lora", "v3"),
+    ]
 
 
 def test_after_an_operator_restart_a_loaded_copy_is_recognised_by_its_path() -> None:

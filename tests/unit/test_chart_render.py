@@ -221,6 +221,8 @@ EXPECTED_RULES = {
     ("batch", "jobs"): MANAGES,
     ("", "events"): {"create", "patch", "list"},
     ("events.k8s.io", "events"): {"create", "patch"},
+    # The adapter fetchers' token Secrets, created and never read.
+    ("", "secrets"): {"create"},
 }
 
 
@@ -295,9 +297,27 @@ def is_priority_class_rbac(doc: dict[str, Any]) -> bool:
     return str(doc["metadata"]["name"]).endswith("-priority-classes")
 
 
+def is_fetcher_key_rbac(doc: dict[str, Any]) -> bool:
+    return str(doc["metadata"]["name"]).endswith("-fetcher-key")
+
+
 def beside_the_operator_rules(doc: dict[str, Any]) -> bool:
-    """RBAC of one object each: the leader Lease, the spare PriorityClass."""
-    return is_lease_rbac(doc) or is_priority_class_rbac(doc)
+    """RBAC of one object each: the leader Lease, the spare PriorityClass, the fetcher key."""
+    return is_lease_rbac(doc) or is_priority_class_rbac(doc) or is_fetcher_key_rbac(doc)
+
+
+def test_the_operator_reads_one_secret_of_its_own_namespace_its_fetcher_key() -> None:
+    docs = render()
+    key = f"{RELEASE}-llmfleet-fetcher-key"
+    assert f"--fetcher-key-secret={key}" in operator_container(docs)["args"]
+    (role,) = [d for d in of_kind(docs, "Role") if is_fetcher_key_rbac(d)]
+    assert role["metadata"]["namespace"] == "llmfleet-system"
+    assert [(r["verbs"], r.get("resourceNames")) for r in role["rules"]] == [
+        (["create"], None),
+        (["get"], [key]),
+    ]
+    (binding,) = [d for d in of_kind(docs, "RoleBinding") if is_fetcher_key_rbac(d)]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
 @pytest.mark.parametrize("set_args", SCENARIOS.values(), ids=SCENARIOS.keys())

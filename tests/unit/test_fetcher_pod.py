@@ -47,7 +47,7 @@ def test_a_single_node_lora_engine_runs_the_fetcher_on_a_volume_it_shares(layout
     assert container["args"][:2] == ["fetch-adapters", "--host"]
     assert f"--port {FETCHER_PORT} --dir {FETCH_ROOT}" in " ".join(container["args"])
     volume = next(v for v in template["spec"]["volumes"] if v["name"] == "adapter-fetch")
-    assert volume == {"name": "adapter-fetch", "emptyDir": {}}
+    assert volume["emptyDir"]["sizeLimit"].endswith("Mi")
     assert {"name": "adapter-fetch", "mountPath": FETCH_ROOT} in container["volumeMounts"]
     assert {"name": "adapter-fetch", "mountPath": FETCH_ROOT, "readOnly": True} in vllm(template)[
         "volumeMounts"
@@ -106,7 +106,10 @@ def test_the_fetcher_gets_the_hub_token_and_its_own_address_not_the_engines_sett
 
     assert container is not None
     env = {e["name"]: e for e in container["env"]}
-    assert set(env) == {"HF_TOKEN", "POD_IP"}
+    assert set(env) == {"HF_TOKEN", "POD_IP", "LLMFLEET_FETCHER_TOKEN"}
+    assert env["LLMFLEET_FETCHER_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": f"{OWNER.name}-fetcher", "key": "token"}
+    }
     assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "t"}}
     assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert "$(POD_IP)" in container["args"]
@@ -127,6 +130,44 @@ def test_only_the_operator_may_reach_the_fetcher_through_the_network_policy() ->
     fetcher_rule = next(r for r in rules if r["ports"][0]["port"] == "fetcher")
 
     assert fetcher_rule["from"] == [{"namespaceSelector": {"matchLabels": {"name": "llmfleet"}}}]
+
+
+def test_the_operators_token_reaches_the_fetcher_and_never_the_engine() -> None:
+    (template,) = templates(with_lora(LAYOUTS["single-pod"])).values()
+    container = fetcher(template)
+
+    assert container is not None
+    refs = [e["valueFrom"].get("secretKeyRef") for e in container["env"] if "valueFrom" in e]
+    assert {"name": f"{OWNER.name}-fetcher", "key": "token"} in refs
+    engine_refs = [e.get("valueFrom", {}).get("secretKeyRef") for e in vllm(template)["env"]]
+    assert {"name": f"{OWNER.name}-fetcher", "key": "token"} not in engine_refs
+
+
+def size_limit_mib(template: dict[str, Any]) -> int:
+    volume = next(v for v in template["spec"]["volumes"] if v["name"] == "adapter-fetch")
+    return int(volume["emptyDir"]["sizeLimit"].removesuffix("Mi"))
+
+
+def test_the_volume_is_sized_by_rank_and_adapters_kept_and_the_fetcher_refuses_first() -> None:
+    base = with_lora(LAYOUTS["single-pod"], maxRank=16, maxCpuAdapters=4)
+    (small,) = templates(base).values()
+    (higher_rank,) = templates(
+        with_lora(LAYOUTS["single-pod"], maxRank=64, maxCpuAdapters=4)
+    ).values()
+    (more_kept,) = templates(
+        with_lora(LAYOUTS["single-pod"], maxRank=16, maxCpuAdapters=8)
+    ).values()
+
+    assert size_limit_mib(small) < size_limit_mib(higher_rank)
+    assert size_limit_mib(small) < size_limit_mib(more_kept)
+    container = fetcher(small)
+    assert container is not None
+    args = container["args"]
+    assert args[args.index("--max-adapters") + 1] == "4"
+    total = int(args[args.index("--max-total-bytes") + 1])
+    # The fetcher's cap lies within the volume's limit, or the kubelet evicts the engine first.
+    assert total <= size_limit_mib(small) << 20
+    assert int(args[args.index("--max-bytes") + 1]) <= total
 
 
 def test_a_missing_object_store_secret_is_named_by_its_field() -> None:

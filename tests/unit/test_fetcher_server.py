@@ -21,6 +21,8 @@ from llmfleet.fetcher.server import FetcherServer
 from llmfleet.fetcher.sources import HubSource, ObjectSource
 from llmfleet.fetcher.store import DEFAULT_MAX_BYTES, AdapterStore
 
+TOKEN = "the-operators-token"
+
 
 def download(source: ObjectSource | HubSource, folder: Path, _limit: int) -> int:
     """A fake store: `s3://bucket/missing/...` is not there, every other source is an adapter."""
@@ -34,7 +36,7 @@ def download(source: ObjectSource | HubSource, folder: Path, _limit: int) -> int
 def fetcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FetcherServer]:
     store = AdapterStore(tmp_path_factory.mktemp("adapters"), download)
     store.start()
-    server = FetcherServer(("127.0.0.1", 0), store)
+    server = FetcherServer(("127.0.0.1", 0), store, TOKEN)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -42,9 +44,20 @@ def fetcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FetcherServer]
     server.server_close()
 
 
-def call(server: FetcherServer, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+def call(
+    server: FetcherServer,
+    method: str,
+    path: str,
+    body: Any = None,
+    token: str | None = None,
+) -> tuple[int, Any]:
+    """As the operator calls: with the token, unless another is given ("": none at all)."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{server.url}{path}", data=data, method=method)
+    token = TOKEN if token is None else token
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(
+        f"{server.url}{path}", data=data, method=method, headers=headers
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return answer.status, json.loads(answer.read())
@@ -57,7 +70,47 @@ def call(server: FetcherServer, method: str, path: str, body: Any = None) -> tup
 
 
 def test_healthz_answers_200(fetcher: FetcherServer) -> None:
-    assert call(fetcher, "GET", "/healthz") == (200, {"status": "ok"})
+    # The kubelet's probe carries no token.
+    assert call(fetcher, "GET", "/healthz", token="") == (200, {"status": "ok"})
+
+
+@pytest.mark.parametrize("token", ["", "wrong", "the-operators-token-and-more", "the-operators"])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [("/v1/fetch", {"source": "s3://bucket/sneaky"}), ("/v1/prune", {"keep": []})],
+)
+def test_only_the_operators_token_may_fetch_or_prune(
+    fetcher: FetcherServer, path: str, body: dict[str, Any], token: str
+) -> None:
+    before = sorted(p.name for p in fetcher.store.root.iterdir())
+
+    code, answer = call(fetcher, "POST", path, body, token=token)
+
+    assert code == 401
+    assert "only the operator" in answer["error"]["message"]
+    assert sorted(p.name for p in fetcher.store.root.iterdir()) == before  # nothing fetched
+
+
+def test_a_fetch_with_the_token_is_served(fetcher: FetcherServer) -> None:
+    code, answer = call(fetcher, "POST", "/v1/fetch", {"source": "s3://bucket/asked"})
+
+    assert code == 200
+    assert Path(answer["path"]).is_dir()
+
+
+def test_the_fetcher_does_not_serve_without_a_token(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="LLMFLEET_FETCHER_TOKEN"):
+        FetcherServer(("127.0.0.1", 0), AdapterStore(tmp_path, download), "")
+
+
+def test_the_command_does_not_start_without_a_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LLMFLEET_FETCHER_TOKEN", raising=False)
+    args = build_parser().parse_args(["fetch-adapters", "--dir", str(tmp_path), "--port", "0"])
+
+    with pytest.raises(SystemExit, match="LLMFLEET_FETCHER_TOKEN is empty"):
+        args.func(args)
 
 
 def test_a_fetch_answers_the_path_the_operator_computes(fetcher: FetcherServer) -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.fetcher.errors import FetchError
+from llmfleet.fetcher.errors import FetchError, too_large
 from llmfleet.fetcher.paths import fetched_path
 from llmfleet.fetcher.sources import HubSource, ObjectSource
-from llmfleet.fetcher.store import TMP_PREFIX, AdapterStore
+from llmfleet.fetcher.store import TMP_PREFIX, AdapterStore, Limits
 
 SOURCE = "s3://bucket/adapters/x"
 FILES = {"adapter_config.json": b'{"r": 8}', "adapter_model.safetensors": b"\x00" * 1000}
@@ -206,3 +206,56 @@ def test_a_malformed_request_downloads_nothing(tmp_path: Path) -> None:
 
     assert refused.value.status == 400
     assert calls == []
+
+
+def capped(files: dict[str, bytes]) -> Callable[[ObjectSource | HubSource, Path, int], int]:
+    """A download that, like the stores' own, refuses to write more than its limit."""
+    size = sum(map(len, files.values()))
+
+    def download(source: ObjectSource | HubSource, folder: Path, limit: int) -> int:
+        if size > limit:
+            raise too_large(str(source), limit)
+        return writes(files)[0](source, folder, limit)
+
+    return download
+
+
+def test_a_fetch_beyond_the_cap_on_count_is_refused_naming_it(tmp_path: Path) -> None:
+    store = AdapterStore(tmp_path, capped(FILES), Limits(1 << 20, max_adapters=2))
+    kept = [store.fetch(f"s3://bucket/{n}", None) for n in "ab"]
+
+    with pytest.raises(FetchError) as refused:
+        store.fetch("s3://bucket/c", None)
+
+    assert refused.value.status == 507
+    assert "at most 2 fetched adapters" in refused.value.message
+    assert "maxCpuAdapters" in refused.value.message
+    assert len(entries(tmp_path)) == 2  # nothing of c written
+    store.prune(kept[:1])
+    assert Path(store.fetch("s3://bucket/c", None)).is_dir()  # room again once one is pruned
+
+
+def test_a_fetch_beyond_the_cap_on_bytes_is_refused_naming_it(tmp_path: Path) -> None:
+    size = sum(map(len, FILES.values()))
+    limits = Limits(max_bytes=10 * size, max_total_bytes=2 * size + size // 2)
+    store = AdapterStore(tmp_path, capped(FILES), limits)
+    store.fetch("s3://bucket/a", None)
+    store.fetch("s3://bucket/b", None)
+
+    with pytest.raises(FetchError) as refused:
+        store.fetch("s3://bucket/c", None)
+
+    assert refused.value.status == 507
+    assert f"at most {limits.max_total_bytes} bytes" in refused.value.message
+    assert "s3://bucket/c" in refused.value.message
+    assert len(entries(tmp_path)) == 2  # the partial copy is gone too
+
+
+def test_an_adapter_larger_than_the_per_adapter_limit_is_still_413(tmp_path: Path) -> None:
+    size = sum(map(len, FILES.values()))
+    store = AdapterStore(tmp_path, capped(FILES), Limits(size - 1, 4, 100 * size))
+
+    with pytest.raises(FetchError) as refused:
+        store.fetch("s3://bucket/a", None)
+
+    assert refused.value.status == 413

@@ -187,3 +187,22 @@ def test_the_chart_admits_its_own_operator_pods_and_the_configured_scrapers() ->
         },
     )
     assert policy.clients == ({"podSelector": {"matchLabels": {"role": "frontend"}}},)
+
+
+def test_the_fetcher_admits_the_operator_only_even_where_the_engines_admit_anyone() -> None:
+    # One LoRA engine, no router, no clients configured: the engine port admits every source,
+    # and the fetcher's must still admit the operator alone.
+    s = spec(**UNROUTED, engine={"lora": {}})
+    rules = network_policy(s, POLICY)["spec"]["ingress"]
+    fetcher = [r for r in rules if any(p["port"] == "fetcher" for p in r.get("ports", []))]
+
+    assert fetcher == [{"from": [OPERATOR], "ports": [{"port": "fetcher", "protocol": "TCP"}]}]
+    assert all("from" in r for r in rules if r not in fetcher and r["ports"][0]["port"] != "http")
+
+
+def test_without_operator_peers_the_fetcher_port_gets_no_rule_at_all() -> None:
+    s = spec(**UNROUTED, engine={"lora": {}})
+    rules = network_policy(s, EngineNetworkPolicy(scrapers=(PROMETHEUS,)))["spec"]["ingress"]
+
+    assert not any(p["port"] == "fetcher" for r in rules for p in r.get("ports", []))
+    assert all("ports" in r for r in rules)  # no rule admits every port either

@@ -78,6 +78,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/*
+The Secret in the release namespace that holds the operator's key for the adapter fetchers'
+tokens (docs/security.md); the operator creates it.
+*/}}
+{{- define "llmfleet.fetcherKeySecret" -}}
+{{- printf "%s-fetcher-key" (include "llmfleet.fullname" .) | trunc 63 -}}
+{{- end -}}
+
+{{/*
 The operator's --engine-network-policy (JSON): the scrapers and clients of engine.networkPolicy,
 and the operator's own pods, which read each engine's KV-cache size for PlanVerified.
 */}}
@@ -187,6 +195,13 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# The Secret of each LLMDeployment with single-node LoRA engines that holds the token only the
+# operator sends their adapter fetchers (<name>-fetcher, owned by the LLMDeployment). Created
+# once and never read back: the operator derives the token from its own key (the release
+# namespace's Role), so `create` is all it needs here, and create reveals no other Secret.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
 {{- if or .Values.rbac.readSecrets .Values.huggingFace.readTokenSecrets }}
 # rbac.readSecrets (or its older name huggingFace.readTokenSecrets): the two tokens the operator
 # sends itself, read by name: spec.model.tokenSecretRef's to the Hub when it reads a model's

@@ -29,6 +29,7 @@ from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
 CONNECTIONS = 32
 
 if TYPE_CHECKING:
+    from llmfleet.reconcile.fetcher_token import KeySecret
     from llmfleet.reconcile.leader import LeaderElectionConfig, LeaderElector
     from llmfleet.reconcile.manager import Manager
 
@@ -54,6 +55,8 @@ class OperatorConfig:
     engine_priority_class: str = ""
     spare_priority_class: str = ""
     fetcher_image: str = DEFAULT_FETCHER_IMAGE
+    # The operator's key for the adapter fetchers' tokens; None: one of this process's own.
+    fetcher_key: KeySecret | None = None
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -89,6 +92,7 @@ def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
         hf_endpoint=cfg.hf_endpoint,
         engine_priority_class=cfg.engine_priority_class,
         fetcher_image=cfg.fetcher_image,
+        fetcher_key=cfg.fetcher_key,
         spare_priority_class=cfg.spare_priority_class,
         namespaces=cfg.namespaces,
         resync_seconds=cfg.resync_seconds,

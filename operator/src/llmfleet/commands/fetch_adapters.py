@@ -5,6 +5,11 @@ into the folder it shares with the engine, when the operator asks (llmfleet.fetc
     llmfleet fetch-adapters [--host H] [--port 8081] [--dir /var/lib/llmfleet/adapters]
                             [--s3-endpoint URL] [--s3-region R]
                             [--gs-endpoint https://storage.googleapis.com] [--max-bytes N]
+                            [--max-adapters N] [--max-total-bytes N]
+
+Fetching and pruning answer only the operator: the container's LLMFLEET_FETCHER_TOKEN holds the
+bearer token it sends (render.fetcher gives it from the LLMDeployment's fetcher Secret), and the
+fetcher does not start without one.
 
 Credentials come from the container's environment: AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY (or IRSA's web identity on EKS) for s3://, GCS HMAC keys in the same two
@@ -16,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 from pathlib import Path
 
 from llmfleet.fetcher.objectstore import DEFAULT_GS_ENDPOINT
-from llmfleet.fetcher.paths import FETCH_ROOT, FETCHER_PORT
-from llmfleet.fetcher.store import DEFAULT_MAX_BYTES
+from llmfleet.fetcher.paths import FETCH_ROOT, FETCHER_PORT, TOKEN_ENV
+from llmfleet.fetcher.store import DEFAULT_MAX_BYTES, Limits
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,6 +69,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="largest adapter fetched, all its files together (default %(default)s: 8 GiB)",
     )
     p.add_argument(
+        "--max-adapters",
+        type=_positive,
+        default=None,
+        help="most adapters kept at once; a fetch beyond it is refused (507) (default: no cap)",
+    )
+    p.add_argument(
+        "--max-total-bytes",
+        type=_positive,
+        default=None,
+        help="most bytes of all adapters kept and being fetched together, within the volume's "
+        "sizeLimit; a fetch beyond it is refused (507) (default: no cap)",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -96,6 +115,11 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from llmfleet.fetcher.server import serve
 
+    if not os.environ.get(TOKEN_ENV, "").strip():
+        raise SystemExit(
+            f"llmfleet fetch-adapters: {TOKEN_ENV} is empty: the fetcher answers only a caller "
+            "that sends this token, and does not start without one"
+        )
     serve(
         args.host,
         args.port,
@@ -103,6 +127,6 @@ def _run(args: argparse.Namespace) -> int:
         s3_endpoint=args.s3_endpoint,
         s3_region=args.s3_region,
         gs_endpoint=args.gs_endpoint,
-        max_bytes=args.max_bytes,
+        limits=Limits(args.max_bytes, args.max_adapters, args.max_total_bytes),
     )
     return 0

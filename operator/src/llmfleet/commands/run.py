@@ -16,6 +16,7 @@ from llmfleet.models.refs import OBJECT_NAME_PATTERN
 
 if TYPE_CHECKING:
     from llmfleet.operator_app import OperatorConfig
+    from llmfleet.reconcile.fetcher_token import KeySecret
     from llmfleet.reconcile.leader import LeaderElectionConfig
 
 # Where Kubernetes mounts the pod's own namespace beside its ServiceAccount token.
@@ -120,6 +121,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="image of the adapter fetcher beside LoRA engines, which copies s3://, gs:// and "
         "revisioned Hub adapters for them: the operator's own (env "
         "LLMFLEET_ADAPTER_FETCHER_IMAGE; default %(default)s)",
+    )
+    p.add_argument(
+        "--fetcher-key-secret",
+        default=env("LLMFLEET_FETCHER_KEY_SECRET", "llmfleet-fetcher-key"),
+        help="Secret in --leader-election-namespace that holds the operator's key for the "
+        "adapter fetchers' tokens, created if missing; replicas of one installation share it "
+        "(env LLMFLEET_FETCHER_KEY_SECRET; default %(default)s). Without that namespace the key "
+        "is the process's own",
     )
     p.add_argument(
         "--engine-network-policy",
@@ -239,7 +248,15 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         engine_priority_class=args.engine_priority_class,
         spare_priority_class=args.spare_priority_class,
         fetcher_image=args.adapter_fetcher_image,
+        fetcher_key=_fetcher_key(args),
     )
+
+
+def _fetcher_key(args: argparse.Namespace) -> KeySecret | None:
+    from llmfleet.reconcile.fetcher_token import KeySecret
+
+    namespace = args.leader_election_namespace
+    return KeySecret(namespace, args.fetcher_key_secret) if namespace else None
 
 
 def _in_cluster_namespace() -> str:

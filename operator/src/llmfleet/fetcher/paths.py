@@ -9,6 +9,8 @@ import hashlib
 
 FETCH_ROOT = "/var/lib/llmfleet/adapters"
 FETCHER_PORT = 8081
+# The environment variable of the fetcher container that holds the operator's token.
+TOKEN_ENV = "LLMFLEET_FETCHER_TOKEN"
 OBJECT_STORE_SCHEMES = ("s3://", "gs://")
 
 

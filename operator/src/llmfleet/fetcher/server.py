@@ -9,12 +9,20 @@
   folder not kept removed.
 
 Each request runs on a thread of its own (a fetch may take minutes, and a health probe must not
-wait behind it)."""
+wait behind it).
+
+Only the operator may fetch or prune: both answer 401 unless the request carries
+`Authorization: Bearer <token>`, the token of the LLMDeployment's Secret that the pod's
+TOKEN_ENV holds (docs/security.md). A fetch spends the object store's keys and the Hub token
+and writes to the node's disk, so nobody else who reaches the port may ask for one. /healthz
+stays open: the kubelet's probe carries no token."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import os
 import signal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,8 +31,9 @@ from typing import Any
 from llmfleet.fetcher.errors import BAD_REQUEST, FetchError
 from llmfleet.fetcher.hub import Hub
 from llmfleet.fetcher.objectstore import DEFAULT_GS_ENDPOINT, ObjectStores, StoreConfig
+from llmfleet.fetcher.paths import TOKEN_ENV
 from llmfleet.fetcher.sources import HubSource, ObjectSource
-from llmfleet.fetcher.store import DEFAULT_MAX_BYTES, AdapterStore, Download
+from llmfleet.fetcher.store import DEFAULT_LIMITS, AdapterStore, Download, Limits
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +44,20 @@ MAX_BODY_BYTES = 1 << 20
 class FetcherServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], store: AdapterStore) -> None:
+    def __init__(self, address: tuple[str, int], store: AdapterStore, token: str) -> None:
+        if not token:
+            # An empty token would let `Bearer ` through: refuse to serve at all instead.
+            raise ValueError(f"the fetcher needs the operator's token in {TOKEN_ENV}")
         super().__init__(address, _Handler)
         self.store = store
+        self.token = token.encode()
+
+    def authorized(self, header: str | None) -> bool:
+        scheme, _, given = (header or "").partition(" ")
+        # Constant-time: the answer's timing must not tell a caller how much of a guess was right.
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), self.token
+        )
 
     @property
     def url(self) -> str:
@@ -59,6 +79,10 @@ class _Handler(BaseHTTPRequestHandler):
         route = routes.get(self.path)
         if route is None:
             self._error(404, f"no {self.path} here: POST /v1/fetch or /v1/prune")
+            return
+        if not self.server.authorized(self.headers.get("Authorization")):
+            # Nothing of the request is read or logged: the body may name a private source.
+            self._error(401, "only the operator may ask the adapter fetcher: no valid bearer token")
             return
         try:
             self._answer(200, route(self._body()))
@@ -98,6 +122,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
+        if status == 401:
+            self.send_header("WWW-Authenticate", "Bearer")
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -125,13 +151,14 @@ def serve(
     s3_endpoint: str | None = None,
     s3_region: str | None = None,
     gs_endpoint: str = DEFAULT_GS_ENDPOINT,
-    max_bytes: int = DEFAULT_MAX_BYTES,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> None:
-    """Serves until SIGTERM or SIGINT."""
+    """Serves until SIGTERM or SIGINT; raises ValueError without the operator's token."""
+    token = os.environ.pop(TOKEN_ENV, "").strip()  # popped: no child process inherits it
     stores = ObjectStores(StoreConfig(s3_endpoint, s3_region, gs_endpoint))
-    store = AdapterStore(root, downloader(stores, Hub.from_env()), max_bytes)
+    store = AdapterStore(root, downloader(stores, Hub.from_env()), limits)
+    server = FetcherServer((host, port), store, token)
     store.start()
-    server = FetcherServer((host, port), store)
 
     def stop(_signum: int, _frame: object) -> None:
         raise SystemExit(0)  # the pod is stopping: a clean exit, not a failure

@@ -227,8 +227,11 @@ class AdapterSync:
         wanted: Sequence[Wanted],
         pods: Sequence[dict[str, Any]],
         api_key: BearerToken | None = None,
+        *,
+        fetcher_token: BearerToken | None = None,
     ) -> tuple[EngineOutcome, ...]:
-        """`api_key`: what the engines want, spec.engine.apiKeySecretRef's (None without one)."""
+        """`api_key`: what the engines want, spec.engine.apiKeySecretRef's (None without one);
+        `fetcher_token`: what their adapter fetchers want (None: the pods run none)."""
         key = (namespace, name)
         with self._lock:
             known = self._engines.get(key, {})
@@ -237,7 +240,16 @@ class AdapterSync:
         if todo:
             with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
                 results = list(
-                    pool.map(lambda t: self._converge(t[1], known.get(t[0]), wanted, api_key), todo)
+                    pool.map(
+                        lambda t: self._converge(
+                            t[1],
+                            engine=known.get(t[0]),
+                            wanted=wanted,
+                            api_key=api_key,
+                            fetcher_token=fetcher_token,
+                        ),
+                        todo,
+                    )
                 )
         fresh = {k: e for (k, _), (_, e) in zip(todo, results, strict=True) if e is not None}
         with self._lock:
@@ -251,9 +263,11 @@ class AdapterSync:
     def _converge(
         self,
         pod: dict[str, Any],
+        *,
         engine: _Engine | None,
         wanted: Sequence[Wanted],
         api_key: BearerToken | None,
+        fetcher_token: BearerToken | None,
     ) -> tuple[EngineOutcome, _Engine | None]:
         pod_name = str(pod["metadata"]["name"])
         at = Endpoint(str(pod["status"]["podIP"]), self._port, api_key)
@@ -278,12 +292,16 @@ class AdapterSync:
             for a, f in engine.failed.items()
             if a in want and want[a].path == f[0] and a not in engine.loaded
         }
+        fetcher = fetcher_token if has_fetcher(pod) else None
+        if unloaded_fetched and fetcher is not None:
+            # Before fetching: a replaced adapter's old copy counts against the fetcher's caps.
+            self._fetcher.prune(at.ip, fetcher, (w.path for w in wanted if w.fetched))
         for adapter, w in sorted(want.items()):
             if adapter in engine.loaded:
                 continue
             if adapter in engine.failed and now - engine.failed[adapter][2] < RETRY_SECONDS:
                 continue
-            why = self._place(pod, at, w)
+            why = self._place(fetcher, at, w)
             if why is None:
                 engine.loaded[adapter] = w.path
                 engine.failed.pop(adapter, None)
@@ -292,8 +310,6 @@ class AdapterSync:
                     "engine %s: adapter %s (%s) did not load: %s", pod_name, adapter, w.source, why
                 )
                 engine.failed[adapter] = (w.path, why, now)
-        if unloaded_fetched and has_fetcher(pod):
-            self._fetcher.prune(at.ip, (w.path for w in wanted if w.fetched))
         outcome = EngineOutcome(
             pod=pod_name,
             loaded=frozenset(a for a in engine.loaded if a in want),
@@ -302,13 +318,14 @@ class AdapterSync:
         )
         return outcome, engine
 
-    def _place(self, pod: dict[str, Any], at: Endpoint, w: Wanted) -> str | None:
-        """Loads `w` into the engine, through the pod's fetcher first where vLLM cannot read
-        its source; None when loaded, else why not."""
+    def _place(self, fetcher: BearerToken | None, at: Endpoint, w: Wanted) -> str | None:
+        """Loads `w` into the engine, through the pod's fetcher (`fetcher`: its token, None
+        where it runs none) first where vLLM cannot read its source; None when loaded, else why
+        not."""
         if w.fetched:
-            if not has_fetcher(pod):
+            if fetcher is None:
                 return NO_FETCHER
-            why = self._fetcher.fetch(at.ip, w.source, w.revision)
+            why = self._fetcher.fetch(at.ip, fetcher, w.source, w.revision)
             if why is not None:
                 return why
         return self._api.load(at, w.name, w.path)

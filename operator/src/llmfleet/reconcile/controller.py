@@ -29,6 +29,7 @@ from llmfleet.reconcile.base import Reconciler, generation
 from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.causes import blockers
 from llmfleet.reconcile.conditions import find
+from llmfleet.reconcile.fetcher_token import FetcherTokens, KeySecret
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
 from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.plan_verified import newly_unverified
@@ -36,6 +37,7 @@ from llmfleet.reconcile.references import deployment_references
 from llmfleet.reconcile.secrets import SecretUnreadableError, read_token
 from llmfleet.reconcile.status import Observed, invalid_status, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
+from llmfleet.render.fetcher import runs_fetcher
 from llmfleet.render.leaderworkerset import (
     ENGINE_KINDS,
     LWS_API_VERSION,
@@ -65,6 +67,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         model_configs: ModelConfigs | None = None,
         engine_priority_class: str = "",
         fetcher_image: str = DEFAULT_FETCHER_IMAGE,
+        fetcher_key: KeySecret | None = None,
     ) -> None:
         super().__init__(api, profiles, view, model_configs)
         self.default_engine_image = default_engine_image  # for specs without engine.image
@@ -74,6 +77,8 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         self.fetcher_image = fetcher_image  # beside LoRA engines
         self.kv_cache = EngineKVCache(HTTP_PORT)
         self.adapters = AdapterSync(HTTP_PORT)
+        # None: a key of this process's own (one replica outside a cluster, tests).
+        self.fetcher_tokens = FetcherTokens(k8s.CoreV1Api(api), fetcher_key)
 
     def plan(self, spec: LLMDeploymentSpec, namespace: str) -> Plan:
         planned = plan(spec, self.profiles, self.model_configs.for_model(spec.model, namespace))
@@ -134,6 +139,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         m.forget(namespace, name)
         self.kv_cache.forget(namespace, name)
         self.adapters.forget(namespace, name)
+        self.fetcher_tokens.forget(namespace, name)
 
     def counted(self, namespace: str, name: str, outcome: str, seconds: float) -> None:
         m.RECONCILE_DURATION.observe(seconds)
@@ -164,6 +170,10 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             engine_priority_class=self.engine_priority_class,
             fetcher_image=self.fetcher_image,
         )
+        if runs_fetcher(planned):
+            # Before the pods that read it: a missing Secret would hold them in
+            # CreateContainerConfigError until the next reconcile.
+            self.fetcher_tokens.ensure_secret(owner)
         for obj in rendered:
             live[ref(obj)] = self.applier.apply(obj, result)
 
@@ -268,7 +278,8 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         except SecretUnreadableError as e:
             return key_unreadable(wanted, e, generation)
         engines = lora_engines(pods, ENGINE_CONTAINER)
-        outcomes = self.adapters.sync(ns, name, wanted, engines, key)
+        fetcher = self.fetcher_tokens.token(ns, name)
+        outcomes = self.adapters.sync(ns, name, wanted, engines, key, fetcher_token=fetcher)
         for pod in gates_to_open(pods, outcomes):
             gate = {"type": ADAPTERS_GATE, "status": "True", "reason": "AdaptersLoaded"}
             try:

@@ -1,6 +1,7 @@
 """The operator's side of the adapter fetcher (llmfleet.fetcher, a container beside each
 single-node LoRA engine): asking it to copy an s3://, gs:// or revisioned Hub adapter into the
-pod before vLLM loads it, and to drop the copies no adapter needs any more."""
+pod before vLLM loads it, and to drop the copies no adapter needs any more. Every call carries
+the LLMDeployment's fetcher token (reconcile.fetcher_token): the fetcher answers nobody else."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any, Protocol
 from llmfleet.fetcher.paths import FETCHER_PORT
 from llmfleet.reconcile.kvcache import engine_url
 from llmfleet.reconcile.podcall import call
-from llmfleet.render.fetcher import FETCHER_CONTAINER
+from llmfleet.reconcile.secrets import BearerToken
+from llmfleet.render.fetcher import FETCHER_CONTAINER, fetcher_secret_name
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +22,12 @@ log = logging.getLogger(__name__)
 # downloading a Hub adapter.
 FETCH_TIMEOUT_SECONDS = 300.0
 PRUNE_TIMEOUT_SECONDS = 10.0
+REFUSED = (
+    "the adapter fetcher refused the operator's token: the pod holds the token its "
+    f"LLMDeployment's Secret (<name>{fetcher_secret_name('')}) held when the pod started, and "
+    "the operator's key changed since (its key Secret was replaced, or it runs outside a cluster "
+    "without one): delete that Secret, then the engine pods once the operator has created it again"
+)
 NO_FETCHER = (
     "s3://, gs:// and revisioned sources are copied in by the engine pod's adapter fetcher, "
     "which this engine pod does not run: multi-node (LeaderWorkerSet) replicas read adapters "
@@ -28,10 +36,10 @@ NO_FETCHER = (
 
 
 class FetcherApi(Protocol):
-    def fetch(self, ip: str, source: str, revision: str | None) -> str | None:
+    def fetch(self, ip: str, token: BearerToken, source: str, revision: str | None) -> str | None:
         """None once the adapter is in the pod, else why not."""
 
-    def prune(self, ip: str, keep: Iterable[str]) -> None:
+    def prune(self, ip: str, token: BearerToken, keep: Iterable[str]) -> None:
         """Drops every fetched adapter but `keep` (paths); best effort."""
 
 
@@ -40,31 +48,35 @@ def has_fetcher(pod: dict[str, Any]) -> bool:
     return any(c.get("name") == FETCHER_CONTAINER for c in containers)
 
 
-def _post(ip: str, path: str, body: dict[str, Any], timeout: float) -> tuple[int, str]:
+def _post(
+    ip: str, token: BearerToken, path: str, body: dict[str, Any], timeout: float
+) -> tuple[int, str]:
     base = engine_url(ip, FETCHER_PORT)
     if base is None:
         return 0, f"no address {ip!r}"
-    return call(f"{base}{path}", body, timeout)
+    return call(f"{base}{path}", body, timeout, token.headers())
 
 
 class HttpFetcherApi:
-    def fetch(self, ip: str, source: str, revision: str | None) -> str | None:
+    def fetch(self, ip: str, token: BearerToken, source: str, revision: str | None) -> str | None:
+        body = {"source": source, "revision": revision}
         try:
-            status, text = _post(
-                ip, "/v1/fetch", {"source": source, "revision": revision}, FETCH_TIMEOUT_SECONDS
-            )
+            status, text = _post(ip, token, "/v1/fetch", body, FETCH_TIMEOUT_SECONDS)
         except OSError as e:
             return f"the adapter fetcher did not answer: {e}"
         if status == 200:
             return None
+        if status == 401:
+            return REFUSED
         try:
             return str(json.loads(text)["error"]["message"])
         except (ValueError, KeyError, TypeError):
             return f"the adapter fetcher answered HTTP {status}: {text.strip()[:300]}"
 
-    def prune(self, ip: str, keep: Iterable[str]) -> None:
+    def prune(self, ip: str, token: BearerToken, keep: Iterable[str]) -> None:
+        body = {"keep": sorted(keep)}
         try:
-            status, text = _post(ip, "/v1/prune", {"keep": sorted(keep)}, PRUNE_TIMEOUT_SECONDS)
+            status, text = _post(ip, token, "/v1/prune", body, PRUNE_TIMEOUT_SECONDS)
         except OSError as e:
             status, text = 0, str(e)
         if status != 200:

@@ -25,6 +25,7 @@ from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.reconcile.batchjob import BatchJobController
 from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.controller import Controller
+from llmfleet.reconcile.fetcher_token import KeySecret
 from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.resync import Resyncer
 from llmfleet.reconcile.workqueue import WorkQueue
@@ -50,6 +51,7 @@ class Manager:
         hf_endpoint: str = DEFAULT_ENDPOINT,
         engine_priority_class: str = "",
         fetcher_image: str = DEFAULT_FETCHER_IMAGE,
+        fetcher_key: KeySecret | None = None,
         spare_priority_class: str = "",
     ) -> None:
         self.view = ChildView.of_children(api, self._changed, namespaces)
@@ -65,6 +67,7 @@ class Manager:
             model_configs=model_configs,
             engine_priority_class=engine_priority_class,
             fetcher_image=fetcher_image,
+            fetcher_key=fetcher_key,
         )
         self.batch = BatchJobController(
             api,

@@ -101,7 +101,7 @@ def _volumes(
         )
         mounts.append({"name": ADAPTERS_VOLUME, "mountPath": ADAPTERS_MOUNT_PATH, "readOnly": True})
     if runs_fetcher(plan):
-        volume, mount = fetch_volume()
+        volume, mount = fetch_volume(plan)
         volumes.append(volume)
         mounts.append(mount)
     return volumes, mounts
@@ -161,7 +161,9 @@ def engine_pod_template(
         container["lifecycle"] = {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}}
     containers = [container]
     if runs_fetcher(plan):
-        containers.append(fetcher_container(spec, container["env"], fetcher_image))
+        containers.append(
+            fetcher_container(owner.name, spec, plan, container["env"], fetcher_image)
+        )
     pod_spec: dict[str, Any] = {
         "containers": containers,
         "volumes": volumes,

@@ -3,7 +3,15 @@ with --engine-network-policy): the engines' port admits this LLMDeployment's rou
 scrapes their metrics and the operator; nothing else reaches them.
 
 Where there is no router the engine Service is the endpoint, so clients must reach the engines:
-the policy then admits the configured clients, or any source when none are configured."""
+the policy then admits the configured clients, or any source when none are configured. The
+engine's port also serves vLLM's runtime LoRA endpoints, which a NetworkPolicy cannot tell from
+the OpenAI API: whoever reaches the port may call them unless the engine has an API key
+(docs/security.md).
+
+The adapter fetcher's port admits the operator's pods and nothing else, whatever the engine's
+port admits: it spends credentials and writes to the node's disk. With no operator peers
+configured the policy gives the port no rule at all (a rule without `from` admits every
+source)."""
 
 from __future__ import annotations
 
@@ -41,12 +49,13 @@ def render_network_policy(
         # A rule without `from` admits every source; with one, only the peers listed.
         rule["from"] = [*callers, *policy.scrapers, *policy.operator]
     rules = [rule]
-    if runs_fetcher(plan):
-        # Only the operator asks the adapter fetcher for adapters.
-        fetcher: dict[str, Any] = {"ports": [{"port": FETCHER_PORT_NAME, "protocol": "TCP"}]}
-        if callers and policy.operator:
-            fetcher["from"] = list(policy.operator)
-        rules.append(fetcher)
+    if runs_fetcher(plan) and policy.operator:
+        rules.append(
+            {
+                "from": list(policy.operator),
+                "ports": [{"port": FETCHER_PORT_NAME, "protocol": "TCP"}],
+            }
+        )
     if plan.pipeline_parallel_size > 1:
         # A multi-node replica's pods reach each other on ports vLLM and NCCL pick at run time.
         rules.append({"from": [{"podSelector": group_selector(owner, plan)}]})
