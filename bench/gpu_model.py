@@ -32,7 +32,8 @@ from typing import Any
 
 from bench.gpu_edges import edge_figures, edge_report
 from llmfleet.models.catalog import lookup_architecture
-from llmfleet.models.hfconfig import architecture_from_config
+from llmfleet.models.engine import KvCacheDtype
+from llmfleet.models.hfconfig import CheckpointWeights, architecture_from_config, checkpoint_weights
 from llmfleet.models.model_spec import ModelArchitecture, Quantization
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
 from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu
@@ -45,6 +46,7 @@ from llmfleet.planner.performance import (
     PodModel,
     pod_model,
 )
+from llmfleet.planner.weights import Weights
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "gpu"
@@ -142,6 +144,13 @@ def _gpu(device: str) -> tuple[Gpu, float]:
     return gpu, profile.memory_gib
 
 
+def _checkpoint(model: str) -> CheckpointWeights | None:
+    """The quantized checkpoint a bench/gpu/models config.json declares; None for 16 bits."""
+    if model in MODELS:
+        return None
+    return checkpoint_weights(json.loads((DATA / "models" / model / "config.json").read_text()))
+
+
 def _arch(model: str) -> ModelArchitecture:
     """A catalog model by its folder's name on the GPU machine, or a shape of bench/gpu/models/
     (held-out shapes, checkpoint configs) from its config.json."""
@@ -167,23 +176,37 @@ class Engine:
     quantization: Quantization = "none"
     lora: LoraSettings | None = None
     tensor_parallel_size: int = 1
+    kv_cache_dtype: KvCacheDtype = "auto"
+
+    def weights(self) -> Quantization | Weights:
+        """A pre-quantized checkpoint of bench/gpu/models as the planner reads its config.json
+        (planner/weights.py), else the engine's --quantization (on load)."""
+        found = _checkpoint(self.model)
+        if found is None:
+            return self.quantization
+        form = found.format
+        return Weights(
+            form.spec_value or "none", form.kernel, form.description, "", checkpoint=found
+        )
 
     def pod(self, efficiencies: Efficiencies = CALIBRATED) -> PodModel:
         return pod_model(
             _arch(self.model),
             dtype="bfloat16",
-            quantization=self.quantization,
+            quantization=self.weights(),
             tensor_parallel_size=self.tensor_parallel_size,
             gpu=_gpu(self.device)[0],
             max_num_batched_tokens=self.max_num_batched_tokens,
             efficiencies=efficiencies,
+            kv_cache_dtype=self.kv_cache_dtype,
         )
 
     def planner_kv_tokens(self) -> int:
         fit = fit_on_gpu(
             _arch(self.model),
             dtype="bfloat16",
-            quantization=self.quantization,
+            kv_cache_dtype=self.kv_cache_dtype,
+            quantization=self.weights(),
             memory_gib=_gpu(self.device)[1],
             cuda_gib=_cuda_gib(self.device),
             max_model_len=self.max_model_len,
@@ -270,6 +293,7 @@ def engines(runs: tuple[str, ...] = RUNS) -> dict[str, Engine]:
                 r["kv_tokens"],
                 args.get("quantization") or "none",
                 tensor_parallel_size=args.get("tensor_parallel_size") or 1,
+                kv_cache_dtype=args.get("kv_cache_dtype") or "auto",
             )
     return found
 
@@ -305,6 +329,13 @@ def heldout_points(fitted: bool = False) -> list[Point]:
 
 def bf16_fit_points() -> list[Point]:
     return calibration_points() + heldout_points(fitted=True)
+
+
+def checkpoint_points() -> list[Point]:
+    """The FP8 checkpoint's and the fp8 KV cache's engines (q42-*): not in any fit, and the
+    checkpoint's kernel (w8a8, per-channel weights, per-token activations) never measured
+    before."""
+    return [p for p in validation_points(HELDOUT_RUNS) if p.engine.tag.startswith("q42-")]
 
 
 def two_gpu_choices() -> list[dict[str, Any]]:
@@ -561,8 +592,6 @@ def run() -> dict[str, float]:
     fp8_errors = [abs(p.error_pct()) for p in fp8 if p.what in ("out_tok_s", "itl_ms")]
     kv = []
     for e in engines(RUNS + FP8_CALIBRATION_RUNS + EDGE_RUNS + HELDOUT_RUNS).values():
-        if e.tag.startswith("q42-"):
-            continue  # an fp8 checkpoint and an fp8 KV cache: modelled on another branch
         planned = e.planner_kv_tokens()
         kv.append(
             {
@@ -570,6 +599,8 @@ def run() -> dict[str, float]:
                 "gpu": e.device,
                 "model": e.model,
                 "quantization": e.quantization,
+                "checkpoint": _checkpoint(e.model) is not None,
+                "kv_cache_dtype": e.kv_cache_dtype,
                 "tensor_parallel_size": e.tensor_parallel_size,
                 "utilization": e.utilization,
                 "max_model_len": e.max_model_len,
@@ -598,6 +629,7 @@ def run() -> dict[str, float]:
         "fp8_calibration": _report(fp8_calibration_points()),
         "heldout": _report(held),
         "heldout_fitted": _report(heldout_points(fitted=True)),
+        "checkpoint_and_kv_dtype": _report(checkpoint_points()),
         "two_gpu_choices": choices,
         "source": (
             "vLLM 0.26.0 on NVIDIA H100 80GB HBM3 and NVIDIA H200, 2026-11-23 (bf16) and "
@@ -611,7 +643,18 @@ def run() -> dict[str, float]:
         "gpu_kv_error_max_pct": max(
             abs(k["error_pct"])
             for k in kv
-            if k["quantization"] == "none" and k["model"] not in HELDOUT_SHAPES
+            if k["quantization"] == "none"
+            and k["model"] not in HELDOUT_SHAPES
+            and not k["checkpoint"]
+            and k["kv_cache_dtype"] == "auto"
+        ),
+        # Issue 42: Llama-3.1-8B's shape as a compressed-tensors FP8 checkpoint (sized from its
+        # config.json's quantization_config), and in bf16 with --kv-cache-dtype fp8.
+        "gpu_quantized_checkpoint_kv_error_max_pct": max(
+            abs(k["error_pct"]) for k in kv if k["checkpoint"]
+        ),
+        "gpu_kv_cache_fp8_error_pct": max(
+            abs(k["error_pct"]) for k in kv if k["kv_cache_dtype"].startswith("fp8")
         ),
         # A new pod compiles afresh; an engine that loaded an earlier start's compile cache
         # peaks 0.55 GiB lower and gets that much more KV cache (gpu_kv_fp8_cached_compile_*).

@@ -340,6 +340,19 @@ FIGURES: dict[str, tuple[str, str]] = {
         "2026-11-27 (1: both agree)",
         "",
     ),
+    "gpu_quantized_checkpoint_kv_error_max_pct": (
+        "Planner KV-cache tokens vs vLLM's for a pre-quantized checkpoint sized from its "
+        "config.json's quantization_config (Llama-3.1-8B's shape as compressed-tensors FP8 W8A8, "
+        "bench/gpu/models/llama-3.1-8b-fp8-ct, dummy weights: 944,256 tokens), H200, vLLM "
+        "0.26.0, 2026-11-27",
+        "%",
+    ),
+    "gpu_kv_cache_fp8_error_pct": (
+        "Planner KV-cache tokens vs vLLM's with --kv-cache-dtype fp8 (spec.engine.kvCacheDtype; "
+        "Llama-3.1-8B's shape in bf16: 1,782,288 tokens, twice bf16's), H200, vLLM 0.26.0, "
+        "2026-11-27",
+        "%",
+    ),
     "allreduce_fit_error_p50_pct": (
         "Planner's all-reduce model (planner/allreduce.py) against the latency tables it is "
         "fitted to: aiconfigurator-core 0.12.0 (Apache-2.0), vLLM 0.24.0 custom all-reduce and "
