@@ -74,7 +74,8 @@ FIGURES: dict[str, tuple[str, str]] = {
     ),
     "upgrade_requests": ("… requests sent during the upgrade", "requests"),
     "upgrade_engine_restarts": (
-        "… engine pods restarted or replaced (a CPU vLLM and a kwok one)",
+        "… engine pods restarted or replaced (a CPU vLLM and a kwok one; 0.2.0 announces one "
+        "rollout of every engine, `vllm serve`, so 2 is each replaced once, 2026-11-27)",
         "pods",
     ),
     "scale_reaction_prometheus_s": (
