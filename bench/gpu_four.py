@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from bench.gpu_model import DATA, GPUS, Engine, Point
+from bench.gpu_model import DATA, GPUS, Engine, Point, engines
 from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.planner.planning import plan
 
@@ -69,24 +69,12 @@ def _records(runs: tuple[str, ...]) -> list[dict[str, Any]]:
     return rows
 
 
-def _engines(rows: list[dict[str, Any]]) -> dict[str, tuple[Engine, dict[str, Any]]]:
-    found = {}
-    for r in rows:
-        if r["kind"] == "engine":
-            args = r["engine_args"]
-            engine = Engine(
-                r["tag"],
-                r["model"],
-                r["gpu"],
-                args["gpu_memory_utilization"],
-                args["max_model_len"],
-                r["max_num_batched_tokens"],
-                r["kv_tokens"],
-                args.get("quantization") or "none",
-                tensor_parallel_size=args.get("tensor_parallel_size") or 1,
-            )
-            found[r["tag"]] = (engine, r)
-    return found
+def _engines(
+    runs: tuple[str, ...], rows: list[dict[str, Any]]
+) -> dict[str, tuple[Engine, dict[str, Any]]]:
+    """Each engine (gpu_model's reading of its line) with its line (vLLM version, date)."""
+    lines = {r["tag"]: r for r in rows if r["kind"] == "engine"}
+    return {tag: (engine, lines[tag]) for tag, engine in engines(runs).items()}
 
 
 def _saturation(
@@ -113,17 +101,17 @@ def compare(runs: tuple[str, ...] = FOUR_GPU_RUNS) -> list[dict[str, Any]]:
     """Per layout and workload: measured and predicted per-GPU saturation throughput; per
     layout: batch-1 TTFT and decode step."""
     rows = _records(runs)
-    engines = _engines(rows)
+    started = _engines(runs, rows)
     out = []
-    for lay in _layouts(set(engines)):
-        first, info = engines[lay.engines[0][0]]
+    for lay in _layouts(set(started)):
+        first, info = started[lay.engines[0][0]]
         entry: dict[str, Any] = {
             "layout": lay.name,
             "gpu": first.device,
             "vllm": info["vllm"],
             "date": info["date"],
             "max_num_seqs": info["max_num_seqs"],
-            "kv_tokens": {tag: engines[tag][0].kv_tokens for tag, _ in lay.engines},
+            "kv_tokens": {tag: started[tag][0].kv_tokens for tag, _ in lay.engines},
             "planner_kv_tokens": first.planner_kv_tokens(),
             "workloads": [],
         }
@@ -137,7 +125,7 @@ def compare(runs: tuple[str, ...] = FOUR_GPU_RUNS) -> list[dict[str, Any]]:
                 continue
             for tag, pods, sat in runs:
                 assert sat is not None
-                engine = engines[tag][0]
+                engine = started[tag][0]
                 measured += pods * sat["out_tok_s"]
                 # What runs at once: the requests, the engine's max_num_seqs, or what the
                 # planner's KV cache holds of them (vLLM admits by free KV blocks).
