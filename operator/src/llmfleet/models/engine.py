@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, StringConstraints
 
@@ -24,14 +24,7 @@ SchedulingPolicy = Literal["fcfs", "priority"]
 # and fp8, one byte per element. Its other values (fp8_inc for Intel Gaudi, the DeepSeek sparse
 # MLA, nvfp4, turboquant and per-token-head layouts) are not offered.
 KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
-KV_CACHE_DTYPES: tuple[KvCacheDtype, ...] = (
-    "auto",
-    "bfloat16",
-    "float16",
-    "fp8",
-    "fp8_e4m3",
-    "fp8_e5m2",
-)
+KV_CACHE_DTYPES: tuple[KvCacheDtype, ...] = get_args(KvCacheDtype)
 
 # Flags the operator owns: the Service and probes target the port it sets, the GPU count per
 # pod follows the planned tensor-parallel size, a multi-node replica's pods find each other
