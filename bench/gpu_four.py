@@ -28,9 +28,13 @@ from bench.gpu_model import DATA, GPUS, Engine, Point, engines
 from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.planner.planning import plan
 
-# Four GPUs of one host were not lent on 2026-11-27; the two-GPU run of that day measured the fp8
-# TP1 engines (4 x TP1) and a TP2 engine whose saturation run was cut by its time limit.
-FOUR_GPU_RUNS = ("h200x2-2026-11-27-70b-fp8.jsonl",)
+# 4 x H200 of one host, 2026-11-27 (four_gpu.sh's steps bf16-tp4, bf16-2xtp2, fp8-tp4, fp8-split
+# and bf16-2xtp2-prefill). The two-GPU run of the same day (h200x2-2026-11-27-70b-fp8.jsonl) is
+# not mixed in: its engines ran on another host.
+FOUR_GPU_RUNS = ("h200x4-2026-11-27-70b.jsonl",)
+# bf16 2 x TP2's engines ran past their limit before the prefill-heavy run; two fresh engines of
+# the same arguments (bf16-2xtp2-prefill) ran it alone.
+RERUNS = {"bf16-2xtp2-a": "bf16-2xtp2-pa", "bf16-2xtp2-b": "bf16-2xtp2-pb"}
 PLANS = DATA / "plan-70b-4gpu.yaml"
 OUTPUT = DATA / "four-gpu.json"
 GPUS_IN_HOST = 4
@@ -85,12 +89,29 @@ def _saturation(
     found = [
         r
         for r in rows
-        if r["tag"] == tag
+        if r["tag"] in (tag, RERUNS.get(tag))
         and r["kind"] == "saturate"
         and r["sampling"] == "greedy"
         and (r["in"], r["out"]) == (prompt, output)
     ]
     return found[0] if found else None
+
+
+def _run_tok_s(engine: Engine, sat: dict[str, Any], prompt: int, output: int) -> float:
+    """The planner's output tok/s for the run as it ran. What runs at once is the requests, the
+    engine's max_num_seqs, or what the planner's KV cache holds of them (vLLM admits by free KV
+    blocks). Every request is alike and all arrive at once, so they run in waves: full waves of
+    that many, then the rest, whose decode steps cost nearly as much for fewer tokens (the
+    prefill-heavy runs held 1.42 waves where the KV cache held fewer than the requests)."""
+    held = engine.planner_kv_tokens() // (prompt + output)
+    c = max(1, min(sat["nreq"], sat["max_num_seqs"], held))
+    full, rest = divmod(sat["nreq"], c)
+    seconds = 0.0
+    for n, waves in ((c, full), (rest, 1 if rest else 0)):
+        if waves:
+            rate = Point(engine, "out_tok_s", n, prompt, output, 1).predict()
+            seconds += waves * n * output / rate
+    return float(sat["nreq"] * output / seconds)
 
 
 def _pct(predicted: float, measured: float) -> float:
@@ -127,11 +148,7 @@ def compare(runs: tuple[str, ...] = FOUR_GPU_RUNS) -> list[dict[str, Any]]:
                 assert sat is not None
                 engine = started[tag][0]
                 measured += pods * sat["out_tok_s"]
-                # What runs at once: the requests, the engine's max_num_seqs, or what the
-                # planner's KV cache holds of them (vLLM admits by free KV blocks).
-                held = engine.planner_kv_tokens() // (prompt + output)
-                c = max(1, min(sat["nreq"], sat["max_num_seqs"], held))
-                predicted += pods * Point(engine, "out_tok_s", c, prompt, output, 1).predict()
+                predicted += pods * _run_tok_s(engine, sat, prompt, output)
             entry["workloads"].append(
                 {
                     "in": prompt,

@@ -344,6 +344,26 @@ FIGURES: dict[str, tuple[str, str]] = {
         "2026-11-27 (1: both agree)",
         "",
     ),
+    "gpu_four_gpu_choice_agrees": (
+        "Issue 46: Llama-3.1-70B's shape on 4 x H200 of one host (bench/gpu/four_gpu.sh, "
+        "dummy weights, vLLM 0.26.0, 2026-11-27): for each four-GPU twin of "
+        "examples/llama-3.1-70b-8xh100.yaml planned for H200 (bf16, fp8; 512/256 and "
+        "2,048/128), the planner's layout is the measured winner by greedy saturation output "
+        "tok/s per GPU (1: all four agree; bench/gpu/four-gpu.json)",
+        "",
+    ),
+    "gpu_four_gpu_chosen_over_tp4": (
+        "… the chosen layout's measured output tok/s per GPU over 1 x TP4's, the smaller of "
+        "the bf16 and fp8 twins at 512/256 (bf16 2 x TP2 1,256 vs 1,084; fp8 4 x TP1 2,134 vs "
+        "1,495)",
+        "x",
+    ),
+    "gpu_four_gpu_tok_s_error_p50_pct": (
+        "… planner against measured saturation output tok/s per GPU of every layout run "
+        "(bf16 1 x TP4, 2 x TP2; fp8 1 x TP4, 2 x TP2, 4 x TP1; both workloads), median |error|",
+        "%",
+    ),
+    "gpu_four_gpu_tok_s_error_max_pct": ("… the worst of those ten", "%"),
     "gpu_quantized_checkpoint_kv_error_max_pct": (
         "Planner KV-cache tokens vs vLLM's for a pre-quantized checkpoint sized from its "
         "config.json's quantization_config (Llama-3.1-8B's shape as compressed-tensors FP8 W8A8, "

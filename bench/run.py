@@ -10,8 +10,9 @@ import time
 
 from bench import results
 
-# Each module has `run() -> dict[str, float]`. gpu_model needs no GPU: it reads the GPU runs
-# committed under bench/gpu/; tp_published neither: it reads published figures (bench/data/).
+# Each module has `run() -> dict[str, float]`. gpu_model and gpu_four (issue 46's four-GPU
+# runs) need no GPU: they read the GPU runs committed under bench/gpu/; tp_published neither:
+# it reads published figures (bench/data/).
 # spare runs the day replay over kwok GPUs and the preemption on the node runner.
 # images builds the images from a cold cache (needs root or Docker).
 # testloop times `make check` (and `make test` with LLMFLEET_BENCH_MAKE_TEST=1).
@@ -28,6 +29,7 @@ BENCHMARKS = (
     "router_prefix",
     "lora",
     "gpu_model",
+    "gpu_four",
     "tp_published",
     "images",
     "testloop",

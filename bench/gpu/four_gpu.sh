@@ -32,12 +32,16 @@ for step in "$@"; do
   bf16-tp4) e70 bf16-tp4 0,1,2,3 330 512 ;;
   bf16-2xtp2)  # H200: 377,280 KV tokens an engine, 491 sequences; H100: 19,712 tokens, 25 sequences.
     s=$([ $H200 = 1 ] && echo 491 || echo 25)
-    e70 bf16-2xtp2-a 0,1 270 "$s" & e70 bf16-2xtp2-b 2,3 270 "$s" & wait ;;
+    e70 bf16-2xtp2-a 0,1 320 "$s" & e70 bf16-2xtp2-b 2,3 320 "$s" & wait ;;
+  bf16-2xtp2-prefill)  # the prefill-heavy run alone (2026-11-27: the full step ran past its limit)
+    s=$([ $H200 = 1 ] && echo 491 || echo 25); a=(--max-model-len 16384 --max-num-batched-tokens 16384
+      --gpu-memory-utilization 0.9 --max-num-seqs "$s" --saturate-greedy "$((s / 2))x2048x128")
+    eng bf16-2xtp2-pa 0,1 320 "$L70" "${a[@]}" & eng bf16-2xtp2-pb 2,3 320 "$L70" "${a[@]}" & wait ;;
   fp8-tp4) e70 fp8-tp4 0,1,2,3 300 512 "${FP8[@]}" ;;
   fp8-split)  # TP2: 512 sequences on H200 (586,336 tokens), 297 on H100; TP1 (H200 only): 231.
     if [ $H200 = 1 ]; then
-      e70 fp8-tp2 0,1 330 512 "${FP8[@]}" & e70 fp8-tp1-a 2 330 231 "${FP8[@]}" &
-      e70 fp8-tp1-b 3 330 231 "${FP8[@]}" & wait
+      e70 fp8-tp2 0,1 380 512 "${FP8[@]}" & e70 fp8-tp1-a 2 380 231 "${FP8[@]}" &
+      e70 fp8-tp1-b 3 380 231 "${FP8[@]}" & wait
     else
       e70 fp8-2xtp2-a 0,1 330 297 "${FP8[@]}" & e70 fp8-2xtp2-b 2,3 330 297 "${FP8[@]}" & wait
     fi ;;
