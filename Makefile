@@ -96,8 +96,9 @@ fmt: venv ## Format the Python code
 	cd operator && ../$(VENV)/bin/ruff format src ../tests ../dev ../bench && ../$(VENV)/bin/ruff check --fix src ../tests ../dev ../bench
 
 .PHONY: crds
-crds: venv ## Generate the chart's CRD templates (charts/llmfleet/templates/crds) from the pydantic models
+crds: venv ## Generate the CRDs from the pydantic models: the chart's templates (charts/llmfleet/templates/crds) and the plain ones (crds/, applied without Helm)
 	$(VENV)/bin/llmfleet crds --output-dir charts/llmfleet/templates/crds
+	$(VENV)/bin/llmfleet crds --plain --output-dir crds
 
 .PHONY: unit
 unit: venv ## Unit tests only (no cluster)
