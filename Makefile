@@ -31,7 +31,8 @@ $(PIP_STAMP): operator/pyproject.toml operator/requirements.lock
 .PHONY: venv
 venv: $(PIP_STAMP) ## Create the Python virtualenv with the pinned dependencies
 
-# Debian packages the tests use, pinned (Prometheus scrapes the engines; promtool checks rules).
+# The Debian package the tests use, pinned, for its promtool (the alert rules' tests); the
+# Prometheus that scrapes the engines is built by build-tools.sh (make tools), the same version.
 DEB_PACKAGES := prometheus=2.42.0+ds-5+deb12u1
 # What builds and runs the images without Docker (dev/images): buildah builds, mmdebstrap makes
 # the stand-in base, umoci unpacks an image for crun to run.
@@ -49,7 +50,7 @@ define apt-pinned
 endef
 
 .PHONY: debian-deps
-debian-deps: ## Install the pinned Debian packages (prometheus, promtool) if missing
+debian-deps: ## Install the pinned Debian package that gives the tests promtool (prometheus) if missing
 	$(call apt-pinned,$(DEB_PACKAGES))
 
 .PHONY: images-deps
@@ -96,8 +97,9 @@ fmt: venv ## Format the Python code
 	cd operator && ../$(VENV)/bin/ruff format src ../tests ../dev ../bench && ../$(VENV)/bin/ruff check --fix src ../tests ../dev ../bench
 
 .PHONY: crds
-crds: venv ## Generate the chart's CRD templates (charts/llmfleet/templates/crds) from the pydantic models
+crds: venv ## Generate the CRDs from the pydantic models: the chart's templates (charts/llmfleet/templates/crds) and the plain ones (crds/, applied without Helm)
 	$(VENV)/bin/llmfleet crds --output-dir charts/llmfleet/templates/crds
+	$(VENV)/bin/llmfleet crds --plain --output-dir crds
 
 .PHONY: unit
 unit: venv ## Unit tests only (no cluster)

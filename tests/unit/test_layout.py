@@ -29,8 +29,13 @@ LOWER_LAYERS = [
 ]
 # (folder under operator/src, most lines a module in it may have): past that it holds more
 # than one job, as planning.py and reconcile/status.py did before they were split.
-MAX_LINES = [("llmfleet/planner", 300), ("llmfleet/reconcile", 400)]
-SIZED = [(m, limit) for folder, limit in MAX_LINES for m in sorted((SRC / folder).glob("*.py"))]
+FOLDER_LINE_LIMITS = [("llmfleet/planner", 300), ("llmfleet/reconcile", 400)]
+SIZED = [
+    (m, limit) for folder, limit in FOLDER_LINE_LIMITS for m in sorted((SRC / folder).glob("*.py"))
+]
+# What ships, at the top of the repository: the operator, its chart, the plain CRDs for those who
+# apply them without Helm (`make crds` writes them and the chart's), the images and examples.
+SHIPPED_FOLDERS = {"operator", "charts", "crds", "images", "examples"}
 
 
 def imported(path: Path) -> set[str]:
@@ -83,6 +88,7 @@ def test_the_readme_layout_names_every_top_level_folder() -> None:
     readme = (REPO / "README.md").read_text()
     layout = readme.split("## Layout", 1)[1]
     folders = {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    assert folders >= SHIPPED_FOLDERS, f"missing at the top level: {SHIPPED_FOLDERS - folders}"
     missing = sorted(f for f in folders if f"`{f}/" not in layout)
     assert not missing, f"README's Layout does not name: {missing}"
     assert not (REPO / "tests" / "localcluster").exists()
@@ -91,7 +97,7 @@ def test_the_readme_layout_names_every_top_level_folder() -> None:
 # --- dev/localcluster: modules of one job each, the supervisor below the metrics stack ----------
 
 LOCALCLUSTER = REPO / "dev" / "localcluster"
-MAX_LINES = 400
+LOCALCLUSTER_MODULE_MAX_LINES = 400
 # Strict: a module listed here must still be too long, so the mark goes once it fits
 # (metricsstack's config.py and stack.py went with issue 32, the node runner's pods.py and oci.py
 # when they were split by job).
@@ -116,7 +122,7 @@ def _localcluster_modules() -> list[Path]:
     ],
 )
 def test_no_localcluster_module_exceeds_400_lines(path: Path) -> None:
-    assert len(path.read_text().splitlines()) <= MAX_LINES
+    assert len(path.read_text().splitlines()) <= LOCALCLUSTER_MODULE_MAX_LINES
 
 
 def _module_file(name: str) -> Path | None:

@@ -94,7 +94,11 @@ and the operator's own pods, which read each engine's KV-cache size for PlanVeri
 {{- dict "scrapers" .Values.engine.networkPolicy.scrapers "clients" .Values.engine.networkPolicy.clients "operator" (list $operator) | toJson -}}
 {{- end -}}
 
-{{/* Port of kopf's liveness endpoint (flag --liveness), probed at /healthz. */}}
+{{/*
+Port of the operator's own /healthz (llmfleet.health; flag --liveness), which the liveness and
+readiness probes read: the leader election, the operator's loops and, on the leader, kopf's
+endpoint, which listens on loopback only.
+*/}}
 {{- define "llmfleet.healthPort" -}}8080{{- end -}}
 
 {{/* Where the GPU profiles ConfigMap is mounted (flag --gpu-profiles). */}}

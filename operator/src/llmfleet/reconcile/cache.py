@@ -1,7 +1,8 @@
 """The operator's view of what it manages: every object labelled managed-by=llmfleet, of each kind
 a reconcile reads, kept in memory by one list-then-watch per kind. A reconcile reads its children
-here instead of GETting each and LISTing seven kinds to prune, and every change to a child queues
-its owner's reconcile (the owner is in the child's labels: no GET to find it).
+here instead of GETting each and LISTing every kind it renders (render.fleet.MANAGED_KINDS) to
+prune, and every change to a child queues its owner's reconcile (the owner is in the child's
+labels: no GET to find it).
 
 Why a cache of our own rather than kopf indices: reconciles also run outside kopf's handlers (the
 resync, the batch poller, the work queue that child events feed) and kopf hands its indices only

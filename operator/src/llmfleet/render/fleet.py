@@ -26,7 +26,8 @@ from llmfleet.render.scaledobject import (
 from llmfleet.render.service import render_service
 
 # Every kind an LLMDeployment renders, in apply order (what others refer to comes first).
-# Pruning lists each of them, so the operator's RBAC must allow `list` on every one.
+# The operator's view of its children (reconcile/cache.py) lists and watches each of them, and
+# pruning reads that view, so the operator's RBAC must allow `list` and `watch` on every one.
 MANAGED_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "ServiceAccount"),
     ("rbac.authorization.k8s.io/v1", "Role"),
