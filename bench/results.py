@@ -364,6 +364,30 @@ FIGURES: dict[str, tuple[str, str]] = {
         "%",
     ),
     "gpu_four_gpu_tok_s_error_max_pct": ("… the worst of those ten", "%"),
+    "gpu_engine_init_8b_cold_s": (
+        "vLLM's engine init (load, torch.compile, profiling, CUDA graphs, KV cache; its log's "
+        "`init engine ... took`) of Llama-3.1-8B's shape on one H100, dummy weights, vLLM 0.26.0, "
+        "2026-11-23, compiling afresh as a new pod does; median of the engines that ran "
+        "(`make bench BENCH=gpu_start`, bench/gpu/start-phases.json; not through the operator)",
+        "s",
+    ),
+    "gpu_engine_init_8b_warm_s": (
+        "… the same, loading an earlier start's torch.compile cache",
+        "s",
+    ),
+    "gpu_compile_cache_init_speedup_8b": ("… cold over warm", "x"),
+    "gpu_engine_init_70b_fp8_cold_s": (
+        "vLLM's engine init of Llama-3.1-70B's shape in fp8 (quantized on load) on one H200, "
+        "dummy weights, vLLM 0.26.0, 2026-11-24 to 2026-11-27, compiling afresh; median",
+        "s",
+    ),
+    "gpu_engine_init_70b_fp8_warm_s": ("… loading an earlier start's compile cache", "s"),
+    "gpu_compile_cache_init_speedup_70b_fp8": ("… cold over warm", "x"),
+    "gpu_engine_init_compile_share_pct": (
+        "torch.compile's share of vLLM's engine init, median over every engine in bench/gpu/logs "
+        "that compiled afresh (H100 and H200, 8B to 70B, TP 1-4)",
+        "%",
+    ),
     "gpu_quantized_checkpoint_kv_error_max_pct": (
         "Planner KV-cache tokens vs vLLM's for a pre-quantized checkpoint sized from its "
         "config.json's quantization_config (Llama-3.1-8B's shape as compressed-tensors FP8 W8A8, "

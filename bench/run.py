@@ -10,8 +10,9 @@ import time
 
 from bench import results
 
-# Each module has `run() -> dict[str, float]`. gpu_model and gpu_four (issue 46's four-GPU
-# runs) need no GPU: they read the GPU runs committed under bench/gpu/; tp_published neither:
+# Each module has `run() -> dict[str, float]`. gpu_model, gpu_four (issue 46's four-GPU runs)
+# and gpu_start (engine start phases from vLLM's logs) need no GPU: they read the GPU runs
+# committed under bench/gpu/; tp_published neither:
 # it reads published figures (bench/data/).
 # spare runs the day replay over kwok GPUs and the preemption on the node runner.
 # images builds the images from a cold cache (needs root or Docker).
@@ -30,6 +31,7 @@ BENCHMARKS = (
     "lora",
     "gpu_model",
     "gpu_four",
+    "gpu_start",
     "tp_published",
     "images",
     "testloop",
