@@ -35,8 +35,7 @@ def endpoint_from_env() -> str:
 
 class TokenStaysHome(urllib.request.HTTPRedirectHandler):
     """Follows redirects (a renamed repo), but sends the token only to the host it was meant
-    for: the standard library would pass it to any host a redirect names. The operator's calls
-    to engines behind an API key use it too."""
+    for: the standard library would pass it to any host a redirect names."""
 
     def redirect_request(  # noqa: PLR0917 (the standard library's signature)
         self,
