@@ -100,9 +100,7 @@ def _scrape_batch_runner(pod: Server, monkeypatch: pytest.MonkeyPatch) -> object
 
 
 def _list_adapters(pod: Server, monkeypatch: pytest.MonkeyPatch) -> object:
-    pod.body = json.dumps(
-        {"data": [{"id": "sql", "parent": "base", "root": "/a"}]}
-    ).encode()
+    pod.body = json.dumps({"data": [{"id": "sql", "parent": "base", "root": "/a"}]}).encode()
     return HttpEngineApi().adapters(Endpoint("127.0.0.1", pod.port, BearerToken("k")))
 
 
@@ -112,18 +110,14 @@ def _load_adapter(pod: Server, monkeypatch: pytest.MonkeyPatch) -> object:
 
 def _fetch_adapter(pod: Server, monkeypatch: pytest.MonkeyPatch) -> object:
     monkeypatch.setattr(fetching, "FETCHER_PORT", pod.port)
-    return fetching.HttpFetcherApi().fetch(
-        "127.0.0.1", BearerToken("t"), "s3://b/a", None
-    )
+    return fetching.HttpFetcherApi().fetch("127.0.0.1", BearerToken("t"), "s3://b/a", None)
 
 
 CALLERS = [
     pytest.param(_scrape_engine, "/metrics", "{}", id="engine-kv-cache-scrape"),
     pytest.param(_scrape_batch_runner, "/metrics", "{}", id="batch-runner-scrape"),
     pytest.param(_list_adapters, "/v1/models", {"sql": "/a"}, id="engine-adapter-list"),
-    pytest.param(
-        _load_adapter, "/v1/load_lora_adapter", None, id="engine-adapter-load"
-    ),
+    pytest.param(_load_adapter, "/v1/load_lora_adapter", None, id="engine-adapter-load"),
     pytest.param(_fetch_adapter, "/v1/fetch", None, id="adapter-fetcher"),
 ]
 
@@ -179,9 +173,7 @@ def test_an_answer_larger_than_the_cap_is_refused(
     else:
         with pytest.raises(PodCallError, match=f"more than {cap} bytes"):
             call(url, None, 5, max_bytes=cap)
-    assert read_page("127.0.0.1", pod.port, "/metrics", 5, cap) == (
-        "x" * size if read else None
-    )
+    assert read_page("127.0.0.1", pod.port, "/metrics", 5, cap) == ("x" * size if read else None)
 
 
 def test_an_engine_page_past_its_cap_is_not_read(
@@ -189,9 +181,7 @@ def test_an_engine_page_past_its_cap_is_not_read(
 ) -> None:
     pod = serve()
     pod.body = b"x" * (podcall.MAX_ANSWER_BYTES + 1)
-    assert (
-        kvcache.scrape("127.0.0.1", pod.port) is not None
-    )  # the engine's cap is larger
+    assert kvcache.scrape("127.0.0.1", pod.port) is not None  # the engine's cap is larger
     monkeypatch.setattr(kvcache, "MAX_PAGE_BYTES", podcall.MAX_ANSWER_BYTES)
     assert kvcache.scrape("127.0.0.1", pod.port) is None
 
