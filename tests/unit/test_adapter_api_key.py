@@ -157,12 +157,13 @@ def test_an_engine_that_refuses_the_key_says_so_on_every_call(sent: str | None, 
 
 
 def test_the_key_does_not_follow_a_redirect_to_another_address() -> None:
+    # The operator follows no redirect from a pod (reconcile/podcall.py): nothing is sent there.
     with engine() as elsewhere, engine() as e:
         e.redirect_to = f"http://127.0.0.1:{elsewhere.port}"
         listed = HttpEngineApi().adapters(with_key(e.at, KEY))
 
     assert [auth for _, _, auth in e.calls] == [f"Bearer {KEY}"]
-    assert [auth for _, _, auth in elsewhere.calls] == [None]
+    assert elsewhere.calls == []
     assert not isinstance(listed, dict)
 
 

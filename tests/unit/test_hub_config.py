@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hubstub import Answer, HubStub, hub_stub
 
-from llmfleet.hubclient import read_config
+from llmfleet.hubclient import ConfigSource, read_config
 from llmfleet.models.hub import (
     ConfigCache,
     HubDeniedError,
@@ -22,6 +22,7 @@ from llmfleet.models.hub import (
     NotAConfigError,
     config_url,
 )
+from llmfleet.models.model_spec import ModelSpec
 
 CONFIG = json.loads((Path(__file__).parent / "data/llama-3.1-8b-config.json").read_text())
 REPO = "acme-labs/llama-8b-ft"
@@ -220,3 +221,35 @@ def test_nothing_is_cached_from_a_failed_first_read() -> None:
     reads.error = None
 
     assert cache.get("https://hub", REPO, "main", reads) == {"read": 2}
+
+
+@pytest.mark.parametrize(
+    ("model", "read"),
+    [
+        pytest.param({"name": REPO}, True, id="a-hub-repo-is-read-once"),
+        pytest.param({"name": REPO, "revision": SHA}, True, id="a-commit-is-read-once"),
+        pytest.param({"name": "/models/llama"}, False, id="a-path-is-not-the-hubs"),
+        pytest.param(
+            {"name": "meta-llama/Llama-3.1-8B-Instruct"}, False, id="a-catalog-model-needs-none"
+        ),
+    ],
+)
+def test_the_config_source_asks_the_hub_and_the_token_only_for_a_config_it_needs(
+    hub: HubStub, model: dict[str, object], read: bool
+) -> None:
+    """The source `llmfleet plan` and the reconciles both read config.json through."""
+    hub.serve_config(REPO, CONFIG, str(model.get("revision") or "main"))
+    source = ConfigSource(hub.url)
+    spec = ModelSpec.model_validate(model)
+    tokens: list[str] = []
+
+    def token() -> str:
+        tokens.append("asked")
+        return "hf_secret"
+
+    found = [source.for_model(spec, token) for _ in range(2)]
+
+    assert found == ([CONFIG, CONFIG] if read else [None, None])
+    assert len(hub.requests) == len(tokens) == (1 if read else 0)
+    if read:
+        assert hub.requests[0][1]["Authorization"] == "Bearer hf_secret"

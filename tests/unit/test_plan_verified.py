@@ -12,7 +12,6 @@ from llmfleet.planner import plan
 from llmfleet.reconcile import kvcache
 from llmfleet.reconcile.kvcache import (
     EngineKVCache,
-    metrics_url,
     parse_kv_cache_tokens,
     reporting_engines,
 )
@@ -83,19 +82,6 @@ OTHER = (
 )
 def test_kv_cache_tokens_are_read_from_cache_config_info(page: str, tokens: int | None) -> None:
     assert parse_kv_cache_tokens(page) == tokens
-
-
-@pytest.mark.parametrize(
-    ("ip", "url"),
-    [
-        pytest.param("127.17.0.3", "http://127.17.0.3:8000/metrics", id="ipv4"),
-        pytest.param("fd00::a", "http://[fd00::a]:8000/metrics", id="ipv6-bracketed"),
-        pytest.param("engine.example.com", None, id="a-name-is-never-dialled"),
-        pytest.param("", None, id="no-ip"),
-    ],
-)
-def test_metrics_url_dials_only_pod_ip_addresses(ip: str, url: str | None) -> None:
-    assert metrics_url(ip, 8000) == url
 
 
 PLANNED = 1_000_000

@@ -1,6 +1,11 @@
-"""Reads a model's config.json from the Hugging Face Hub, or from a mirror of it (HF_ENDPOINT),
-over HTTP with the standard library: one GET with a timeout, the answer classified into the
-errors of llmfleet.models.hub so that callers can tell a retry from a spec to fix."""
+"""The one source of a model's config.json for the operator's reconciles and `llmfleet plan`:
+read from the Hugging Face Hub, or from a mirror of it (HF_ENDPOINT), over HTTP with the
+standard library (one GET with a timeout, the answer classified into the errors of
+llmfleet.models.hub so that callers can tell a retry from a spec to fix) through a ConfigCache;
+or from a file on this machine. Each caller says what a failure means to its own audience.
+
+Not a call to a pod (reconcile/podcall.py): the Hub is the outside world, so it is named by
+DNS, reached through the operator's HTTP(S)_PROXY when one is set, and may redirect."""
 
 from __future__ import annotations
 
@@ -9,18 +14,25 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from llmfleet.models.hub import (
     DEFAULT_ENDPOINT,
     Config,
+    ConfigCache,
     HubDeniedError,
     HubError,
     HubNotFoundError,
     HubUnavailableError,
     NotAConfigError,
+    config_url,
+    needs_config,
+    revision_of,
 )
+from llmfleet.models.model_spec import ModelSpec
 
 # A reconcile waits at most this long for the Hub; the reconcile is retried after a failure.
 TIMEOUT_SECONDS = 5.0
@@ -35,8 +47,7 @@ def endpoint_from_env() -> str:
 
 class TokenStaysHome(urllib.request.HTTPRedirectHandler):
     """Follows redirects (a renamed repo), but sends the token only to the host it was meant
-    for: the standard library would pass it to any host a redirect names. The operator's calls
-    to engines behind an API key use it too."""
+    for: the standard library would pass it to any host a redirect names."""
 
     def redirect_request(  # noqa: PLR0917 (the standard library's signature)
         self,
@@ -77,6 +88,38 @@ def read_config(url: str, token: str | None = None, timeout: float = TIMEOUT_SEC
     if not isinstance(config, dict):
         raise NotAConfigError(url, f"{url} is not a JSON object: not a config.json")
     return config
+
+
+def load_config_file(path: Path) -> Config:
+    """A config.json on this machine; OSError, or ValueError when it is not a JSON object."""
+    config = json.loads(path.read_text())
+    if not isinstance(config, dict):
+        raise ValueError("not a JSON object, so not a config.json")
+    return config
+
+
+Reader = Callable[[str, str | None], Config]
+
+
+class ConfigSource:
+    """config.json of the models the planner needs one for, from one endpoint, through one
+    cache shared by every caller of the process."""
+
+    def __init__(
+        self, endpoint: str, cache: ConfigCache | None = None, read: Reader = read_config
+    ) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self.cache = cache or ConfigCache()
+        self._read = read
+
+    def for_model(self, model: ModelSpec, token: Callable[[], str | None]) -> Config | None:
+        """`model`'s config.json when the planner needs it, else None; raises HubError.
+        `token` is asked only when the Hub is."""
+        if not needs_config(model):
+            return None
+        revision = revision_of(model)
+        url = config_url(self.endpoint, model.name, revision)
+        return self.cache.get(self.endpoint, model.name, revision, lambda: self._read(url, token()))
 
 
 def _refusal(url: str, error: urllib.error.HTTPError) -> HubError:

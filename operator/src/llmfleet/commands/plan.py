@@ -15,18 +15,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from llmfleet.hubclient import endpoint_from_env, read_config
+from llmfleet.hubclient import ConfigSource, endpoint_from_env, load_config_file
 from llmfleet.models import KIND, LLMDeploymentSpec, field_problems
-from llmfleet.models.hub import (
-    Config,
-    ConfigCache,
-    HubDeniedError,
-    HubError,
-    config_url,
-    described,
-    needs_config,
-    revision_of,
-)
+from llmfleet.models.hub import Config, HubDeniedError, HubError, described
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles, parse_gpu_profiles
 from llmfleet.planner import Plan, PlanError, plan
@@ -107,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(f"cannot load GPU profiles from {args.gpu_profiles}: {error}")
 
     try:
-        given = _load_config(args.model_config) if args.model_config else None
+        given = load_config_file(args.model_config) if args.model_config else None
     except (OSError, ValueError) as error:
         return _fail(f"cannot load --model-config {args.model_config}: {error}")
 
@@ -133,21 +124,13 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_INVALID if problems else 0
 
 
-def _load_config(path: Path) -> Config:
-    config = json.loads(path.read_text())
-    if not isinstance(config, dict):
-        raise ValueError("not a JSON object, so not a config.json")
-    return config
-
-
 class _ModelConfigs:
     """config.json for the models that need one: the --model-config file, else the Hub's."""
 
     def __init__(self, given: Config | None) -> None:
         self.given = given
-        self.endpoint = endpoint_from_env()
         self.token = os.environ.get("HF_TOKEN") or None
-        self.cache = ConfigCache()
+        self.source = ConfigSource(endpoint_from_env())
 
     def for_model(self, model: ModelSpec) -> Config | None:
         if self.given is not None:
@@ -156,16 +139,11 @@ class _ModelConfigs:
         if model.name.startswith("/") and local.is_file():
             # A model folder on this machine: the CLI reads it where the operator cannot.
             try:
-                return _load_config(local)
+                return load_config_file(local)
             except (OSError, ValueError) as error:
                 raise PlanError("spec.model.name", f"cannot load {local}: {error}") from None
-        if not needs_config(model):
-            return None
-        url = config_url(self.endpoint, model.name, revision_of(model))
         try:
-            return self.cache.get(
-                self.endpoint, model.name, revision_of(model), lambda: read_config(url, self.token)
-            )
+            return self.source.for_model(model, lambda: self.token)
         except HubError as error:
             hint = ""
             if isinstance(error, HubDeniedError):

@@ -30,8 +30,7 @@ from typing import Any, Protocol
 
 from llmfleet.fetcher.paths import FETCH_ROOT, fetched_path, needs_fetch
 from llmfleet.reconcile.fetching import NO_FETCHER, FetcherApi, HttpFetcherApi, has_fetcher
-from llmfleet.reconcile.kvcache import engine_url
-from llmfleet.reconcile.podcall import call
+from llmfleet.reconcile.podcall import call, pod_url
 from llmfleet.reconcile.references import API_KEY_FIELD
 from llmfleet.reconcile.secrets import BearerToken
 from llmfleet.render.names import ADAPTERS_GATE
@@ -118,7 +117,7 @@ def refused(key: BearerToken | None) -> str:
 
 class HttpEngineApi:
     def adapters(self, at: Endpoint) -> dict[str, str] | str | None:
-        base = engine_url(at.ip, at.port)
+        base = pod_url(at.ip, at.port)
         if base is None:
             return None
         try:
@@ -135,7 +134,7 @@ class HttpEngineApi:
         return {str(m["id"]): str(m.get("root") or "") for m in models if m.get("parent")}
 
     def load(self, at: Endpoint, name: str, source: str) -> str | None:
-        base = engine_url(at.ip, at.port)
+        base = pod_url(at.ip, at.port)
         if base is None:
             return f"no address {at.ip!r}"
         body = {"lora_name": name, "lora_path": source}
@@ -150,7 +149,7 @@ class HttpEngineApi:
         return _why(status, text)
 
     def unload(self, at: Endpoint, name: str) -> str | None:
-        base = engine_url(at.ip, at.port)
+        base = pod_url(at.ip, at.port)
         if base is None:
             return f"no address {at.ip!r}"
         body = {"lora_name": name}

@@ -11,7 +11,6 @@ operator's spare PriorityClass is configured and exists (reconcile/spare.py).
 
 from __future__ import annotations
 
-import urllib.request
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,6 +36,7 @@ from llmfleet.reconcile.batchstatus import (
 from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.conditions import find
 from llmfleet.reconcile.modelconfig import ModelConfigs
+from llmfleet.reconcile.podcall import read_page
 from llmfleet.reconcile.references import batch_references
 from llmfleet.reconcile.resync import Resyncer
 from llmfleet.reconcile.spare import SpareClass, waiting_status
@@ -51,6 +51,8 @@ from llmfleet.render.batchjob import (
 from llmfleet.shard_report import METRICS_PORT
 
 SCRAPE_TIMEOUT_SECONDS = 2.0
+# The runner's page holds a few counters per shard; far larger is not the runner.
+MAX_PAGE_BYTES = 1 << 20
 # How often running jobs' progress is read (their pods change no object while they work).
 POLL_SECONDS = 10.0
 FINISHED = ("Complete", "Failed")
@@ -61,13 +63,7 @@ PREEMPTOR_EVENT_SECONDS = 120.0
 
 def scrape(pod_ip: str) -> str | None:
     """The runner's /metrics page, or None when it does not answer (yet)."""
-    url = f"http://{pod_ip}:{METRICS_PORT}/metrics"
-    try:
-        with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_SECONDS) as r:
-            text: str = r.read().decode()
-            return text
-    except (OSError, ValueError):
-        return None
+    return read_page(pod_ip, METRICS_PORT, "/metrics", SCRAPE_TIMEOUT_SECONDS, MAX_PAGE_BYTES)
 
 
 # --- the controller ------------------------------------------------------------------------------

@@ -11,8 +11,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from llmfleet.fetcher.paths import FETCHER_PORT
-from llmfleet.reconcile.kvcache import engine_url
-from llmfleet.reconcile.podcall import call
+from llmfleet.reconcile.podcall import call, pod_url
 from llmfleet.reconcile.secrets import BearerToken
 from llmfleet.render.fetcher import FETCHER_CONTAINER, fetcher_secret_name
 
@@ -51,7 +50,7 @@ def has_fetcher(pod: dict[str, Any]) -> bool:
 def _post(
     ip: str, token: BearerToken, path: str, body: dict[str, Any], timeout: float
 ) -> tuple[int, str]:
-    base = engine_url(ip, FETCHER_PORT)
+    base = pod_url(ip, FETCHER_PORT)
     if base is None:
         return 0, f"no address {ip!r}"
     return call(f"{base}{path}", body, timeout, token.headers())

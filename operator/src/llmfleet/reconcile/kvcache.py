@@ -10,16 +10,16 @@ RETRY_SECONDS, so an unreachable engine never holds a reconcile up for more than
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from llmfleet.reconcile.podcall import read_page
 
 log = logging.getLogger(__name__)
 
@@ -32,40 +32,9 @@ MAX_PAGE_BYTES = 8 * 1024 * 1024
 # (pod IP, port) -> the /metrics page, or None when the engine does not answer.
 Scraper = Callable[[str, int], str | None]
 
-# Dial pod IPs directly: an HTTP(S)_PROXY in the operator's environment is for the outside world.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def engine_url(pod_ip: str, port: int) -> str | None:
-    """http://IP:port of a pod IP, or None when `pod_ip` is no IP address (the operator dials
-    addresses from pod status only, never names)."""
-    try:
-        address = ipaddress.ip_address(pod_ip)
-    except ValueError:
-        return None
-    host = f"[{address}]" if address.version == 6 else str(address)
-    return f"http://{host}:{port}"
-
-
-def metrics_url(pod_ip: str, port: int) -> str | None:
-    """http://IP:port/metrics for a pod IP, or None when `pod_ip` is no IP address."""
-    base = engine_url(pod_ip, port)
-    return None if base is None else f"{base}/metrics"
-
 
 def scrape(pod_ip: str, port: int) -> str | None:
-    url = metrics_url(pod_ip, port)
-    if url is None:
-        return None
-    try:
-        with _OPENER.open(url, timeout=SCRAPE_TIMEOUT_SECONDS) as r:
-            body: bytes = r.read(MAX_PAGE_BYTES + 1)
-    except (OSError, ValueError) as e:
-        log.debug("cannot read %s: %s", url, e)
-        return None
-    if len(body) > MAX_PAGE_BYTES:
-        return None
-    return body.decode("utf-8", errors="replace")
+    return read_page(pod_ip, port, "/metrics", SCRAPE_TIMEOUT_SECONDS, MAX_PAGE_BYTES)
 
 
 def _int_label(labels: dict[str, str], key: str) -> int | None:

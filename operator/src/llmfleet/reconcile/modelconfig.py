@@ -13,11 +13,9 @@ the process, and its failures turned into what status and the Events say:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from kubernetes import client as k8s
 
-from llmfleet.hubclient import read_config
+from llmfleet.hubclient import ConfigSource, Reader, read_config
 from llmfleet.models.hub import (
     DEFAULT_ENDPOINT,
     Config,
@@ -26,10 +24,7 @@ from llmfleet.models.hub import (
     HubNotFoundError,
     HubUnavailableError,
     NotAConfigError,
-    config_url,
     described,
-    needs_config,
-    revision_of,
 )
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.planner import PlanError
@@ -41,8 +36,6 @@ DENIED = "ModelConfigDenied"
 NOT_FOUND = "ModelConfigNotFound"
 UNSUPPORTED = "ModelConfigUnsupported"
 TOKEN_FIELD = "spec.model.tokenSecretRef"
-
-Reader = Callable[[str, str | None], Config]
 
 
 class ModelConfigs:
@@ -56,27 +49,22 @@ class ModelConfigs:
         read: Reader = read_config,
     ) -> None:
         self._core = k8s.CoreV1Api(api)
-        self.endpoint = endpoint.rstrip("/")
-        self.cache = cache or ConfigCache()
-        self._read = read
+        self.source = ConfigSource(endpoint, cache, read)
 
     def for_model(self, model: ModelSpec, namespace: str) -> Config | None:
         """`model`'s config.json when the planner needs it, else None; raises PlanError or
         UnavailableError with what status should say when it cannot be read."""
-        if not needs_config(model):
-            return None
-        url = config_url(self.endpoint, model.name, revision_of(model))
-        # Why the request went without a token, for a refusal's message; set by `read`.
+        # Why the request went without a token, for a refusal's message; set by `token`.
         untokened: list[str] = []
 
-        def read() -> Config:
-            token, why_not = self._token(model, namespace)
+        def token() -> str | None:
+            value, why_not = self._token(model, namespace)
             if why_not:
                 untokened.append(why_not)
-            return self._read(url, token)
+            return value
 
         try:
-            return self.cache.get(self.endpoint, model.name, revision_of(model), read)
+            return self.source.for_model(model, token)
         except HubUnavailableError as e:
             raise UnavailableError(
                 UNAVAILABLE,

@@ -1,19 +1,43 @@
-"""One HTTP call from the operator to a pod's own address (an engine's LoRA API, the adapter
-fetcher beside it): JSON in, status and at most 1 MiB of text out, never through a proxy."""
+"""Every HTTP call the operator makes to a pod (an engine's /metrics and LoRA API, the adapter
+fetcher beside it, a batch runner's /metrics), under one policy:
+
+* the address is an IP literal, as the pod's status gives it: a name would be resolved by the
+  operator's DNS and could lead anywhere (outside the cluster, the API server), and a pod's IP is
+  what the kubelet wrote, not what the pod's owner chose;
+* no proxy, ever: http.client has none, so an HTTP(S)_PROXY in the operator's environment (meant
+  for the Hub, the outside world) neither sees the calls nor the keys they carry;
+* no redirect is followed: it would lead away from the address checked; a 3xx is an answer;
+* a timeout on the connection and on each read, and a cap on the answer's size;
+* one error, PodCallError (an OSError), for a pod that cannot be asked or does not answer well.
+"""
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
-import urllib.error
-import urllib.request
+import logging
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-from llmfleet.hubclient import TokenStaysHome
+log = logging.getLogger(__name__)
 
-# Pod IPs directly, never through a proxy; a key goes to the pod's own address only.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), TokenStaysHome)
 MAX_ANSWER_BYTES = 1 << 20
+
+
+class PodCallError(OSError):
+    """The pod was not asked (no IP address), did not answer, or answered more than the cap."""
+
+
+def pod_url(pod_ip: str, port: int, path: str = "") -> str | None:
+    """http://IP:port`path` of a pod IP, or None when `pod_ip` is no IP address."""
+    try:
+        address = ipaddress.ip_address(pod_ip)
+    except ValueError:
+        return None
+    host = f"[{address}]" if address.version == 6 else str(address)
+    return f"http://{host}:{port}{path}"
 
 
 def call(
@@ -21,16 +45,56 @@ def call(
     body: Mapping[str, Any] | None,
     timeout: float,
     headers: Mapping[str, str] | None = None,
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> tuple[int, str]:
-    """GET without a body, else POST it as JSON; the status and the answer's text. Raises
-    OSError when the pod does not answer."""
+    """GET without a body, else POST it as JSON; the status (any, 3xx included) and the
+    answer's text. Raises PodCallError when `url` is no http://IP:port/ address, the pod does not
+    answer within `timeout`, or its answer is larger than `max_bytes`."""
+    host, port, target = _address(url)
     data = None if body is None else json.dumps(body).encode()
     sent = dict(headers or {})
-    if data:
+    if data is not None:
         sent["Content-Type"] = "application/json"
-    request = urllib.request.Request(url, data=data, headers=sent)
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        with _OPENER.open(request, timeout=timeout) as r:
-            return int(r.status), r.read(MAX_ANSWER_BYTES).decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(MAX_ANSWER_BYTES).decode("utf-8", errors="replace")
+        connection.request("GET" if data is None else "POST", target, data, sent)
+        answer = connection.getresponse()
+        text = answer.read(max_bytes + 1)
+    except (OSError, http.client.HTTPException) as e:
+        raise PodCallError(f"{url} did not answer: {e or type(e).__name__}") from None
+    finally:
+        connection.close()
+    if len(text) > max_bytes:
+        raise PodCallError(f"{url} answered more than {max_bytes} bytes: not what was asked for")
+    return answer.status, text.decode("utf-8", errors="replace")
+
+
+def read_page(pod_ip: str, port: int, path: str, timeout: float, max_bytes: int) -> str | None:
+    """The text a pod serves at `path` (a /metrics page), or None when it has no IP address,
+    does not answer 200 or answers more than `max_bytes`: a page not read is asked again later."""
+    url = pod_url(pod_ip, port, path)
+    if url is None:
+        return None
+    try:
+        status, text = call(url, None, timeout, max_bytes=max_bytes)
+    except PodCallError as e:
+        log.debug("cannot read %s: %s", url, e)
+        return None
+    return text if status == 200 else None
+
+
+def _address(url: str) -> tuple[str, int, str]:
+    """(IP, port, path?query) of an http://IP:port/ address; PodCallError for anything else."""
+    parts = urlsplit(url)
+    try:
+        ipaddress.ip_address(parts.hostname or "")
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or port is None or parts.username or parts.password:
+        raise PodCallError(
+            f"{url!r} is not a pod's address: the operator calls http://IP:port/ of a pod's "
+            "status only, never a name"
+        )
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return str(parts.hostname), port, target
