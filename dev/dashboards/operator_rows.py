@@ -1,12 +1,13 @@
-"""The rows of the "LLMFleet / Operator" dashboard: reconciles, the LLMDeployments'
-conditions and planner decisions, plans against engines, and (batch.py) batch on spare
-GPUs."""
+"""The rows of the "LLMFleet / Operator" dashboard: the operator's own work (operator_row.py),
+the LLMDeployments' conditions and planner decisions, plans against engines, and (batch.py) batch
+on spare GPUs."""
 
 from __future__ import annotations
 
 from . import promql as q
 from .batch import BATCH_ROW
 from .model import Panel, Query, Row
+from .operator_row import OPERATOR_ROW
 
 # Generated tokens/s of each engine pod that had requests waiting in the interval (so it ran a
 # full batch, the state the prediction is for), over the plan's prediction for one such pod.
@@ -22,58 +23,7 @@ _MEASURED_OVER_PREDICTED = (
 )
 
 OPERATOR_ROWS = (
-    Row(
-        "Reconciles",
-        (
-            Panel(
-                "Reconciles/s by result",
-                "Reconciles per second by result: changed (wrote something), unchanged, "
-                "invalid (spec cannot be planned), error.",
-                (
-                    Query(
-                        f"sum by (result) (rate(llmfleet_reconcile_total[{q.RATE}]))",
-                        "{{result}}",
-                    ),
-                ),
-                unit="ops",
-                stacked=True,
-            ),
-            Panel(
-                "Reconcile duration",
-                "How long one reconcile takes (llmfleet_reconcile_duration_seconds).",
-                tuple(
-                    Query(q.quantile(x, "llmfleet_reconcile_duration_seconds_bucket"), f"p{p}")
-                    for x, p in ((0.5, 50), (0.99, 99))
-                ),
-                unit="s",
-            ),
-            Panel(
-                "Reconcile errors by reason",
-                "Failed reconciles per second, by reason (Kubernetes API status such as "
-                "Forbidden or Conflict, or the exception).",
-                (
-                    Query(
-                        f"sum by (reason) (rate(llmfleet_reconcile_errors_total[{q.RATE}]))",
-                        "{{reason}}",
-                    ),
-                ),
-                unit="ops",
-                stacked=True,
-            ),
-            Panel(
-                "Kubernetes API writes/s",
-                "Writes the operator made, by verb and kind (llmfleet_api_writes_total). "
-                "A steady stream of updates means something keeps reverting the objects.",
-                (
-                    Query(
-                        f"sum by (verb, kind) (rate(llmfleet_api_writes_total[{q.RATE}]))",
-                        "{{verb}} {{kind}}",
-                    ),
-                ),
-                unit="ops",
-            ),
-        ),
-    ),
+    OPERATOR_ROW,
     Row(
         "LLMDeployments",
         (

@@ -9,6 +9,7 @@ import pytest
 from kubernetes import client
 from localcluster.metricsstack.load import TINY_ARCHITECTURE
 from manifests import create, custom, delete
+from prometheus_client import REGISTRY
 
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
 from llmfleet.reconcile.batchjob import BatchJobController
@@ -37,3 +38,41 @@ def test_a_batch_job_that_is_gone_is_no_longer_polled(
         assert (controller.active(), controller._locks, controller._queued) == ([], {}, set())
     finally:
         controller.view.stop()  # its own watches: they would outlive the tier's API server
+
+
+def counted(metric: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(metric, labels) or 0.0
+
+
+def errors_in(namespace: str) -> float:
+    """Reconcile errors counted for any resource of `namespace`, whatever the kind and reason."""
+    return sum(
+        s.value
+        for family in REGISTRY.collect()
+        if family.name == "llmfleet_reconcile_errors"
+        for s in family.samples
+        if s.name.endswith("_total") and s.labels["namespace"] == namespace
+    )
+
+
+def test_a_batch_job_reconcile_counts_under_its_kind_and_its_writes_once(
+    api: client.ApiClient, namespace: str
+) -> None:
+    create(api, namespace, custom("LLMBatchJob", "counted", BATCH_SPEC))
+    controller = BatchJobController(api, scraper=lambda _ip: None)
+    kind = "LLMBatchJob"
+    results = ("changed", "unchanged", "invalid", "error")
+    try:
+        before = {r: counted("llmfleet_reconcile_total", kind=kind, result=r) for r in results}
+        jobs = counted("llmfleet_api_writes_total", verb="create", kind="Job")
+        applied = controller.reconcile(namespace, "counted")
+        after = {r: counted("llmfleet_reconcile_total", kind=kind, result=r) for r in results}
+        # The tier's operator may have created the Job first: then this reconcile created none.
+        outcome = "changed" if applied.writes else "unchanged"
+        assert {r: after[r] - before[r] for r in results if after[r] != before[r]} == {outcome: 1}
+        assert counted("llmfleet_api_writes_total", verb="create", kind="Job") - jobs == len(
+            applied.created
+        )
+        assert errors_in(namespace) == 0
+    finally:
+        controller.view.stop()

@@ -73,8 +73,8 @@ def test_a_reconcile_the_api_refuses_is_counted_by_reason_and_alerts(
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
 
     errors = (
-        f'llmfleet_reconcile_errors_total{{namespace="{namespace}", llmdeployment="{name}", '
-        'reason="Forbidden"}'
+        f'llmfleet_reconcile_errors_total{{kind="LLMDeployment", namespace="{namespace}", '
+        f'name="{name}", reason="Forbidden"}}'
     )
     wait_until(lambda: query_value(rules, errors) > 0, 90, 1, "reconcile errors in Prometheus")
     wait_until(

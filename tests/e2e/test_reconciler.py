@@ -59,9 +59,12 @@ def refuse_deployments(api: client.ApiClient, ns: str) -> None:
 
 
 def errors(ns: str) -> tuple[float, float]:
-    """llmfleet_reconcile_total{result="error"}, and the errors counted for ns/chat by reason."""
-    total = REGISTRY.get_sample_value("llmfleet_reconcile_total", {"result": "error"}) or 0.0
-    labels = {"namespace": ns, "llmdeployment": "chat", "reason": "Forbidden"}
+    """llmfleet_reconcile_total{kind="LLMDeployment", result="error"}, and the errors counted
+    for ns/chat by reason."""
+    kind = "LLMDeployment"
+    result = {"kind": kind, "result": "error"}
+    total = REGISTRY.get_sample_value("llmfleet_reconcile_total", result) or 0.0
+    labels = {"kind": kind, "namespace": ns, "name": "chat", "reason": "Forbidden"}
     by_reason = REGISTRY.get_sample_value("llmfleet_reconcile_errors_total", labels) or 0.0
     return total, by_reason
 

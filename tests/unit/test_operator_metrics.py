@@ -101,41 +101,6 @@ def test_conditions_publish_the_current_ones_and_drop_the_old() -> None:
     assert condition("Available", "True", "EnginesReady") is None
 
 
-# --- errors ----------------------------------------------------------------------------------
-
-
-class FakeApiError(Exception):
-    def __init__(self, status: int) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-
-
-@pytest.mark.parametrize(
-    ("error", "reason"),
-    [
-        (FakeApiError(403), "Forbidden"),
-        (FakeApiError(409), "Conflict"),
-        (FakeApiError(422), "Invalid"),
-        (FakeApiError(502), "ServerError"),
-        (FakeApiError(418), "HTTP418"),
-        (TimeoutError(), "Timeout"),
-        (ConnectionRefusedError(), "Unreachable"),
-        (KeyError("x"), "KeyError"),
-    ],
-)
-def test_error_reason(error: BaseException, reason: str) -> None:
-    assert m.error_reason(error) == reason
-
-
-def test_reconcile_errors_count_by_reason_and_are_forgotten() -> None:
-    assert m.record_reconcile_error(NS, NAME, FakeApiError(403)) == "Forbidden"
-    m.record_reconcile_error(NS, NAME, FakeApiError(403))
-    labels = {"namespace": NS, "llmdeployment": NAME, "reason": "Forbidden"}
-    assert value("llmfleet_reconcile_errors_total", **labels) == 2
-    m.forget(NS, NAME)
-    assert value("llmfleet_reconcile_errors_total", **labels) is None
-
-
 # --- planner decisions -----------------------------------------------------------------------
 
 

@@ -7,6 +7,8 @@ target has a `namespace` label of its own (the operator's namespace).
 
 The helpers below are pure bookkeeping over prometheus-client objects (no Kubernetes calls); the
 reconciler calls them with what it already has in hand; each docstring says who calls it.
+The operator's metrics of its own work (reconciles, errors, API writes) are in
+metrics_reconcile.py, its queues' in metrics_workqueue.py.
 """
 
 from __future__ import annotations
@@ -25,13 +27,6 @@ if TYPE_CHECKING:
     from llmfleet.models import LLMDeploymentSpec
     from llmfleet.planner import Plan
 
-RECONCILES = Counter("llmfleet_reconcile", "Reconciles by result", ["result"])
-RECONCILE_DURATION = Histogram(
-    "llmfleet_reconcile_duration_seconds",
-    "Time one reconcile takes",
-    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-)
-API_WRITES = Counter("llmfleet_api_writes", "Writes to the Kubernetes API", ["verb", "kind"])
 # Scraped per operator pod, so the pod label of the series at 1 names the replica that writes.
 LEADER = Gauge(
     "llmfleet_operator_leader",
@@ -65,11 +60,6 @@ CONDITIONS = Gauge(
     "(type, status, reason); a series disappears when the condition changes",
     ["namespace", "llmdeployment", "type", "status", "reason"],
 )
-RECONCILE_ERRORS = Counter(
-    "llmfleet_reconcile_errors",
-    "Reconciles that failed with an error (not an invalid spec), by reason",
-    ["namespace", "llmdeployment", "reason"],
-)
 PLANNER_DECISIONS = Counter(
     "llmfleet_planner_decisions",
     "Layouts the planner chose (counted when an LLMDeployment's layout changes, and once per "
@@ -93,7 +83,6 @@ _lock = threading.Lock()
 _layouts: dict[tuple[str, str], tuple[str, str, str]] = {}
 _conditions: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
 _decisions: dict[tuple[str, str], tuple[str, str, str, str]] = {}
-_error_reasons: dict[tuple[str, str], set[str]] = {}
 _started: dict[tuple[str, str], set[str]] = {}
 _startup_layouts: dict[tuple[str, str], set[str]] = {}
 
@@ -135,47 +124,6 @@ def set_conditions(namespace: str, name: str, conditions: Iterable[Mapping[str, 
         for ctype, status, reason in current:
             CONDITIONS.labels(namespace, name, ctype, status, reason).set(1)
         _conditions[key] = current
-
-
-def error_reason(error: BaseException) -> str:
-    """A short, bounded reason for a failed reconcile: the Kubernetes API status for API errors
-    (duck-typed on `.status`, as kubernetes' ApiException and the dynamic client's errors carry
-    it), the exception's class name otherwise."""
-    status = getattr(error, "status", None)
-    if isinstance(status, int) and status > 0:
-        return _API_REASONS.get(status, "ServerError" if status >= 500 else f"HTTP{status}")
-    if isinstance(error, TimeoutError):
-        return "Timeout"
-    if isinstance(error, OSError):
-        return "Unreachable"
-    return type(error).__name__
-
-
-_API_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    409: "Conflict",
-    410: "Gone",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "ServerError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
-
-
-def record_reconcile_error(namespace: str, name: str, error: BaseException) -> str:
-    """Count a failed reconcile in `llmfleet_reconcile_errors_total` and return its reason.
-
-    Called by `Controller.failed` when a reconcile raised. An invalid spec is not an error here
-    (it is `llmfleet_reconcile_total{result="invalid"}` and the Planned=False condition)."""
-    reason = error_reason(error)
-    with _lock:
-        RECONCILE_ERRORS.labels(namespace, name, reason).inc()
-        _error_reasons.setdefault((namespace, name), set()).add(reason)
-    return reason
 
 
 def layout_of(plan: Plan | None) -> str:
@@ -297,7 +245,5 @@ def forget(namespace: str, name: str) -> None:
         _conditions.pop(key, None)
         _decisions.pop(key, None)
         _started.pop(key, None)
-        for reason in _error_reasons.pop(key, set()):
-            RECONCILE_ERRORS.remove(namespace, name, reason)
         for layout in _startup_layouts.pop(key, set()):
             ENGINE_STARTUP.remove(namespace, name, layout)

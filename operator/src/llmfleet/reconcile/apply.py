@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from llmfleet import FIELD_MANAGER
+from llmfleet import FIELD_MANAGER, metrics_reconcile
 from llmfleet.render.fleet import MANAGED_KINDS
 
 from .cache import ChildView
@@ -107,7 +107,9 @@ class Applier:
             serialize=False,
         )
         applied: dict[str, Any] = json.loads(response.data)
-        (result.created if live is None else result.updated).append(ref(desired))
+        verb, done = ("create", result.created) if live is None else ("update", result.updated)
+        done.append(ref(desired))
+        metrics_reconcile.count_write(verb, desired["kind"])
         return applied
 
     def prune(
@@ -142,4 +144,5 @@ class Applier:
             )
         except NotFoundError:
             return False
+        metrics_reconcile.count_write("delete", kind)
         return True

@@ -21,8 +21,7 @@ from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 from kubernetes import client as k8s
 from pydantic import BaseModel, ValidationError
 
-from llmfleet import API_GROUP, API_VERSION
-from llmfleet import metrics as m
+from llmfleet import API_GROUP, API_VERSION, metrics_reconcile
 from llmfleet.models import describe_validation_error
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import status_json
@@ -126,12 +125,6 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
     def forget(self, namespace: str, name: str) -> None:
         """The resource is gone: drop what is kept about it."""
 
-    def counted(self, namespace: str, name: str, outcome: str, seconds: float) -> None:
-        """One reconcile ended: changed, unchanged, invalid or error."""
-
-    def failed(self, namespace: str, name: str, error: Exception) -> None:
-        """A reconcile failed with an error (not an invalid spec)."""
-
     # --- the shared reconcile ----------------------------------------------------------------
 
     def fetch(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -202,6 +195,7 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
                     outcome = ""
                     self._drop(key)
                     self.forget(namespace, name)
+                    metrics_reconcile.forget(self.kind, namespace, name)
                     return ApplyResult()
                 result = self._reconcile(body)
                 outcome = "changed" if result.writes else "unchanged"
@@ -212,7 +206,7 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
                 self.backoff.succeeded(key)  # nothing to retry until the spec changes
                 raise
             except Exception as e:
-                self.failed(namespace, name, e)
+                metrics_reconcile.record_reconcile_error(self.kind, namespace, name, e)
                 delay = self.backoff.failed(key, retry_after(e))
                 if body is not None:
                     if is_refusal(e):
@@ -225,7 +219,7 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
                 raise
             finally:
                 if outcome:  # a resource that is gone is no reconcile
-                    self.counted(namespace, name, outcome, time.monotonic() - start)
+                    metrics_reconcile.count_reconcile(self.kind, outcome, time.monotonic() - start)
 
     def _reconcile(self, body: dict[str, Any]) -> ApplyResult:
         old = self.stored_status(body)
@@ -301,7 +295,7 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
             namespace=meta["namespace"],
             content_type="application/merge-patch+json",
         )
-        m.API_WRITES.labels(verb="patch", kind=f"{self.kind}/status").inc()
+        metrics_reconcile.count_write("patch", f"{self.kind}/status")
         return True
 
     def _report_refusal(self, body: dict[str, Any], message: str) -> None:

@@ -9,6 +9,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet import metrics as m
+from llmfleet import metrics_reconcile
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.deployment import KIND
@@ -140,13 +141,6 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         self.kv_cache.forget(namespace, name)
         self.adapters.forget(namespace, name)
         self.fetcher_tokens.forget(namespace, name)
-
-    def counted(self, namespace: str, name: str, outcome: str, seconds: float) -> None:
-        m.RECONCILE_DURATION.observe(seconds)
-        m.RECONCILES.labels(result=outcome).inc()
-
-    def failed(self, namespace: str, name: str, error: Exception) -> None:
-        m.record_reconcile_error(namespace, name, error)
 
     def run(
         self,
@@ -284,6 +278,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             gate = {"type": ADAPTERS_GATE, "status": "True", "reason": "AdaptersLoaded"}
             try:
                 core.patch_namespaced_pod_status(pod, ns, {"status": {"conditions": [gate]}})
+                metrics_reconcile.count_write("patch", "Pod/status")
             except ApiException as e:
                 if e.status != 404:  # a pod that is gone needs no gate
                     raise
@@ -319,13 +314,6 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
                 if items
             ]
             self.events.emit(body, "Normal", "Applied", "; ".join(parts))
-            for verb, items in (
-                ("create", result.created),
-                ("update", result.updated),
-                ("delete", result.deleted),
-            ):
-                for item in items:
-                    m.API_WRITES.labels(verb=verb, kind=item.split("/", 1)[0]).inc()
 
 
 def _publish_conditions(namespace: str, name: str, status: LLMDeploymentStatus) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from llmfleet import FIELD_MANAGER
+from llmfleet import FIELD_MANAGER, metrics_reconcile
 from llmfleet.reconcile.conditions import now
 from llmfleet.reconcile.preemption import PREEMPTED_EVENT, preemptor_of
 
@@ -53,6 +53,8 @@ class EventRecorder:
             self._core.create_namespaced_event(meta["namespace"], event)
         except k8s.ApiException as e:  # an Event is worth less than the reconcile that made it
             log.warning("could not post event %s on %s: %s", reason, meta["name"], e.reason)
+            return
+        metrics_reconcile.count_write("create", "Event")
 
     def said_about(self, namespace: str, uid: str, reason: str) -> list[str]:
         """The messages of the Events `reason` on the object `uid` (the kubelet's FailedMount on

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from llmfleet import metrics_reconcile
 from llmfleet.reconcile.secrets import BearerToken
 from llmfleet.render import Owner
 from llmfleet.render.fetcher import TOKEN_KEY, fetcher_secret_name
@@ -76,6 +77,7 @@ class FetcherTokens:
             self._core.create_namespaced_secret(
                 owner.namespace, body, _preload_content=False, _request_timeout=TIMEOUT_SECONDS
             ).release_conn()
+            metrics_reconcile.count_write("create", "Secret")
         except ApiException as e:
             if e.status != 409:
                 raise _named(
@@ -112,6 +114,7 @@ class FetcherTokens:
                 self._core.create_namespaced_secret(
                     where.namespace, body, _preload_content=False, _request_timeout=TIMEOUT_SECONDS
                 ).release_conn()
+                metrics_reconcile.count_write("create", "Secret")
                 log.info("created the operator's fetcher key in Secret %s/%s", *_at(where))
                 return base64.b64decode(fresh)
             except ApiException as e:

@@ -2,7 +2,8 @@
 rate-limited workqueue, in small): a key is never run by two workers at once, a key asked for
 again while it waits runs once, a key asked for while it runs runs once more afterwards, and a
 key whose reconcile failed comes back after its own exponential backoff with jitter, so one
-failing resource neither spins nor delays the others."""
+failing resource neither spins nor delays the others. Its metrics are client-go's
+(metrics_workqueue.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import random
 import threading
 import time
 from collections.abc import Callable
+
+from llmfleet.metrics_workqueue import QueueMetrics
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # namespace, name
@@ -70,10 +73,11 @@ class WorkQueue:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Key]] = []
         self._due: dict[Key, float] = {}  # keys waiting, with when they are due
-        self._running: set[Key] = set()
+        self._running: dict[Key, float] = {}  # keys being worked on, with when they started
         self._again: dict[Key, float] = {}  # asked for while running: due after it ends
         self._seq = itertools.count()
         self._stopped = False
+        self._metrics = QueueMetrics(name, self._depth, self._unfinished, self._longest)
         self._threads = [
             threading.Thread(target=self._worker, name=f"llmfleet-{name}-{i}", daemon=True)
             for i in range(workers)
@@ -100,13 +104,20 @@ class WorkQueue:
 
     def add(self, key: Key, delay: float = 0.0) -> None:
         """Reconcile `key` in `delay` seconds, or sooner if it is already due sooner."""
+        self._put(key, delay, counted=True)
+
+    def _put(self, key: Key, delay: float, *, counted: bool) -> None:
         due = time.monotonic() + delay
         with self._cond:
             if key in self._running:
+                if key not in self._again and counted:
+                    self._metrics.added()
                 self._again[key] = min(due, self._again.get(key, due))
                 return
             if key in self._due and self._due[key] <= due:
                 return
+            if key not in self._due and counted:  # an earlier due time is no new add
+                self._metrics.added()
             self._due[key] = due
             heapq.heappush(self._heap, (due, next(self._seq), key))
             self._cond.notify()
@@ -114,6 +125,25 @@ class WorkQueue:
     def __len__(self) -> int:
         with self._cond:
             return len(self._due) + len(self._running)
+
+    def _depth(self) -> float:
+        """Keys due and not running: waiting for a worker, or for their own run to end. Keys
+        still within a retry's delay are not counted, as client-go's delaying queue holds them
+        outside the queue until then."""
+        now = time.monotonic()
+        with self._cond:
+            waiting = sum(1 for due in self._due.values() if due <= now)
+            return waiting + sum(1 for due in self._again.values() if due <= now)
+
+    def _unfinished(self) -> float:
+        now = time.monotonic()
+        with self._cond:
+            return sum(now - start for start in self._running.values())
+
+    def _longest(self) -> float:
+        now = time.monotonic()
+        with self._cond:
+            return max((now - start for start in self._running.values()), default=0.0)
 
     def _next(self) -> Key | None:
         with self._cond:
@@ -130,7 +160,9 @@ class WorkQueue:
                     continue
                 heapq.heappop(self._heap)
                 del self._due[key]
-                self._running.add(key)
+                started = time.monotonic()
+                self._running[key] = started
+                self._metrics.started(started - due)
                 return key
             return None
 
@@ -142,9 +174,14 @@ class WorkQueue:
             except Exception:  # the work reports its own failures; the worker must live on
                 log.exception("%s: reconcile of %s/%s failed", self._name, *key)
             with self._cond:
-                self._running.discard(key)
+                started = self._running.pop(key)
                 again = self._again.pop(key, None)
+            ended = time.monotonic()
             if retry is not None:
+                self._metrics.retried()
                 self.add(key, retry)
             if again is not None:
-                self.add(key, max(0.0, again - time.monotonic()))
+                # Counted as an add when it was asked for.
+                self._put(key, max(0.0, again - ended), counted=False)
+            # Last, so that a run counted as done has had its retry counted too.
+            self._metrics.finished(ended - started)
