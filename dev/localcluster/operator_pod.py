@@ -35,7 +35,7 @@ from .waiting import wait_until
 
 # The pod's first start unpacks the image (~15 s) before its probes run (initialDelay 10 s).
 READY_TIMEOUT = 180
-# A new pod leads once the Lease of the one it replaced expired (--lease-duration, 10 s by default)
+# A new pod leads once the Lease of the one it replaced expired (--lease-duration, 15 s by default)
 # or was handed over, and it is Ready.
 LEADING_TIMEOUT = 120
 HEALTH_PORT_NAME = "health"

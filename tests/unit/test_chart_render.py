@@ -15,6 +15,8 @@ import pytest
 import yaml
 from dashboards.promql import VLLM_WAITING
 
+from llmfleet.reconcile.leader import LeaderElectionConfig
+from llmfleet.reconcile.manager import DRAIN_SECONDS
 from llmfleet.render.autoscaling import QUEUE_METRIC
 
 REPO = Path(__file__).resolve().parents[2]
@@ -353,6 +355,28 @@ def test_lease_timing_follows_the_values() -> None:
     assert {"--lease-duration=30", "--renew-deadline=20", "--retry-period=5"} <= set(args)
 
 
+GRACE_CASES = {"defaults": (), "slow-retries": ("leaderElection.retryPeriodSeconds=5",)}
+
+
+@pytest.mark.parametrize("values", GRACE_CASES.values(), ids=GRACE_CASES.keys())
+def test_the_pods_grace_covers_the_leaders_shutdown(values: tuple[str, ...]) -> None:
+    """SIGKILL never comes before the leader has stopped its writers and handed the Lease over."""
+    docs = render(*values, "leaderElection.leaseDurationSeconds=60")
+    deployment, args = operator_deployment(docs), operator_container(docs)["args"]
+    flags = ("--lease-duration", "--renew-deadline", "--retry-period")
+    timings = {a.split("=")[0]: float(a.split("=")[1]) for a in args if a.startswith(flags)}
+    cfg = LeaderElectionConfig(
+        namespace="ns",
+        name="lease",
+        identity="op",
+        lease_duration=timings["--lease-duration"],
+        renew_deadline=timings["--renew-deadline"],
+        retry_period=timings["--retry-period"],
+    )
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace >= cfg.shutdown_seconds(DRAIN_SECONDS) + 5  # and kopf's own stop
+
+
 def test_rollout_starts_the_new_pod_before_stopping_the_leader() -> None:
     docs = render()
     deployment = operator_deployment(docs)
@@ -379,8 +403,12 @@ REFUSED = {
     ),
     "peering-was-removed": (("peering.enabled=true",), ["peering"]),
     "lease-renewed-after-it-expires": (
-        ("leaderElection.renewDeadlineSeconds=12",),
+        ("leaderElection.renewDeadlineSeconds=16",),
         ["leaseDurationSeconds > renewDeadlineSeconds"],
+    ),
+    "last-write-could-outlast-the-lease": (
+        ("leaderElection.renewDeadlineSeconds=14",),
+        ["leaseDurationSeconds > renewDeadlineSeconds + retryPeriodSeconds"],
     ),
     "servicemonitor-forced-without-metrics": (
         ("metrics.enabled=false", "monitoring.serviceMonitor.enabled=true"),

@@ -13,8 +13,8 @@ from llmfleet.reconcile.leader import LeaderElectionConfig
 CHART_ARGS = [
     "--leader-election-namespace=llmfleet-system",
     "--leader-election-id=llmfleet",
-    "--lease-duration=10",
-    "--renew-deadline=8",
+    "--lease-duration=15",
+    "--renew-deadline=10",
     "--retry-period=2",
 ]
 
@@ -28,7 +28,7 @@ def test_the_charts_flags_campaign_for_the_releases_lease(monkeypatch: pytest.Mo
     cfg = election(*CHART_ARGS)
     assert cfg is not None
     assert (cfg.namespace, cfg.name) == ("llmfleet-system", "llmfleet")
-    assert (cfg.lease_duration, cfg.renew_deadline, cfg.retry_period) == (10, 8, 2)
+    assert (cfg.lease_duration, cfg.renew_deadline, cfg.retry_period) == (15, 10, 2)
     assert cfg.identity.startswith("llmfleet-6d9f-abcde_")
 
 
@@ -58,6 +58,10 @@ REFUSED = {
     "renew-deadline-not-below-the-lease": (
         ("--leader-election-namespace=x", "--lease-duration=10", "--renew-deadline=10"),
         ["--lease-duration", "--renew-deadline", "lease duration > renew deadline"],
+    ),
+    "a-write-could-outlast-the-lease": (
+        ("--leader-election-namespace=x", "--lease-duration=11", "--renew-deadline=10"),
+        ["--lease-duration", "--renew-deadline", "renew deadline + retry period"],
     ),
     "retries-too-slow-to-renew-in-time": (
         ("--leader-election-namespace=x", "--renew-deadline=4", "--retry-period=4"),

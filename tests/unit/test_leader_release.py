@@ -4,6 +4,7 @@ renewal still in flight, or another write between the release's read and its wri
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -54,6 +55,9 @@ class Leases:
 def leading(leases: Leases) -> LeaderElector:
     elector = LeaderElector(k8s.ApiClient(), CFG, on_lost=lambda: None)
     elector._leases = leases  # type: ignore[assignment]
+    # As a renewal leaves it: leading, renewed just now.
+    elector._last_renew = time.monotonic()
+    elector.gate.open_until(elector._last_renew + CFG.renew_deadline)
     elector._leading.set()
     return elector
 

@@ -221,10 +221,17 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 Refuse contradictory values with a message naming them. Included by every template that depends
 on them, so `helm template`, `helm install` and `helm upgrade` all fail early.
 */}}
+{{- define "llmfleet.terminationGraceSeconds" -}}
+{{- /* The operator's shutdown bound (LeaderElectionConfig.shutdown_seconds): 15 s for the
+reconciles under way, then five retry periods and 1 s (the writes in flight, the renewal in
+flight, the Lease's hand-over), plus 10 s for kopf to stop first. */ -}}
+{{- add 26 (mul 5 (ceil (float64 .Values.leaderElection.retryPeriodSeconds))) -}}
+{{- end -}}
+
 {{- define "llmfleet.validate" -}}
 {{- with .Values.leaderElection -}}
-{{- if not (and (gt (float64 .leaseDurationSeconds) (float64 .renewDeadlineSeconds)) (gt (float64 .renewDeadlineSeconds) (mulf 1.2 (float64 .retryPeriodSeconds)))) -}}
-{{- fail (printf "leaderElection needs leaseDurationSeconds > renewDeadlineSeconds > 1.2 x retryPeriodSeconds (got %v, %v, %v): a leader must give the Lease up before a standby may take it." .leaseDurationSeconds .renewDeadlineSeconds .retryPeriodSeconds) -}}
+{{- if not (and (gt (float64 .leaseDurationSeconds) (addf (float64 .renewDeadlineSeconds) (float64 .retryPeriodSeconds))) (gt (float64 .renewDeadlineSeconds) (mulf 1.2 (float64 .retryPeriodSeconds)))) -}}
+{{- fail (printf "leaderElection needs leaseDurationSeconds > renewDeadlineSeconds + retryPeriodSeconds and renewDeadlineSeconds > 1.2 x retryPeriodSeconds (got %v, %v, %v): a leader must have stopped writing before a standby may take the Lease." .leaseDurationSeconds .renewDeadlineSeconds .retryPeriodSeconds) -}}
 {{- end -}}
 {{- end -}}
 {{- if and (not .Values.metrics.enabled) (eq (toString .Values.monitoring.serviceMonitor.enabled) "true") -}}

@@ -60,6 +60,10 @@ class OperatorConfig:
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
+    return k8s.ApiClient(api_config(kubeconfig))
+
+
+def api_config(kubeconfig: str | None) -> k8s.Configuration:
     conf = k8s.Configuration()
     if kubeconfig:
         k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
@@ -71,7 +75,7 @@ def api_client(kubeconfig: str | None) -> k8s.ApiClient:
     # Reconciles on kopf's threads and the manager's run side by side; urllib3's default (5 per
     # CPU) would open and discard a TLS connection for every request beyond it.
     conf.connection_pool_maxsize = CONNECTIONS
-    return k8s.ApiClient(conf)
+    return conf
 
 
 def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
@@ -114,10 +118,15 @@ def run_operator(
     metrics = (
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host) if cfg.metrics_port else None
     )
+    from llmfleet.reconcile.writegate import GatedApiClient, WriteGate
+
     main.install(registry)
-    api = api_client(cfg.kubeconfig)
-    running = manager(cfg, api)
-    elector = _elector(cfg, api, stop.set if stop else _lost)
+    conf = api_config(cfg.kubeconfig)
+    # The Lease's calls on a client of their own; every other write passes the elector's gate.
+    elector = _elector(cfg, k8s.ApiClient(conf), stop.set if stop else _lost)
+    running = manager(
+        cfg, GatedApiClient(conf, elector.gate if elector else WriteGate.always_open())
+    )
     # kopf's own endpoint, on loopback only: /healthz asks it, with the other checks.
     kopf_url = f"http://127.0.0.1:{_free_port()}/healthz"
     kopf_started: list[float] = []
@@ -152,7 +161,8 @@ def run_operator(
             stop_flag=stop,
         )
     finally:
-        # Every writer stops before the Lease is handed over, so two never overlap.
+        # Every writer stops (or is shut out) before the Lease is handed over, so two never
+        # overlap; the chart's terminationGracePeriodSeconds covers `shutdown_seconds`.
         running.stop()
         if elector:
             elector.release()

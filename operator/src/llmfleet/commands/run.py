@@ -27,17 +27,22 @@ NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _LEASE_TIMINGS = (
     (
         "--lease-duration",
-        10.0,
+        15.0,
         "seconds a leader that stopped renewing keeps the Lease; a standby takes over that long "
         "after the last renewal it saw",
     ),
     (
         "--renew-deadline",
-        8.0,
-        "seconds the leader keeps trying to renew before it gives up the Lease and exits; below "
-        "--lease-duration",
+        10.0,
+        "seconds after its last renewal began that the leader stops writing, gives up the Lease "
+        "and exits; below --lease-duration by more than --retry-period (one API call's timeout)",
     ),
-    ("--retry-period", 2.0, "seconds between tries to acquire or renew the Lease"),
+    (
+        "--retry-period",
+        2.0,
+        "seconds between tries to acquire or renew the Lease, and the timeout of each of the "
+        "leader's writes",
+    ),
 )
 
 

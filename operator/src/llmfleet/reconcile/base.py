@@ -282,20 +282,32 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
 
     def write_status(self, body: dict[str, Any], new: StatusT) -> bool:
         """Write `new` unless the API server would then hold the status `body` has; whether it
-        wrote. The one place a status is serialised."""
+        wrote. The one place a status is serialised.
+
+        Only onto the object `body` was read as: the patch carries its resourceVersion, so a
+        status another writer (a newer leader) wrote since is never overwritten; the API server
+        answers 409 instead, and the reconcile fails and is retried from a fresh read through its
+        queue. `body` takes the new resourceVersion, for a second write of the same reconcile."""
         old: dict[str, Any] = body.get("status") or {}
         written = status_json(new)
         if _as_stored(old) == _as_stored(written):
             return False
-        patch = {"status": {**{k: None for k in old if k not in written}, **written}}
         meta = body["metadata"]
-        self.applier.resource(self.api_version, self.kind).status.patch(
+        patch: dict[str, Any] = {
+            "status": {**{k: None for k in old if k not in written}, **written}
+        }
+        if meta.get("resourceVersion"):
+            patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        stored = self.applier.resource(self.api_version, self.kind).status.patch(
             body=patch,
             name=meta["name"],
             namespace=meta["namespace"],
             content_type="application/merge-patch+json",
         )
         metrics_reconcile.count_write("patch", f"{self.kind}/status")
+        version = getattr(getattr(stored, "metadata", None), "resourceVersion", None)
+        if isinstance(version, str):
+            meta["resourceVersion"] = version
         return True
 
     def _report_refusal(self, body: dict[str, Any], message: str) -> None:

@@ -253,9 +253,12 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
     def polling(self) -> bool:
         return self._poller is not None and self._poller.alive()
 
-    def stop_polling(self) -> None:
-        if self._poller is not None:
-            self._poller.stop()
+    def stop_polling(self, timeout: float = 0.0) -> bool:
+        """Stop the poll and wait up to `timeout` seconds for it; whether it ended."""
+        if self._poller is None:
+            return True
+        self._poller.stop()
+        return self._poller.join(timeout)
 
 
 def _message(status: LLMBatchJobStatus, ctype: str) -> str:

@@ -8,6 +8,15 @@ resourceVersion it read, so of two candidates that see an expired Lease at once 
 The leader renews every `retry_period`; once no renewal has succeeded for `renew_deadline` it has
 lost the Lease and must stop writing before anyone else may start: `lease_duration` later.
 
+That is enforced by the clock, not by this thread noticing (its own call may hang): each renewal
+moves the write gate's deadline (`writegate.py`) to `renew_deadline` after the renewal *began*,
+and a write that would start later is refused. A standby can have seen that renewal no earlier
+than it began, so it takes over `lease_duration` after it at the soonest; every write is given
+at most `call_timeout` (the retry period, as the Lease's own calls), and `renew_deadline +
+call_timeout < lease_duration`, so the last write has ended before then. A renewal that succeeds
+only after the deadline does not count (client-go cancels it with its context): the Lease is lost.
+A watchdog thread calls `on_lost` at the deadline itself, while the campaign may still hang.
+
 Losing the Lease ends the process (`on_lost`), as controller-runtime's managers do: half-stopped
 writers are harder to reason about than a restart into standby. A leader that shuts down on
 purpose releases the Lease, so the standby takes over at its next try instead of a full
@@ -30,6 +39,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from llmfleet.metrics import LEADER, LEADER_TRANSITIONS
+from llmfleet.reconcile.writegate import WriteGate
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +58,32 @@ class LeaderElectionConfig:
     namespace: str
     name: str
     identity: str
-    lease_duration: float = 10.0
-    renew_deadline: float = 8.0
+    # client-go's (and controller-runtime's) defaults.
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
     retry_period: float = 2.0
 
     def __post_init__(self) -> None:
-        if not self.lease_duration > self.renew_deadline > self.retry_period * JITTER:
+        if not (
+            self.lease_duration > self.renew_deadline + self.call_timeout
+            and self.renew_deadline > self.retry_period * JITTER
+        ):
             raise ValueError(
-                "leader election needs lease duration > renew deadline > "
-                f"{JITTER} x retry period; got {self.lease_duration:g} s, "
-                f"{self.renew_deadline:g} s, {self.retry_period:g} s"
+                "leader election needs lease duration > renew deadline + retry period (one API "
+                f"call's timeout) and renew deadline > {JITTER} x retry period; got "
+                f"{self.lease_duration:g} s, {self.renew_deadline:g} s, {self.retry_period:g} s"
             )
+
+    @property
+    def call_timeout(self) -> float:
+        """The longest one call to the API server may take, the Lease's and every write's."""
+        return self.retry_period
+
+    def shutdown_seconds(self, drain: float) -> float:
+        """The longest a stopping leader takes to hand the Lease over: `drain` for its loops, one
+        call for the writes in flight, then the release (the renewal under way, at most two
+        calls, then a read and a write). The chart's terminationGracePeriodSeconds covers it."""
+        return drain + self.call_timeout + (2 * self.retry_period + 1) + 2 * self.call_timeout
 
 
 def default_identity(pod_name: str) -> str:
@@ -80,11 +105,14 @@ class LeaderElector:
         cfg: LeaderElectionConfig,
         on_lost: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
+        gate: WriteGate | None = None,
     ) -> None:
+        """`api` must not be the writers' gated client: the Lease's calls pass no gate."""
         self.cfg = cfg
         self._leases = k8s.CoordinationV1Api(api)
         self._on_lost = on_lost
         self._clock = clock
+        self.gate = gate or WriteGate(call_timeout=cfg.call_timeout, clock=clock)
         self._leading = threading.Event()
         self._stop = threading.Event()
         # What this replica last saw of the Lease and when, on its own clock.
@@ -93,11 +121,19 @@ class LeaderElector:
         self._last_renew = 0.0
         self.holder = ""
         self._thread = threading.Thread(target=self._run, name="llmfleet-leader", daemon=True)
+        # Gives the Lease up at the deadline itself, while the campaign may hang in a call:
+        # `on_lost` then ends kopf too, whose own bookkeeping writes pass no gate.
+        self._watchdog = threading.Thread(
+            target=self._watch, name="llmfleet-leader-deadline", daemon=True
+        )
+        self._lost_once = threading.Lock()
+        self._lost = False
 
     # --- public ----------------------------------------------------------------------------
 
     def start(self) -> None:
         self._thread.start()
+        self._watchdog.start()
 
     def wait_leading(self, timeout: float | None = None) -> bool:
         return self._leading.wait(timeout)
@@ -123,6 +159,7 @@ class LeaderElector:
         """Stop campaigning; if leading, hand the Lease over at once (call after every writer
         has stopped)."""
         self._stop.set()
+        self.gate.close()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             # A renewal in flight would change the Lease between the release's read and write
             # (409, and no hand-over until the Lease expires): let it end first.
@@ -168,33 +205,55 @@ class LeaderElector:
         cfg = self.cfg
         log.info("campaigning for Lease %s/%s as %s", cfg.namespace, cfg.name, cfg.identity)
         while not self._stop.is_set():
+            began = self._clock()
             won = self._try()
-            if won and not self._leading.is_set():
-                self._last_renew = self._clock()
-                log.info("leading: acquired Lease %s/%s", self.cfg.namespace, self.cfg.name)
-                LEADER.set(1)
-                LEADER_TRANSITIONS.inc()
-                self._leading.set()
-            elif won:
-                self._last_renew = self._clock()
-            elif self._leading.is_set() and (
-                self._clock() - self._last_renew > self.cfg.renew_deadline
-            ):
-                LEADER.set(0)
-                log.error(
-                    "lost Lease %s/%s: no renewal for %.0f s (renew deadline %g s)",
-                    self.cfg.namespace,
-                    self.cfg.name,
-                    self._clock() - self._last_renew,
-                    self.cfg.renew_deadline,
-                )
-                self._leading.clear()
-                self._on_lost()
+            if self._lost:  # given up meanwhile, at the deadline
                 return
+            if self._leading.is_set() and self._clock() >= self._last_renew + cfg.renew_deadline:
+                self._lose()
+                return
+            if won:
+                self._last_renew = began
+                self.gate.open_until(began + cfg.renew_deadline)
+                if not self._leading.is_set():
+                    log.info("leading: acquired Lease %s/%s", cfg.namespace, cfg.name)
+                    LEADER.set(1)
+                    LEADER_TRANSITIONS.inc()
+                    self._leading.set()
             pause = self.cfg.retry_period
             if not self._leading.is_set():
                 pause *= 1 + random.random() * (JITTER - 1)
             self._stop.wait(pause)
+
+    def _watch(self) -> None:
+        # Its own deadline, not the gate's: shutting the gate for a shutdown loses nothing.
+        while not self._stop.is_set():
+            pause = self.cfg.retry_period
+            if self._leading.is_set():
+                left = self._last_renew + self.cfg.renew_deadline - self._clock()
+                if left <= 0:
+                    self._lose()
+                    return
+                pause = min(pause, max(left, 0.005))
+            self._stop.wait(pause)
+
+    def _lose(self) -> None:
+        with self._lost_once:
+            if self._lost or self._stop.is_set():
+                return
+            self._lost = True
+        # The gate shut itself at the deadline already; closing it keeps it shut.
+        self.gate.close()
+        LEADER.set(0)
+        log.error(
+            "lost Lease %s/%s: no renewal for %.1f s (renew deadline %g s)",
+            self.cfg.namespace,
+            self.cfg.name,
+            self._clock() - self._last_renew,
+            self.cfg.renew_deadline,
+        )
+        self._leading.clear()
+        self._on_lost()
 
     def _try(self) -> bool:
         """One read and, where this replica may hold the Lease, one write. True if it holds it."""

@@ -8,10 +8,17 @@ arrives through the view and queues its owner, named by the child's labels.
 Watching and writing start apart: a standby replica keeps the view warm (`start_watching`) and
 writes nothing; the leader also runs the queues, the resync and the poll (`start_writing`).
 Changes heard while standing by wait in the queues, deduplicated per owner.
+
+Stopping ends every writer before the caller hands the Lease over: the loops are told to stop and
+joined for up to `DRAIN_SECONDS`; then the write gate shuts, so what still runs (a reconcile
+waiting on an adapter fetch or load, a kopf handler) can write nothing more, and the writes
+already admitted are waited for (each bounded by the gate's call timeout).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,12 +36,18 @@ from llmfleet.reconcile.fetcher_token import KeySecret
 from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.resync import Resyncer
 from llmfleet.reconcile.workqueue import WorkQueue
+from llmfleet.reconcile.writegate import GatedApiClient, WriteGate
 from llmfleet.render.batchjob import BATCHJOB_LABEL
 from llmfleet.render.names import DEPLOYMENT_LABEL
 
 # Reconciles of different resources run side by side; most of their time is spent waiting on the
 # API server, so a few threads keep 2 CPUs busy without queueing behind one slow resource.
 WORKERS = 4
+# How long stopping waits for the reconciles under way before shutting the write gate on them. A
+# reconcile that waits longer (an adapter fetch: up to 300 s) is cut off at its next write.
+DRAIN_SECONDS = 15.0
+
+log = logging.getLogger(__name__)
 
 
 class Manager:
@@ -54,6 +67,8 @@ class Manager:
         fetcher_key: KeySecret | None = None,
         spare_priority_class: str = "",
     ) -> None:
+        """`api`: the writers' client; a `GatedApiClient` puts every write through its gate."""
+        self.gate = api.gate if isinstance(api, GatedApiClient) else WriteGate.always_open()
         self.view = ChildView.of_children(api, self._changed, namespaces)
         # One cache of config.json for both kinds: a model read for one is read for all.
         model_configs = ModelConfigs(api, hf_endpoint)
@@ -102,15 +117,26 @@ class Manager:
         self.batch.start_polling()
         self.writing = True
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop every loop, waiting up to `timeout` seconds for the reconciles under way."""
+    def stop(self, timeout: float = DRAIN_SECONDS) -> None:
+        """Stop every writer: the loops (joined for up to `timeout` seconds), then the write gate
+        for whatever still runs, then the writes already admitted. Returns within `timeout` plus
+        one call timeout; only then may the Lease be released."""
+        end = time.monotonic() + timeout
         if self.writing:
             self.batch.stop_polling()
             self._resync.stop()
             for queue in self._queues.values():
                 queue.stop()
-            for queue in self._queues.values():
-                queue.join(timeout)
+            ended = [q.join(end - time.monotonic()) for q in self._queues.values()]
+            ended.append(self._resync.join(end - time.monotonic()))
+            ended.append(self.batch.stop_polling(end - time.monotonic()))
+            if not all(ended):
+                log.warning(
+                    "reconciles still under way after %g s: their writes are refused", timeout
+                )
+        self.gate.close()
+        if not self.gate.drain(self.gate.call_timeout or timeout):
+            log.warning("%d writes still in flight at shutdown", self.gate.in_flight)
         self.view.stop()
 
     def dead(self) -> list[str]:

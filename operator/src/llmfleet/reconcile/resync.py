@@ -39,6 +39,13 @@ class Resyncer:
     def stop(self) -> None:
         self._stop.set()
 
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the reconcile under way (after `stop`); whether the
+        loop ended."""
+        if self._thread.is_alive():
+            self._thread.join(max(0.0, timeout))
+        return not self._thread.is_alive()
+
     def alive(self) -> bool:
         return self._thread.is_alive()
 

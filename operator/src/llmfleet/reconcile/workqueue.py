@@ -92,12 +92,14 @@ class WorkQueue:
             self._stopped = True
             self._cond.notify_all()
 
-    def join(self, timeout: float) -> None:
-        """Wait up to `timeout` seconds for the reconciles under way to end (after `stop`)."""
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the reconciles under way to end (after `stop`);
+        whether they all did."""
         deadline = time.monotonic() + timeout
         for t in self._threads:
             if t.is_alive():
                 t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
 
     def alive(self) -> bool:
         return all(t.is_alive() for t in self._threads)

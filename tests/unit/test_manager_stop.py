@@ -1,0 +1,154 @@
+"""A stopping leader ends every writer before it may hand the Lease over: its loops are joined, a
+reconcile that outlives the drain (an adapter fetch) can write nothing more, and the writes
+already sent have ended, all within the drain plus one call timeout."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from llmfleet.reconcile import manager as manager_module
+from llmfleet.reconcile.manager import Manager
+from llmfleet.reconcile.resync import Resyncer
+from llmfleet.reconcile.writegate import GatedApiClient, NotLeadingError, WriteGate
+from llmfleet.render.names import DEPLOYMENT_LABEL
+
+CALL_TIMEOUT = 0.3
+DRAIN = 0.3
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        with self.lock:
+            self.lines.append(line)
+
+
+class SlowRest:
+    """The HTTP layer: each write takes `seconds`, then is journalled as stored."""
+
+    def __init__(self, journal: Journal, seconds: float) -> None:
+        self.journal, self.seconds = journal, seconds
+
+    def __getattr__(self, method: str) -> Any:
+        def send(url: str, **_: Any) -> str:
+            time.sleep(self.seconds)
+            self.journal(f"stored {url}")
+            return "stored"
+
+        return send
+
+
+class View:
+    def __init__(self, api: Any, on_change: Any, namespaces: Any) -> None:
+        pass
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def dead(self) -> list[str]:
+        return []
+
+
+class Deployments:
+    """A reconcile of `ns/fetching` waits on an adapter fetch far longer than the drain, then
+    writes its status; `ns/writing` writes at once."""
+
+    def __init__(self, api: GatedApiClient, journal: Journal, fetch_done: threading.Event) -> None:
+        self.api, self.journal, self.fetch_done = api, journal, fetch_done
+
+    def reconcile_queued(self, namespace: str, name: str) -> None:
+        if name == "fetching":
+            self.fetch_done.wait(10)
+        try:
+            self.api.request("PATCH", f"/{namespace}/{name}/status", body={})
+        except NotLeadingError:
+            self.journal(f"refused {namespace}/{name}")
+
+    def names(self, namespaces: Any) -> list[tuple[str, str]]:
+        return []
+
+    def resync(self, namespace: str, name: str) -> None: ...
+
+
+class Batch:
+    def __init__(self) -> None:
+        self._poller = Resyncer("batch-poll", lambda: [], lambda ns, n: None, 0.05)
+
+    def start_polling(self) -> None:
+        self._poller.start()
+
+    def stop_polling(self, timeout: float = 0.0) -> bool:
+        self._poller.stop()
+        return self._poller.join(timeout)
+
+    def polling(self) -> bool:
+        return self._poller.alive()
+
+    def reconcile_queued(self, namespace: str, name: str) -> None: ...
+
+
+def writing_manager(
+    monkeypatch: pytest.MonkeyPatch, journal: Journal, fetch_done: threading.Event
+) -> Manager:
+    conf = k8s.Configuration()
+    conf.host = "http://127.0.0.1:9"
+    api = GatedApiClient(conf, WriteGate(time.monotonic() + 60, call_timeout=CALL_TIMEOUT))
+    api.rest_client = SlowRest(journal, seconds=0.2)
+    monkeypatch.setattr(manager_module.ChildView, "of_children", View)
+    monkeypatch.setattr(manager_module, "ModelConfigs", lambda *a: None)
+    monkeypatch.setattr(
+        manager_module,
+        "Controller",
+        lambda *a, **k: Deployments(api, journal, fetch_done),
+    )
+    monkeypatch.setattr(manager_module, "BatchJobController", lambda *a, **k: Batch())
+    running = Manager(api, resync_seconds=0.05)
+    running.start_writing()
+    return running
+
+
+def test_stop_ends_every_writer_before_it_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    journal, fetch_done = Journal(), threading.Event()
+    running = writing_manager(monkeypatch, journal, fetch_done)
+    queue = running._queues[DEPLOYMENT_LABEL]
+    queue.add(("ns", "fetching"))
+    queue.add(("ns", "writing"))
+    while running.gate.in_flight == 0:  # the status write of ns/writing is on the wire
+        time.sleep(0.01)
+    started = time.monotonic()
+    running.stop(timeout=DRAIN)
+    took = time.monotonic() - started
+    journal("stopped: the Lease may be released")
+    fetch_done.set()  # the adapter fetch ends only now, long after the drain
+    deadline = time.monotonic() + 5
+    while "refused ns/fetching" not in journal.lines and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert journal.lines == [
+        "stored /ns/writing/status",
+        "stopped: the Lease may be released",
+        "refused ns/fetching",
+    ]
+    assert took < DRAIN + CALL_TIMEOUT + 0.5
+    assert not running._resync.alive()
+    assert not running.batch.polling()
+    assert running.gate.in_flight == 0
+
+
+def test_stop_returns_at_once_when_nothing_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    journal, fetch_done = Journal(), threading.Event()
+    running = writing_manager(monkeypatch, journal, fetch_done)
+    started = time.monotonic()
+    running.stop(timeout=5)
+    assert time.monotonic() - started < 1
+    assert not running.gate.is_open()
