@@ -126,7 +126,7 @@ def test_after_an_api_server_restart_mid_reconcile_twenty_resources_converge_exa
         wait_until(done, timeout=180, interval=1, what="convergence after the restart")
     except AssertionError as e:
         raise AssertionError(f"{e}; still: {missing[0]}") from None
-    # Reported, not crashed. An API server away for longer than the renew deadline (8 s; a
+    # Reported, not crashed. An API server away for longer than the renew deadline (10 s; a
     # graceful stop and a start under load take about that) makes the leader exit on purpose, as
     # controller-runtime's does, and its container restart: that exit, and no other, is allowed.
     exits = operator.exits_since(mark)
