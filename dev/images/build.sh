@@ -2,6 +2,9 @@
 # Builds the operator and router images from images/operator/Dockerfile and
 # images/router/Dockerfile into OCI archives (how to push them: images/README.md):
 #   build/images/operator.oci.tar   docker.io/llmfleet/operator:<the chart's appVersion>
+#   build/images/adapter-fetcher.oci.tar
+#                                   the same image as docker.io/llmfleet/adapter-fetcher:<the
+#                                   chart's llmfleet.dev/adapter-fetcher-version>
 #   build/images/router.oci.tar     the operator's DEFAULT_ROUTER_IMAGE
 # With Docker where its daemon answers (`docker info`); otherwise without a daemon, with Debian's
 # buildah on a stand-in for the Dockerfiles' base made from Debian's archive (base.sh), since no
@@ -13,6 +16,7 @@
 #   build.sh [IMAGE...]          build what changed (IMAGE: operator, router; default: both)
 #   build.sh --smoke IMAGE       run IMAGE's smoke command from its archive, print what it printed
 #   build.sh --print-path IMAGE  print the archive's path
+#   build.sh --print-tag IMAGE   print the name the image has inside its archive
 #   build.sh --wipe              delete the build cache (the base image, buildah's storage)
 #
 # LLMFLEET_CACHE (default ~/.cache/llmfleet; this uses its images/), LLMFLEET_IMAGES_OUT (default
@@ -33,6 +37,12 @@ SMOKE_operator=(llmfleet --version)
 # shellcheck disable=SC2034
 SMOKE_router=(vllm-router --help)
 
+# The adapter fetcher runs from the operator's image, under a name whose tag is the fetcher's own
+# version: LoRA engine pod templates name it, so it must not move with the operator's release.
+# Saved beside the operator's archive from the same build; not built on its own.
+# shellcheck disable=SC2034  # read through ALIAS_<image>
+ALIAS_operator=adapter-fetcher
+
 log() { printf '[images] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
@@ -40,6 +50,10 @@ tag_of() {
   case "$1" in
     operator)
       echo "docker.io/llmfleet/operator:$(sed -n 's/^appVersion: *"\{0,1\}\([^" ]*\)"\{0,1\} *$/\1/p' \
+        "$REPO/charts/llmfleet/Chart.yaml")" ;;
+    adapter-fetcher)
+      echo "docker.io/llmfleet/adapter-fetcher:$(sed -n \
+        's/^ *llmfleet\.dev\/adapter-fetcher-version: *"\{0,1\}\([^" ]*\)"\{0,1\} *$/\1/p' \
         "$REPO/charts/llmfleet/Chart.yaml")" ;;
     router)
       sed -n 's/^DEFAULT_ROUTER_IMAGE = "\(.*\)"$/\1/p' "$REPO/operator/src/llmfleet/models/router.py" ;;
@@ -127,6 +141,13 @@ build_buildah() {  # build_buildah IMAGE TAG EPOCH ARCHIVE LOG
   rm -f "$archive"
   buildah_ push --quiet "$iid" "oci-archive:$archive:$tag" >>"$buildlog" 2>&1 \
     || { tail -n 20 "$buildlog" >&2; die "$name: buildah push failed (log: $buildlog)"; }
+  local alias="ALIAS_$name"
+  if [ -n "${!alias:-}" ]; then
+    rm -f "$OUT/${!alias}.oci.tar"
+    buildah_ push --quiet "$iid" "oci-archive:$OUT/${!alias}.oci.tar:$(tag_of "${!alias}")" \
+      >>"$buildlog" 2>&1 \
+      || { tail -n 20 "$buildlog" >&2; die "${!alias}: buildah push failed (log: $buildlog)"; }
+  fi
   rm -f "$OUT/.$name.iid"
   # Older images of this tag, no longer tagged, would pile up in the storage.
   buildah_ rmi --prune >/dev/null 2>&1 || true
@@ -140,6 +161,11 @@ build_docker() {  # build_docker IMAGE TAG EPOCH ARCHIVE LOG
     || { tail -n 40 "$buildlog" >&2; die "$name: docker build failed (log: $buildlog)"; }
   # Docker 25 and later save an OCI image layout (earlier ones the docker-archive format).
   docker save -o "$archive" "$tag"
+  local alias="ALIAS_$name"
+  if [ -n "${!alias:-}" ]; then
+    docker tag "$tag" "$(tag_of "${!alias}")"
+    docker save -o "$OUT/${!alias}.oci.tar" "$(tag_of "${!alias}")"
+  fi
 }
 
 smoke() {  # smoke IMAGE ARCHIVE: run the smoke command in the image, print its output
@@ -161,7 +187,9 @@ build() {  # build IMAGE: build, smoke-run and stamp IMAGE unless its stamp is c
   key="$(key_of "$name" "$epoch")"
   archive="$OUT/$name.oci.tar"
   stamp="$OUT/$name.stamp"
-  if [ -f "$archive" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$key" ]; then
+  local alias="ALIAS_$name"
+  if [ -f "$archive" ] && [ -f "$OUT/${!alias:-$name}.oci.tar" ] \
+      && [ "$(cat "$stamp" 2>/dev/null)" = "$key" ]; then
     log "$name: up to date ($archive)"
     return 0
   fi
@@ -188,6 +216,7 @@ not_built_here() {
 main() {
   case "${1:-}" in
     --print-path) tag_of "${2:?image}" >/dev/null; echo "$OUT/$2.oci.tar"; return 0 ;;
+    --print-tag) tag_of "${2:?image}"; return 0 ;;
     --wipe) wipe_store; return 0 ;;
     --smoke)
       BUILDER="$(builder)"
@@ -195,11 +224,14 @@ main() {
       [ -f "$OUT/$2.oci.tar" ] || die "$2: no archive at $OUT/$2.oci.tar: run make images"
       smoke "$2" "$OUT/$2.oci.tar"
       return ;;
-    -*) sed -n '2,20s/^# \{0,1\}//p' "$0" >&2; return 2 ;;
+    -*) sed -n '2,24s/^# \{0,1\}//p' "$0" >&2; return 2 ;;
   esac
   local names=("$@")
   [ ${#names[@]} -gt 0 ] || names=("${IMAGES[@]}")
-  for n in "${names[@]}"; do tag_of "$n" >/dev/null; done
+  for n in "${names[@]}"; do
+    [ "$n" = adapter-fetcher ] && die "adapter-fetcher is built with the operator: build.sh operator"
+    tag_of "$n" >/dev/null
+  done
   BUILDER="$(builder)"
   mkdir -p "$OUT" "$STORE"
   if [ "$BUILDER" = buildah ]; then

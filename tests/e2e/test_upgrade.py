@@ -2,9 +2,9 @@
 extracted from git) to this tree's, with `helm upgrade` and a rolling restart of the operator,
 while a client sends requests through an LLMDeployment's router to a real CPU vLLM engine. No
 request fails; engine pods (the real one and a kwok one) are not restarted, unless CHANGELOG.md
-announces it for this release (`Engine pods: restarted (<why>)`), and then each is replaced once,
-by a rollout, under load; and the CRDs come with the chart: a field only the new schema knows is
-pruned before the upgrade and kept after it."""
+announces it for this release (`Engine pods: restarted (<why>) in <example>.yaml, ...`), and then
+each is replaced once, by a rollout, under load; and the CRDs come with the chart: a field only
+the new schema knows is pruned before the upgrade and kept after it."""
 
 from __future__ import annotations
 

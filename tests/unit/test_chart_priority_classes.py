@@ -53,6 +53,16 @@ VALUES = {
         {"llmfleet-spare": (10, "Never"), "llmfleet-online": (20, "PreemptLowerPriority")},
         ["--spare-priority-class=llmfleet-spare", "--engine-priority-class=llmfleet-online"],
     ),
+    # docs/batch.md, "Under cluster-autoscaler": at its default cutoff (-10), not expendable,
+    # still below the engines.
+    "spare-work-cluster-autoscaler-scales-for": (
+        ("priorityClasses.spare.name=llmfleet-spare-scaled", "priorityClasses.spare.value=-10"),
+        {
+            "llmfleet-spare-scaled": (-10, "Never"),
+            "llmfleet-online": (1000, "PreemptLowerPriority"),
+        },
+        ["--spare-priority-class=llmfleet-spare-scaled"],
+    ),
     "classes-made-elsewhere": (
         ("priorityClasses.create=false", "priorityClasses.spare.name=batch-low"),
         {},

@@ -138,8 +138,57 @@ def test_renders_a_hardened_operator_deployment(set_args: tuple[str, ...]) -> No
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["LLMFLEET_DEFAULT_ENGINE_IMAGE"] == "vllm/vllm-openai:v0.32.0"
-    # LoRA engines' adapter fetcher runs from the image the chart installs, digest and all.
-    assert env["LLMFLEET_ADAPTER_FETCHER_IMAGE"] == container["image"]
+    # LoRA engines' adapter fetcher: its own name and version, not the operator's tag.
+    fetcher_version = chart_annotations()["llmfleet.dev/adapter-fetcher-version"]
+    assert env["LLMFLEET_ADAPTER_FETCHER_IMAGE"] == (
+        f"docker.io/llmfleet/adapter-fetcher:{fetcher_version}"
+    )
+
+
+def chart_annotations() -> dict[str, str]:
+    annotations: dict[str, str] = yaml.safe_load((CHART / "Chart.yaml").read_text())["annotations"]
+    return annotations
+
+
+FETCHER_DIGEST = "sha256:" + "b" * 64
+FETCHER_IMAGE_CASES = {
+    # The operator's own tag moves with every release; the fetcher's does not follow it.
+    "operator-tag-moves": (("image.tag=9.9.9",), "docker.io/llmfleet/adapter-fetcher:{version}"),
+    "mirrored": (
+        ("adapterFetcher.image.repository=registry.example/llmfleet/adapter-fetcher",),
+        "registry.example/llmfleet/adapter-fetcher:{version}",
+    ),
+    "pinned-tag": (("adapterFetcher.image.tag=v7",), "docker.io/llmfleet/adapter-fetcher:v7"),
+    "pinned-digest": (
+        (f"adapterFetcher.image.digest={FETCHER_DIGEST}", "adapterFetcher.image.tag=v7"),
+        f"docker.io/llmfleet/adapter-fetcher@{FETCHER_DIGEST}",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("set_args", "image"), FETCHER_IMAGE_CASES.values(), ids=FETCHER_IMAGE_CASES.keys()
+)
+def test_the_adapter_fetcher_image_follows_its_own_values(
+    set_args: tuple[str, ...], image: str
+) -> None:
+    env = {e["name"]: e.get("value") for e in operator_container(render(*set_args))["env"]}
+    version = chart_annotations()["llmfleet.dev/adapter-fetcher-version"]
+    assert env["LLMFLEET_ADAPTER_FETCHER_IMAGE"] == image.format(version=version)
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("adapterFetcher.image.digest=latest", "digest"),
+        ("adapterFetcher.image.repository=", "repository"),
+        ("adapterFetcher.imag.tag=1", "imag"),
+    ],
+)
+def test_bad_adapter_fetcher_values_are_refused_naming_them(value: str, named: str) -> None:
+    result = run_helm("template", RELEASE, str(CHART), "--set", value)
+    assert result.returncode != 0
+    assert named in result.stderr, result.stderr
 
 
 def test_args_follow_the_values() -> None:

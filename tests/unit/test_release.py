@@ -25,7 +25,14 @@ from llmfleet.render.names import VERSION_LABEL
 REPO = Path(__file__).resolve().parents[2]
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?$")
 RELEASE_HEADING = re.compile(r"^## \[(?P<version>[^\]]+)\] - \d{4}-\d{2}-\d{2}$", re.MULTILINE)
-ENGINE_LINE = re.compile(r"^Engine pods: (not restarted|restarted \(.+\))$", re.MULTILINE)
+# `Engine pods: not restarted`, or `Engine pods: restarted (<why>) in <example>.yaml, ...`
+# naming every example under examples/ whose engine pod templates the release changes
+# (tests/unit/test_upgrade_pod_templates.py; docs/operator.md, "Upgrades").
+ENGINE_LINE = re.compile(
+    r"^Engine pods: (?:not restarted"
+    r"|restarted \((?P<why>.+)\) in (?P<examples>[\w.-]+\.yaml(?:, [\w.-]+\.yaml)*))$",
+    re.MULTILINE,
+)
 # Where a release's image tags are written out for people to copy (a tag starts with a digit:
 # placeholders such as <version> are not tags), in any registry (`$REGISTRY/operator:...`).
 TAGGED_DOCS = ("README.md", "images/**/*", "docs/*.md", "charts/llmfleet/README.md")

@@ -72,6 +72,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/*
+The adapter fetcher's image (the operator's --adapter-fetcher-image): tagged with the fetcher's
+own version, never the chart's appVersion, so an upgrade that leaves the fetcher alone leaves every
+LoRA engine pod template alone.
+*/}}
+{{- define "llmfleet.adapterFetcherImage" -}}
+{{- with .Values.adapterFetcher.image -}}
+{{- if .digest -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- else -}}
+{{- printf "%s:%s" .repository (default (index $.Chart.Annotations "llmfleet.dev/adapter-fetcher-version") .tag) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The leader Lease (flag --leader-election-id): one per release, in the release namespace. */}}
 {{- define "llmfleet.leaseName" -}}
 {{- include "llmfleet.fullname" . -}}

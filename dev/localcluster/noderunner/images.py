@@ -3,7 +3,8 @@ found by the reference a container names.
 
 Which images: a container image `REF` runs here when one of the archives of `RUN_FROM_IMAGE` in the
 images directory names `REF` (the `org.opencontainers.image.ref.name` annotation `make images`
-writes), e.g. `docker.io/llmfleet/operator:0.2.0` -> build/images/operator.oci.tar.
+writes), e.g. `docker.io/llmfleet/operator:0.2.0` -> build/images/operator.oci.tar, and a LoRA
+engine pod's `docker.io/llmfleet/adapter-fetcher:1` -> build/images/adapter-fetcher.oci.tar.
 `REPO@sha256:...` matches the archive of that repository whose manifest has that digest. Anything
 else is not an image of this machine: the runner runs it as before (a process) or rejects the pod.
 The router's archive is not among them (yet): the node runner runs router pods from the host's
@@ -72,8 +73,9 @@ def _normalise(ref: str) -> str:
     return ref
 
 
-# The archives whose images pods run from (see the module docstring for why not the router's).
-RUN_FROM_IMAGE = ("operator.oci.tar",)
+# The archives whose images pods run from (see the module docstring for why not the router's):
+# the operator's, and the same image under the adapter fetcher's name and version.
+RUN_FROM_IMAGE = ("operator.oci.tar", "adapter-fetcher.oci.tar")
 
 
 def find_image(ref: str | None, directory: Path | None = None) -> Image | None:

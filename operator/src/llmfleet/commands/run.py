@@ -124,8 +124,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--adapter-fetcher-image",
         default=env("LLMFLEET_ADAPTER_FETCHER_IMAGE") or DEFAULT_FETCHER_IMAGE,
         help="image of the adapter fetcher beside LoRA engines, which copies s3://, gs:// and "
-        "revisioned Hub adapters for them: the operator's own (env "
-        "LLMFLEET_ADAPTER_FETCHER_IMAGE; default %(default)s)",
+        "revisioned Hub adapters for them: the operator's image under the fetcher's own version, "
+        "which changes only when the fetcher does (env LLMFLEET_ADAPTER_FETCHER_IMAGE; default "
+        "%(default)s)",
     )
     p.add_argument(
         "--fetcher-key-secret",

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from llmfleet import __version__
+from llmfleet.fetcher.release import FETCHER_REPOSITORY, FETCHER_VERSION
 
 # Pinned rather than `latest`: the planner's memory model and the derived vLLM flags are checked
 # against this release.
 DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.32.0"
-# The adapter fetcher beside LoRA engines runs from the operator's own image (the chart passes
-# the image it installs).
-DEFAULT_FETCHER_IMAGE = f"docker.io/llmfleet/operator:{__version__}"
+# The adapter fetcher beside LoRA engines: the operator's image under the fetcher's own version,
+# so that an operator release that leaves the fetcher alone leaves LoRA engine pods alone.
+DEFAULT_FETCHER_IMAGE = f"{FETCHER_REPOSITORY}:{FETCHER_VERSION}"
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_GPUS_PER_NODE = 8
