@@ -7,7 +7,8 @@ from typing import Any
 
 import yaml
 from kubernetes import client
-from localcluster.metricsstack.load import PRODUCT, TINY_ARCHITECTURE
+from localcluster.metricsstack.load import PRODUCT
+from localcluster.metricsstack.load import TINY_MODEL as TINY_LLMD_MODEL
 from localcluster.supervisor import Cluster
 
 from llmfleet import API_GROUP as GROUP
@@ -42,12 +43,9 @@ def deployments(api: client.ApiClient, namespace: str) -> list[client.V1Deployme
     return items
 
 
-# The tiny model the tests make (dev/dataplane), as spec.model of either kind.
-TINY_MODEL = {
-    "name": "llmfleet-test/tiny-llama",
-    "servedModelName": "tiny",
-    "architecture": TINY_ARCHITECTURE,
-}
+# The tiny model the tests make (dev/dataplane), as spec.model of either kind, served as `tiny`
+# (tiny_spec builds the tiny LLMDeployment's).
+TINY_MODEL = {**TINY_LLMD_MODEL, "servedModelName": "tiny"}
 
 
 def batch_job(name: str, **spec: Any) -> dict[str, Any]:

@@ -25,8 +25,8 @@ from llmfleet import API_VERSION as VERSION
 from llmfleet.models.deployment import KIND, PLURAL
 from llmfleet.reconcile.leader import LeaderElectionConfig, LeaderElector
 
+from .fleetobjects import TINY, children, rendered
 from .harness import Operator, utcnow, wait_until
-from .test_resilience import TINY, children, rendered
 
 pytestmark = [
     pytest.mark.cluster,
@@ -138,7 +138,7 @@ def test_two_replicas_one_writer_and_a_killed_leader_is_replaced(
         killed_at = utcnow()
         operator.kill(name)
         # Changes nobody reconciles until a new leader leads: a spec change and a lost child.
-        spec = {**TINY, "engine": {**TINY["engine"], "maxModelLen": 256}}  # type: ignore[dict-item]
+        spec = {**TINY, "engine": {**TINY["engine"], "maxModelLen": 256}}
         custom.patch_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, "ha", {"spec": spec}
         )

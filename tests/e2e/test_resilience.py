@@ -13,21 +13,15 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.dynamic import DynamicClient
-from localcluster.metricsstack.load import TINY_ARCHITECTURE
 from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
 
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
-from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.deployment import KIND, PLURAL
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
-from llmfleet.planner import plan
-from llmfleet.render import Owner, render_fleet
-from llmfleet.render.fleet import MANAGED_KINDS
-from llmfleet.render.names import DEPLOYMENT_LABEL, MANAGED_BY
+from llmfleet.render.names import DEPLOYMENT_LABEL
 
+from .fleetobjects import TINY, children, rendered
 from .harness import Operator, utcnow, wait_until
 
 pytestmark = [
@@ -36,35 +30,6 @@ pytestmark = [
 ]
 
 COUNT = 20
-TINY = {
-    "model": {"name": "/models/tiny", "architecture": dict(TINY_ARCHITECTURE)},
-    "engine": {
-        "maxModelLen": 512,
-        "cpuKVCacheGiB": 1,
-        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
-    },
-    "autoscaling": {"enabled": False},
-}
-
-
-def rendered(name: str, namespace: str, uid: str) -> set[str]:
-    spec = LLMDeploymentSpec.model_validate(TINY)
-    owner = Owner(name=name, namespace=namespace, uid=uid)
-    return {
-        f"{o['kind']}/{o['metadata']['name']}"
-        for o in render_fleet(owner, spec, plan(spec, DEFAULT_GPU_PROFILES))
-    }
-
-
-def children(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
-    dyn = DynamicClient(api)
-    out = []
-    for api_version, kind in MANAGED_KINDS:
-        items = dyn.resources.get(api_version=api_version, kind=kind).get(
-            namespace=namespace, label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}"
-        )
-        out.extend({"kind": kind, **i.to_dict()} for i in items.items)
-    return out
 
 
 def converged(api: client.ApiClient, namespace: str) -> str | None:

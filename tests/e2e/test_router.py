@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from localcluster.metricsstack.load import TINY_ARCHITECTURE
+from localcluster.metricsstack.load import TINY_GPUS, TINY_MODEL, tiny_llmd
 from localcluster.noderunner import procs
 from localcluster.promtext import per_worker, scrape
 from localcluster.routerapi import routed_engines
@@ -77,29 +77,18 @@ with cf.ThreadPoolExecutor(conc) as ex:
 
 
 def llmd(gpus: int) -> dict[str, Any]:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "LLMDeployment",
-        "metadata": {"name": NAME},
-        "spec": {
-            "model": {
-                "name": "llmfleet-test/tiny-llama",
-                "servedModelName": "tiny",
-                "architecture": TINY_ARCHITECTURE,
-            },
-            # MultiPod, tensor parallel 1: one engine per GPU slot of local-gpu-0.
-            "gpus": {
-                "count": gpus,
-                "memoryGiB": 16,
-                "perNode": 4,
-                "product": "LLMFleet-CPU-Emulated",
-            },
-            "engine": {"maxModelLen": 512, "maxNumSeqs": 4},
-            # A fixed size: the test scales through spec.gpus.count (the router is on by default
-            # because more than one pod is planned).
-            "autoscaling": {"enabled": False},
+    body = tiny_llmd(
+        NAME,
+        max_num_seqs=4,
+        # MultiPod, tensor parallel 1: one engine per GPU slot of local-gpu-0.
+        spec={
+            "model": {**TINY_MODEL, "servedModelName": "tiny"},
+            "gpus": {**TINY_GPUS, "count": gpus},
         },
-    }
+        # A fixed size: the test scales through spec.gpus.count (the router is on by default
+        # because more than one pod is planned).
+        enabled=False,
+    )
     return stand_in(body, token_seconds=TOKEN_SECONDS)
 
 

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from test_adapter_sync import pod
+from adapterfakes import pod
 
 from llmfleet.reconcile.adapter_status import adapter_report
 from llmfleet.reconcile.adapters import AdapterSync, Endpoint, HttpEngineApi, Wanted

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from test_adapter_sync import FakeEngines, pod
+from adapterfakes import FakeEngines, pod
 
 from llmfleet.fetcher.paths import FETCH_ROOT, fetched_path
 from llmfleet.reconcile.adapters import AdapterSync, EngineOutcome, Wanted

@@ -3,15 +3,28 @@ messages, and the Job's conditions. Pure functions, no cluster."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from batchstatusfakes import (
+    NOW,
+    PLAN,
+    SCHEDULER_SAID,
+    STOPPED,
+    T0,
+    T1,
+    VICTIM,
+    compute,
+    cond,
+    job,
+    pod,
+    summary,
+)
 from prometheus_client import generate_latest
 
 from llmfleet.batch.progress import Progress
 from llmfleet.models import LLMBatchJobSpec, LLMBatchJobStatus, ShardStatus
-from llmfleet.models.status import PlanSummary, status_json
+from llmfleet.models.status import status_json
 from llmfleet.reconcile.batchstatus import (
     batch_status,
     indexes,
@@ -21,63 +34,6 @@ from llmfleet.reconcile.batchstatus import (
 )
 from llmfleet.shard_report import ShardReport
 
-NOW = datetime(2026, 1, 1, 12, 10, tzinfo=UTC)
-PLAN = PlanSummary(
-    strategy="MultiPod",
-    replicas=2,
-    gpus_per_replica=1,
-    tensor_parallel_size=1,
-    kv_cache_tokens_per_replica=100_000,
-    max_concurrent_sequences=64,
-)
-
-
-def pod(
-    index: int,
-    phase: str,
-    ip: str | None = None,
-    created: str = "2026-01-01T12:00:00Z",
-    terminated: dict[str, Any] | None = None,
-    disrupted: str | None = None,
-) -> dict[str, Any]:
-    """A shard pod; `disrupted`: the reason of a DisruptionTarget condition on it, as the
-    scheduler (PreemptionByScheduler) or an eviction (EvictionByEvictionAPI) writes it."""
-    state = {"terminated": terminated} if terminated else {"running": {}}
-    conditions = (
-        [
-            {
-                "type": "DisruptionTarget",
-                "status": "True",
-                "reason": disrupted,
-                "message": SCHEDULER_SAID
-                if disrupted == "PreemptionByScheduler"
-                else "Eviction API: evicting",
-                "lastTransitionTime": created,
-            }
-        ]
-        if disrupted
-        else []
-    )
-    name = f"j-{index}-{created[-6:-4]}{created[-3:-1]}"
-    return {
-        "metadata": {
-            "name": name,
-            "uid": f"uid-{name}",
-            "creationTimestamp": created,
-            "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
-        },
-        "status": {
-            "phase": phase,
-            **({"podIP": ip} if ip else {}),
-            "conditions": conditions,
-            "containerStatuses": [{"name": "runner", "state": state}],
-        },
-    }
-
-
-# kube-scheduler's words on a victim (pkg/scheduler/framework/preemption): the scheduler's name.
-SCHEDULER_SAID = "default-scheduler: preempting to accommodate a higher priority pod"
-
 
 def metrics(shard: int, total: int, succeeded: int, failed: int, rate: float) -> str:
     p = Progress(shard=shard, shards=2, total=total, succeeded=succeeded, failed=failed)
@@ -86,58 +42,6 @@ def metrics(shard: int, total: int, succeeded: int, failed: int, rate: float) ->
     p.run_completion_tokens = int(rate)  # with engine_started 0, rate is per process uptime
     p.publish()
     return generate_latest(p.registry).decode()
-
-
-def summary(shard: int, total: int, succeeded: int, failed: int, error: str | None = None) -> str:
-    return ShardReport(shard, 2, total, succeeded, failed, error=error).to_json()
-
-
-def job(
-    completed: str = "",
-    condition: str | None = None,
-    reason: str = "",
-    message: str = "",
-) -> dict[str, Any]:
-    status: dict[str, Any] = {"startTime": "2026-01-01T12:00:00Z", "completedIndexes": completed}
-    if condition:
-        status["conditions"] = [
-            {"type": condition, "status": "True", "reason": reason, "message": message}
-        ]
-    return {"metadata": {"name": "j"}, "status": status}
-
-
-def cond(status: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next(c for c in status["conditions"] if c["type"] == ctype)
-
-
-def compute(
-    pods: list[dict[str, Any]],
-    the_job: dict[str, Any],
-    scraped: dict[str, str] | None = None,
-    previous: dict[int, ShardStatus] | None = None,
-    preemptors: dict[str, str | None] | None = None,
-) -> dict[str, Any]:
-    status = the_job["status"]
-    observed = observe_shards(
-        2,
-        pods,
-        indexes(status.get("completedIndexes")),
-        indexes(status.get("failedIndexes")),
-        (scraped or {}).get,
-        previous or {},
-    )
-    return status_json(
-        batch_status(
-            old=LLMBatchJobStatus(),
-            generation=1,
-            planned=PLAN,
-            shards=2,
-            job=the_job,
-            observed=observed,
-            at=NOW,
-            preemptors=preemptors,
-        )
-    )
 
 
 def test_running_shards_are_read_from_their_metrics_with_rate_progress_and_eta() -> None:
@@ -329,9 +233,6 @@ def test_two_jobs_may_not_write_the_same_output(
 
 # --- preemption --------------------------------------------------------------------------------
 
-T0, T1 = "2026-01-01T12:00:00Z", "2026-01-01T12:05:00Z"
-STOPPED = {"exitCode": 143, "message": summary(0, 150, 60, 0)}
-VICTIM = pod(0, "Failed", None, T0, STOPPED, disrupted="PreemptionByScheduler")
 PREEMPTIONS = {
     # shard 0's pods, oldest first -> shard 0 phase, restarts, preemptions; job phase; Preempted
     "preempted-pod-still-draining": (

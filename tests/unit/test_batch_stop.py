@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from test_batch_runner import FakeEngine, config, output, run_main, write_input
+from batchrunnerfakes import FakeEngine, config, output, run_main, write_input
 
 from llmfleet.batch.engine import Finished
 from llmfleet.batch.resume import Attempts

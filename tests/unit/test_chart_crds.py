@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_chart_render import RELEASE, of_kind, render, run_helm
+from chartrender import RELEASE, of_kind, render, run_helm
 
 from llmfleet.cli import main
 from llmfleet.models.crd import custom_resource_definition

@@ -4,17 +4,8 @@ it takes only when asked to (rbac.readSecrets, or its older name huggingFace.rea
 from __future__ import annotations
 
 import pytest
-from test_chart_render import (
-    CHART,
-    EXPECTED_RULES,
-    RBAC_KINDS,
-    beside_the_operator_rules,
-    granted,
-    of_kind,
-    operator_container,
-    render,
-    run_helm,
-)
+from chartrbac import EXPECTED_RULES, RBAC_KINDS, beside_the_operator_rules, granted
+from chartrender import CHART, of_kind, operator_container, render, run_helm
 
 from llmfleet.cli import build_parser
 from llmfleet.models.hub import DEFAULT_ENDPOINT

@@ -6,14 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_chart_render import (
-    granted,
-    is_priority_class_rbac,
-    of_kind,
-    operator_container,
-    refusal,
-    render,
-)
+from chartrbac import granted, is_priority_class_rbac
+from chartrender import of_kind, operator_container, refusal, render
 
 from llmfleet.cli import build_parser
 from llmfleet.commands.run import operator_config

@@ -3,74 +3,39 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from chartrbac import (
+    EXPECTED_RULES,
+    RBAC_KINDS,
+    beside_the_operator_rules,
+    granted,
+    is_fetcher_key_rbac,
+    is_lease_rbac,
+)
+from chartrender import (
+    CHART,
+    RELEASE,
+    of_kind,
+    operator_container,
+    operator_deployment,
+    refusal,
+    render,
+    run_helm,
+)
 from dashboards.promql import VLLM_WAITING
 
 from llmfleet.reconcile.leader import LeaderElectionConfig
 from llmfleet.reconcile.manager import DRAIN_SECONDS
 from llmfleet.render.autoscaling import QUEUE_METRIC
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "llmfleet"
-BUILD_TOOLS = REPO / "dev" / "localcluster" / "build-tools.sh"
-RELEASE = "fleet"
 MONITORING_API = "monitoring.coreos.com/v1"
 MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
-RBAC_KINDS = {"ClusterRole", "Role"}
-
-
-@cache
-def helm() -> str:
-    bindir = subprocess.run(
-        [str(BUILD_TOOLS), "--bindir", "helm"], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    path = Path(bindir) / "helm"
-    if not path.is_file():
-        pytest.skip(f"helm is not built yet ({path}); run `make tools`")
-    return str(path)
-
-
-def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
-    # No cluster and no user state: helm template must work offline.
-    env = {**os.environ, "KUBECONFIG": os.devnull, "HELM_CACHE_HOME": "/tmp/llmfleet-helm-cache"}
-    return subprocess.run([helm(), *args], capture_output=True, text=True, env=env, check=False)
-
-
-def render(
-    *set_args: str, chart: Path = CHART, api_versions: tuple[str, ...] = ()
-) -> list[dict[str, Any]]:
-    args = ["template", RELEASE, str(chart), "--namespace", "llmfleet-system"]
-    for value in set_args:
-        args += ["--set", value]
-    for api in api_versions:
-        args += ["--api-versions", api]
-    result = run_helm(*args)
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-
-
-def of_kind(docs: list[dict[str, Any]], *kinds: str) -> list[dict[str, Any]]:
-    return [doc for doc in docs if doc["kind"] in kinds]
-
-
-def operator_deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (deployment,) = of_kind(docs, "Deployment")
-    return deployment
-
-
-def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    containers = operator_deployment(docs)["spec"]["template"]["spec"]["containers"]
-    (container,) = [c for c in containers if c["name"] == "operator"]
-    return container
 
 
 def walk(node: Any) -> Iterator[Any]:
@@ -250,41 +215,6 @@ def test_metrics_service_exposes_port_9090_named_metrics() -> None:
 
 # --- RBAC -------------------------------------------------------------------------------------
 
-# What the operator may do to the kinds it creates, prunes and keeps from drifting.
-MANAGES = frozenset({"get", "list", "watch", "create", "patch", "delete"})
-EXPECTED_RULES = {
-    ("llmfleet.dev", "llmdeployments"): {"get", "list", "watch", "patch"},
-    ("llmfleet.dev", "llmdeployments/status"): {"get", "patch"},
-    ("apps", "deployments"): MANAGES,
-    ("", "services"): MANAGES,
-    ("autoscaling", "horizontalpodautoscalers"): MANAGES,
-    ("policy", "poddisruptionbudgets"): MANAGES,
-    ("networking.k8s.io", "networkpolicies"): MANAGES,
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): MANAGES,
-    ("keda.sh", "scaledobjects"): MANAGES,
-    ("", "serviceaccounts"): MANAGES,
-    ("rbac.authorization.k8s.io", "roles"): MANAGES,
-    ("rbac.authorization.k8s.io", "rolebindings"): MANAGES,
-    ("", "pods"): {"get", "list", "watch"},
-    ("", "pods/status"): {"patch"},
-    ("llmfleet.dev", "llmbatchjobs"): {"get", "list", "watch", "patch"},
-    ("llmfleet.dev", "llmbatchjobs/status"): {"get", "patch"},
-    ("batch", "jobs"): MANAGES,
-    ("", "events"): {"create", "patch", "list"},
-    ("events.k8s.io", "events"): {"create", "patch"},
-    # The adapter fetchers' token Secrets, created and never read.
-    ("", "secrets"): {"create"},
-}
-
-
-def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
-    out: dict[tuple[str, str], set[str]] = {}
-    for rule in role["rules"]:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                out.setdefault((group, resource), set()).update(rule["verbs"])
-    return out
-
 
 @pytest.mark.parametrize("set_args", SCENARIOS.values(), ids=SCENARIOS.keys())
 def test_rbac_has_no_wildcard(set_args: tuple[str, ...]) -> None:
@@ -338,23 +268,6 @@ def test_watched_namespaces_become_namespace_args() -> None:
 
 
 # --- leader election ----------------------------------------------------------------------------
-
-
-def is_lease_rbac(doc: dict[str, Any]) -> bool:
-    return str(doc["metadata"]["name"]).endswith("-leader-election")
-
-
-def is_priority_class_rbac(doc: dict[str, Any]) -> bool:
-    return str(doc["metadata"]["name"]).endswith("-priority-classes")
-
-
-def is_fetcher_key_rbac(doc: dict[str, Any]) -> bool:
-    return str(doc["metadata"]["name"]).endswith("-fetcher-key")
-
-
-def beside_the_operator_rules(doc: dict[str, Any]) -> bool:
-    """RBAC of one object each: the leader Lease, the spare PriorityClass, the fetcher key."""
-    return is_lease_rbac(doc) or is_priority_class_rbac(doc) or is_fetcher_key_rbac(doc)
 
 
 def test_the_operator_reads_one_secret_of_its_own_namespace_its_fetcher_key() -> None:
@@ -468,16 +381,6 @@ REFUSED = {
         ["serviceAccount.create=false", "serviceAccount.name"],
     ),
 }
-
-
-def refusal(*set_args: str) -> str:
-    """What `helm template` says refusing these values (it must refuse them)."""
-    args = ["template", RELEASE, str(CHART)]
-    for value in set_args:
-        args += ["--set", value]
-    result = run_helm(*args)
-    assert result.returncode != 0, result.stdout
-    return result.stderr
 
 
 @pytest.mark.parametrize(("set_args", "named"), REFUSED.values(), ids=REFUSED.keys())

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_chart_render import of_kind, operator_container, render
+from chartrender import of_kind, operator_container, render
 
 from llmfleet.cli import build_parser
 from llmfleet.commands.run import operator_config

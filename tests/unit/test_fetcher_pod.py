@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_lora_claim import LAYOUTS, MODEL, OWNER, engine_pod_templates, vllm, with_lora
-from test_missing_references import waiting
+from loralayouts import LAYOUTS, MODEL, OWNER, engine_pod_templates, vllm, with_lora
+from stuckpods import waiting
 
 from llmfleet.fetcher.paths import FETCH_ROOT, FETCHER_PORT
 from llmfleet.models import LLMDeploymentSpec

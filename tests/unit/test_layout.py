@@ -84,6 +84,77 @@ def test_imports_never_run_back(part: str, forbidden: set[str]) -> None:
     assert not offenders
 
 
+# --- tests: what test modules share lives in helper modules ---------------------------------
+
+# Test modules that still share helpers with one another, as pairs among themselves only: issue 45
+# moved every other shared helper into a helper module and left these three to the lead (they were
+# being changed elsewhere at the time). Strict: empty it as their helpers move, and it stays empty.
+SHARE_HELPERS_YET = {
+    "unit/test_engine_priority.py",  # imports test_upgrade_pod_templates
+    "unit/test_upgrade_pod_templates.py",  # imports test_release
+    "unit/test_release.py",
+}
+TEST_MODULES = sorted(TESTS.rglob("test_*.py"))
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """The test_* modules one file imports, however it spells the import (`import test_x`,
+    `from test_x import y`, `from .test_x import y`, `from tests.unit.test_x import y`,
+    `from . import test_x`)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            dotted = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            dotted = [module, *(f"{module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for parts in (d.split(".") for d in dotted):
+            # Only the tests' own modules: aiohttp.test_utils is no test module of ours.
+            if (
+                getattr(node, "level", 0)
+                or parts[0] in TEST_PACKAGES
+                or parts[0].startswith("test_")
+            ):
+                names |= {part for part in parts if part.startswith("test_")}
+    return names
+
+
+def imports_between_test_modules() -> set[tuple[str, str]]:
+    """(importer, imported module) for each import of a test module by another under tests/."""
+    return {
+        (str(path.relative_to(TESTS)), name)
+        for path in TEST_MODULES
+        for name in imported_test_modules(path)
+    }
+
+
+def test_no_test_module_imports_another() -> None:
+    """A helper two test modules share lives in a helper module named for what it holds (not
+    test_*): a test module imported by another runs its module-level code twice and ties the
+    importer to tests it never meant to depend on."""
+    assert len(TEST_MODULES) > 100
+    allowed = {Path(p).stem for p in SHARE_HELPERS_YET}
+    offenders = sorted(
+        f"{importer} imports {name}"
+        for importer, name in imports_between_test_modules()
+        if not (importer in SHARE_HELPERS_YET and name in allowed)
+    )
+    assert not offenders, "move what they share into a helper module: " + "; ".join(offenders)
+
+
+def test_the_test_modules_allowed_to_share_helpers_still_do() -> None:
+    pairs = imports_between_test_modules()
+    involved = {importer for importer, _ in pairs} | {
+        str(path.relative_to(TESTS))
+        for path in TEST_MODULES
+        if path.stem in {name for _, name in pairs}
+    }
+    stale = sorted(SHARE_HELPERS_YET - involved)
+    assert not stale, f"no longer importing or imported by a test module: drop {stale}"
+
+
 def test_the_readme_layout_names_every_top_level_folder() -> None:
     readme = (REPO / "README.md").read_text()
     layout = readme.split("## Layout", 1)[1]

@@ -4,25 +4,18 @@ named in status when it is missing."""
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from loralayouts import H100, LAYOUTS, MODEL, engine_pod_templates, vllm, with_lora
 from pydantic import ValidationError
-from test_missing_references import unschedulable
+from stuckpods import unschedulable
 
 from llmfleet.models import LLMBatchJobSpec, LLMDeploymentSpec, field_problems
 from llmfleet.planner import plan
 from llmfleet.reconcile.causes import blockers
 from llmfleet.reconcile.references import deployment_references
-from llmfleet.render import Owner, render_fleet
 
-OWNER = Owner(name="chat", namespace="team-a", uid="1234")
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-MODEL = {"name": "meta-llama/Llama-3.1-8B-Instruct"}
-H100 = {"count": 8, "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"}
 CLAIM = {"claimName": "team-adapters"}
 VOLUME = {
     "name": "lora-adapters",
@@ -34,46 +27,6 @@ ADAPTER = {"name": "sql", "source": "/adapters/sql"}
 CLAIM_MISSING = unschedulable(
     '0/4 nodes are available: persistentvolumeclaim "team-adapters" not found.'
 )
-
-
-def multi_node() -> dict[str, Any]:
-    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "llama-3.1-405b-2x8xh100.yaml").read_text())[
-        "spec"
-    ]
-    return spec
-
-
-LAYOUTS = {
-    "single-pod": {"model": MODEL, "gpus": H100, "strategy": "SinglePod"},
-    "multi-pod": {"model": MODEL, "gpus": H100, "strategy": "MultiPod"},
-    "cpu-only": {"model": MODEL},
-    "multi-node": multi_node(),
-}
-
-
-def with_lora(body: dict[str, Any], **lora: Any) -> LLMDeploymentSpec:
-    body = copy.deepcopy(body)
-    body.setdefault("engine", {})["lora"] = lora
-    return LLMDeploymentSpec.model_validate(body)
-
-
-def engine_pod_templates(spec: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
-    """Every engine pod template: a Deployment's, a LeaderWorkerSet's leader and worker."""
-    out = {}
-    for obj in render_fleet(OWNER, spec, plan(spec)):
-        name = f"{obj['kind']}/{obj['metadata']['name']}"
-        if obj["kind"] == "LeaderWorkerSet":
-            group = obj["spec"]["leaderWorkerTemplate"]
-            out[f"{name} leader"] = group["leaderTemplate"]
-            out[f"{name} worker"] = group["workerTemplate"]
-        elif obj["kind"] == "Deployment" and not name.endswith("-router"):
-            out[name] = obj["spec"]["template"]
-    return out
-
-
-def vllm(template: dict[str, Any]) -> dict[str, Any]:
-    (container,) = [c for c in template["spec"]["containers"] if c["name"] == "vllm"]
-    return container
 
 
 @pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from localcluster.metricsstack.load import TINY_ARCHITECTURE
+from stuckpods import unschedulable, waiting
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.batchjob import LLMBatchJobSpec
@@ -41,30 +42,6 @@ BATCH = LLMBatchJobSpec.model_validate(
 )
 DEPLOYMENT_REFS = deployment_references(DEPLOYMENT, plan(DEPLOYMENT))
 BATCH_REFS = batch_references(BATCH, plan(BATCH.deployment_spec()))
-
-
-def unschedulable(message: str) -> dict[str, Any]:
-    said = {
-        "type": "PodScheduled",
-        "status": "False",
-        "reason": "Unschedulable",
-        "message": message,
-    }
-    return {"metadata": {"name": "p-0"}, "status": {"phase": "Pending", "conditions": [said]}}
-
-
-def waiting(reason: str, message: str = "", container: str = "vllm") -> dict[str, Any]:
-    state = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
-    return {
-        "metadata": {"name": "p-0", "namespace": "ns", "uid": "u"},
-        "spec": {"nodeName": "node-a"},
-        "status": {
-            "phase": "Pending",
-            "containerStatuses": [
-                {"name": container, "image": "vllm/vllm-openai:v9", "ready": False, "state": state}
-            ],
-        },
-    }
 
 
 PREEMPTION = " preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_chart_render import operator_container, operator_deployment, render
+from chartrender import operator_container, operator_deployment, render
 
 from llmfleet.cli import build_parser
 from llmfleet.commands.run import operator_config

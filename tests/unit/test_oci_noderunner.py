@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chartrender import operator_deployment, render
 from localcluster.noderunner import bundle, images
 from localcluster.noderunner.adaptations import bind_pod_ip
 from localcluster.noderunner.volumes import PodVolumes
-from test_chart_render import operator_deployment, render
 
 POD_IP = "127.17.0.9"
 # What `umoci unpack` writes for the operator image (its user, env, capabilities, mounts).

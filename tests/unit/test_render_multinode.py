@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from test_chart_render import beside_the_operator_rules, granted, of_kind, render
+from chartrbac import beside_the_operator_rules, granted
+from chartrender import of_kind, render
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.network_policy import EngineNetworkPolicy

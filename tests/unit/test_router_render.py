@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_chart_render import beside_the_operator_rules, granted, of_kind, render
+from chartrbac import beside_the_operator_rules, granted
+from chartrender import of_kind, render
+from cliargs import flag
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.router import DEFAULT_ROUTER_IMAGE
@@ -50,16 +52,6 @@ def engine_pod(s: LLMDeploymentSpec) -> dict[str, Any]:
 def router_pod(s: LLMDeploymentSpec) -> dict[str, Any]:
     pod: dict[str, Any] = router_objects(s)["Deployment"]["spec"]["template"]
     return pod
-
-
-def flag(args: list[str], name: str) -> list[str]:
-    """The values after `name`, up to the next flag."""
-    i = args.index(name) + 1
-    out = []
-    while i < len(args) and not args[i].startswith("--"):
-        out.append(args[i])
-        i += 1
-    return out
 
 
 @pytest.mark.parametrize(

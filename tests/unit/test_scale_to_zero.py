@@ -7,9 +7,9 @@ import argparse
 from typing import Any
 
 import pytest
+from chartrender import render
+from cliargs import flag
 from pydantic import ValidationError
-from test_chart_render import render
-from test_router_render import flag
 
 from llmfleet.cli import build_parser
 from llmfleet.commands.run import operator_config

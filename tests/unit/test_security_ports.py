@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from test_chart_render import operator_container, render
+from chartrender import operator_container, render
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.batchjob import LLMBatchJobSpec

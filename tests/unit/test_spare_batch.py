@@ -9,9 +9,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from batchstatusfakes import PLAN, T1, VICTIM, compute, cond, job, pod
 from kubernetes import client as k8s
 from prometheus_client import REGISTRY
-from test_batch_status import PLAN, T1, VICTIM, compute, cond, job, pod
 
 from llmfleet import metrics_batch
 from llmfleet.models import LLMBatchJobStatus

@@ -8,6 +8,7 @@ import contextlib
 import json
 import subprocess
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,21 +176,45 @@ TINY_ARCHITECTURE: dict[str, Any] = {
 }
 
 
-def tiny_llmd(name: str, max_num_seqs: int = 2, **autoscaling: Any) -> dict[str, Any]:
-    """An LLMDeployment of the tiny test model whose pods land on the node runner's node."""
+# spec.model of the tiny model, by a name the node runner's model table maps to it.
+TINY_MODEL: dict[str, Any] = {"name": "llmfleet-test/tiny-llama", "architecture": TINY_ARCHITECTURE}
+# spec.gpus of one of the node runner's emulated GPUs.
+TINY_GPUS: dict[str, Any] = {"count": 1, "memoryGiB": 16, "perNode": 4, "product": PRODUCT}
+
+
+def tiny_spec(**fields: Any) -> dict[str, Any]:
+    """The spec of an LLMDeployment of the tiny test model on one of the node runner's GPUs:
+    the one builder of it, for the dev tools, the benchmarks and every test tier. Each keyword
+    replaces the top-level field of its name; None drops it (`gpus=None`: a CPU engine)."""
+    spec: dict[str, Any] = {
+        "model": {**TINY_MODEL, "architecture": dict(TINY_ARCHITECTURE)},
+        "gpus": dict(TINY_GPUS),
+        "engine": {"maxModelLen": 512, "maxNumSeqs": 2},
+        "autoscaling": {},
+    }
+    spec.update(fields)
+    return {key: value for key, value in spec.items() if value is not None}
+
+
+def tiny_llmd(
+    name: str,
+    max_num_seqs: int = 2,
+    *,
+    spec: Mapping[str, Any] | None = None,
+    **autoscaling: Any,
+) -> dict[str, Any]:
+    """An LLMDeployment of the tiny test model whose pods land on the node runner's node, with
+    spec.autoscaling of the other keywords; `spec`: top-level fields to replace (tiny_spec's)."""
+    fields = {
+        "engine": {"maxModelLen": 512, "maxNumSeqs": max_num_seqs},
+        "autoscaling": autoscaling,
+        **(spec or {}),
+    }
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
         "metadata": {"name": name},
-        "spec": {
-            "model": {
-                "name": "llmfleet-test/tiny-llama",
-                "architecture": dict(TINY_ARCHITECTURE),
-            },
-            "gpus": {"count": 1, "memoryGiB": 16, "perNode": 4, "product": PRODUCT},
-            "engine": {"maxModelLen": 512, "maxNumSeqs": max_num_seqs},
-            "autoscaling": autoscaling,
-        },
+        "spec": tiny_spec(**fields),
     }
 
 
