@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_upgrade_pod_templates import EXAMPLES, engine_pod_templates
+from examplepods import EXAMPLES, engine_pod_templates
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan

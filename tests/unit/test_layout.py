@@ -86,14 +86,6 @@ def test_imports_never_run_back(part: str, forbidden: set[str]) -> None:
 
 # --- tests: what test modules share lives in helper modules ---------------------------------
 
-# Test modules that still share helpers with one another, as pairs among themselves only: issue 45
-# moved every other shared helper into a helper module and left these three to the lead (they were
-# being changed elsewhere at the time). Strict: empty it as their helpers move, and it stays empty.
-SHARE_HELPERS_YET = {
-    "unit/test_engine_priority.py",  # imports test_upgrade_pod_templates
-    "unit/test_upgrade_pod_templates.py",  # imports test_release
-    "unit/test_release.py",
-}
 TEST_MODULES = sorted(TESTS.rglob("test_*.py"))
 
 
@@ -135,24 +127,10 @@ def test_no_test_module_imports_another() -> None:
     test_*): a test module imported by another runs its module-level code twice and ties the
     importer to tests it never meant to depend on."""
     assert len(TEST_MODULES) > 100
-    allowed = {Path(p).stem for p in SHARE_HELPERS_YET}
     offenders = sorted(
-        f"{importer} imports {name}"
-        for importer, name in imports_between_test_modules()
-        if not (importer in SHARE_HELPERS_YET and name in allowed)
+        f"{importer} imports {name}" for importer, name in imports_between_test_modules()
     )
     assert not offenders, "move what they share into a helper module: " + "; ".join(offenders)
-
-
-def test_the_test_modules_allowed_to_share_helpers_still_do() -> None:
-    pairs = imports_between_test_modules()
-    involved = {importer for importer, _ in pairs} | {
-        str(path.relative_to(TESTS))
-        for path in TEST_MODULES
-        if path.stem in {name for _, name in pairs}
-    }
-    stale = sorted(SHARE_HELPERS_YET - involved)
-    assert not stale, f"no longer importing or imported by a test module: drop {stale}"
 
 
 def test_the_readme_layout_names_every_top_level_folder() -> None:
@@ -259,7 +237,14 @@ def test_a_noderunner_part_never_imports_its_whole(whole: str, part: str) -> Non
 
 
 def test_the_supervisor_closure_holds_its_parts() -> None:
-    parts = {"supervisor", "processes", "commands", "kubeconfigs", "addons", "lws_addon"}
+    parts = {
+        "supervisor",
+        "processes",
+        "commands",
+        "kubeconfigs",
+        "addons",
+        "lws_addon",
+    }
     assert {f"localcluster.{p}" for p in parts} <= supervisor_closure()
 
 

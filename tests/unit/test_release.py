@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from changelog import ENGINE_LINE, changelog_releases
 
 from llmfleet import __version__
 from llmfleet.cli import main
@@ -24,15 +25,6 @@ from llmfleet.render.names import VERSION_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?$")
-RELEASE_HEADING = re.compile(r"^## \[(?P<version>[^\]]+)\] - \d{4}-\d{2}-\d{2}$", re.MULTILINE)
-# `Engine pods: not restarted`, or `Engine pods: restarted (<why>) in <example>.yaml, ...`
-# naming every example under examples/ whose engine pod templates the release changes
-# (tests/unit/test_upgrade_pod_templates.py; docs/operator.md, "Upgrades").
-ENGINE_LINE = re.compile(
-    r"^Engine pods: (?:not restarted"
-    r"|restarted \((?P<why>.+)\) in (?P<examples>[\w.-]+\.yaml(?:, [\w.-]+\.yaml)*))$",
-    re.MULTILINE,
-)
 # Where a release's image tags are written out for people to copy (a tag starts with a digit:
 # placeholders such as <version> are not tags), in any registry (`$REGISTRY/operator:...`).
 TAGGED_DOCS = ("README.md", "images/**/*", "docs/*.md", "charts/llmfleet/README.md")
@@ -43,14 +35,6 @@ VLLM_TAG = re.compile(r"llmfleet/vllm:v[\d.]+-llmfleet(\d\S*?)[\s`),]")
 def chart() -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.safe_load((REPO / "charts/llmfleet/Chart.yaml").read_text())
     return loaded
-
-
-def changelog_releases() -> list[tuple[str, str]]:
-    """(version, section text) of each release in CHANGELOG.md, newest first."""
-    text = (REPO / "CHANGELOG.md").read_text()
-    headings = list(RELEASE_HEADING.finditer(text))
-    ends = [h.start() for h in headings[1:]] + [len(text)]
-    return [(h["version"], text[h.end() : end]) for h, end in zip(headings, ends, strict=True)]
 
 
 def test_every_version_carrier_names_the_release() -> None:
@@ -78,7 +62,9 @@ def test_image_tags_written_out_are_the_release() -> None:
     assert DEFAULT_BATCH_IMAGE.endswith(f"-llmfleet{__version__}")
 
 
-def test_llmfleet_version_prints_the_release(capsys: pytest.CaptureFixture[str]) -> None:
+def test_llmfleet_version_prints_the_release(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0
@@ -130,7 +116,9 @@ def without_metadata(obj: dict[str, Any]) -> str:
     [*(doc["spec"] for doc in EXAMPLES.values()), SCALE_TO_ZERO],
     ids=[*EXAMPLES, "scale-to-zero"],
 )
-def test_the_version_labels_objects_but_no_pod_template_or_selector(body: dict[str, Any]) -> None:
+def test_the_version_labels_objects_but_no_pod_template_or_selector(
+    body: dict[str, Any],
+) -> None:
     for obj in fleet(body):
         where = f"{obj['kind']}/{obj['metadata']['name']}"
         assert obj["metadata"]["labels"][VERSION_LABEL] == __version__, where
@@ -141,7 +129,12 @@ def test_the_version_labels_objects_but_no_pod_template_or_selector(body: dict[s
 def test_engine_deployment_service_and_hpa_carry_the_version() -> None:
     objects = fleet(EXAMPLES["llama-3.1-70b-8xh100.yaml"]["spec"])
     labelled = {o["kind"] for o in objects if o["metadata"]["labels"].get(VERSION_LABEL)}
-    assert {"Deployment", "Service", "HorizontalPodAutoscaler", "NetworkPolicy"} <= labelled
+    assert {
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "NetworkPolicy",
+    } <= labelled
 
 
 def test_a_batch_job_carries_the_version_but_its_pods_do_not() -> None:

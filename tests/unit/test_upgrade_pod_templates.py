@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from test_release import ENGINE_LINE, changelog_releases
+from changelog import ENGINE_LINE, changelog_releases
+from examplepods import EXAMPLES, engine_pod_templates
 
 import llmfleet
 from llmfleet import __version__
@@ -70,39 +70,6 @@ json.dump(out, sys.stdout)
 """
 
 
-def llmdeployment_examples() -> dict[str, dict[str, Any]]:
-    found = {}
-    for path in sorted((REPO / "examples").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "LLMDeployment":
-                found[path.name] = doc
-    return found
-
-
-EXAMPLES = llmdeployment_examples()
-
-
-def engine_pod_templates(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every engine pod template, keyed by the object holding it and its path there."""
-    templates = {}
-    for obj in objects:
-        where = f"{obj['kind']}/{obj['metadata']['name']}"
-        if obj["kind"] == "LeaderWorkerSet":
-            group = obj["spec"]["leaderWorkerTemplate"]
-            templates[f"{where} .spec.leaderWorkerTemplate.leaderTemplate"] = group[
-                "leaderTemplate"
-            ]
-            templates[f"{where} .spec.leaderWorkerTemplate.workerTemplate"] = group[
-                "workerTemplate"
-            ]
-        elif (
-            obj["kind"] == "Deployment"
-            and obj["metadata"]["labels"].get("app.kubernetes.io/component") == "engine"
-        ):
-            templates[f"{where} .spec.template"] = obj["spec"]["template"]
-    return templates
-
-
 def current(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     spec = LLMDeploymentSpec.model_validate(doc["spec"])
     owner = Owner(doc["metadata"]["name"], NAMESPACE, UID)
@@ -113,7 +80,14 @@ def previous_source(tmp: Path) -> Path:
     """The previous release's operator/src, or a skip where this clone lacks the commit."""
     try:
         known = subprocess.run(
-            ["git", "-C", str(REPO), "cat-file", "-e", f"{PREVIOUS_RELEASE}^{{commit}}"],
+            [
+                "git",
+                "-C",
+                str(REPO),
+                "cat-file",
+                "-e",
+                f"{PREVIOUS_RELEASE}^{{commit}}",
+            ],
             capture_output=True,
             check=False,
         )
@@ -125,7 +99,15 @@ def previous_source(tmp: Path) -> Path:
             "fetch it (git fetch --unshallow) to compare engine pod templates across upgrades"
         )
     archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE, "operator/src"],
+        [
+            "git",
+            "-C",
+            str(REPO),
+            "archive",
+            "--format=tar",
+            PREVIOUS_RELEASE,
+            "operator/src",
+        ],
         capture_output=True,
         check=True,
     ).stdout
