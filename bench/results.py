@@ -65,7 +65,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     ),
     "operator_failover_s": (
         "Two operator replicas: SIGKILL of the leader → the standby's first write of a change "
-        "made meanwhile (chart's lease 10 s, renew 8 s, retry 2 s; median of 5)",
+        "made meanwhile (chart's lease 15 s, renew 10 s, retry 2 s; median of 5)",
         "s",
     ),
     "operator_failover_max_s": ("… the slowest of the 5", "s"),
