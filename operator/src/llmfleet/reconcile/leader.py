@@ -144,7 +144,8 @@ class LeaderElector:
 
     def healthy(self) -> tuple[bool, str]:
         """For /healthz: the campaign's thread runs and, while leading, renewals succeed."""
-        if not self._thread.is_alive() and not self._stop.is_set():
+        # Lost at the deadline: the watchdog gave up while the campaign's call may still hang.
+        if self._lost or (not self._thread.is_alive() and not self._stop.is_set()):
             return False, "leader election stopped"
         if self.leading:
             since = self._clock() - self._last_renew
