@@ -1,6 +1,7 @@
 """What every kind's reconcile shares (llmfleet.reconcile.base), against the API server: nothing
-is kept for a resource once it is gone. The controller runs in this test (its bookkeeping is what
-is checked), beside the tier's operator, which reconciles the same objects to the same result.
+is kept for a resource once it is gone, and it is not retried. The controller runs in this test
+(its bookkeeping is what is checked), beside the tier's operator, which reconciles the same
+objects to the same result.
 (The errors a ResourceQuota causes need the controller manager: tests/e2e/test_reconciler.py.)"""
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ def test_a_batch_job_that_is_gone_is_no_longer_polled(
     create(api, namespace, custom("LLMBatchJob", "tiny", BATCH_SPEC))
     controller = BatchJobController(api, scraper=lambda _ip: None)
     try:
-        controller.reconcile_by_name(namespace, "tiny")
+        assert controller.work(namespace, "tiny") is None
         assert controller.active() == [(namespace, "tiny")]
         delete(api, namespace, BATCH_PLURAL, "tiny")
-        controller.reconcile_by_name(namespace, "tiny")
-        assert (controller.active(), controller._locks, controller._queued) == ([], {}, set())
+        assert controller.work(namespace, "tiny") is None  # gone: no retry
+        assert (controller.active(), len(controller.backoff)) == ([], 0)
     finally:
         controller.view.stop()  # its own watches: they would outlive the tier's API server
 

@@ -75,7 +75,7 @@ def resync_once(controller: Controller, ns: str) -> None:
 
     def reconcile(namespace: str, name: str) -> None:
         try:
-            controller.reconcile_by_name(namespace, name)
+            controller.work(namespace, name)
         finally:
             resyncer.stop()
             passed.set()
@@ -106,10 +106,10 @@ def test_nothing_is_kept_for_a_resource_once_it_is_gone(
     create(api, namespace, custom("LLMDeployment", "chat", CHAT_SPEC))
     controller = Controller(api)
     with pytest.raises(ApiException):
-        controller.reconcile_by_name(namespace, "chat")
+        controller.reconcile(namespace, "chat")
     assert set(controller._refusals) == {(namespace, "chat")}
-    assert controller._locks == {}  # held only while a reconcile runs or waits
+    assert len(controller.backoff) == 1
     delete(api, namespace, PLURAL, "chat")
-    controller.reconcile_by_name(namespace, "chat")
-    assert (controller._refusals, controller._locks, controller._queued) == ({}, {}, set())
+    assert controller.work(namespace, "chat") is None  # gone: no retry
+    assert (controller._refusals, len(controller.backoff)) == ({}, 0)
     assert errors(namespace)[1] == 0  # the resource's error series went with it

@@ -10,7 +10,8 @@ RBAC_KINDS = {"ClusterRole", "Role"}
 # What the operator may do to the kinds it creates, prunes and keeps from drifting.
 MANAGES = frozenset({"get", "list", "watch", "create", "patch", "delete"})
 EXPECTED_RULES = {
-    ("llmfleet.dev", "llmdeployments"): {"get", "list", "watch", "patch"},
+    # Read and watched; only their status is written (kopf's handlers store nothing in them).
+    ("llmfleet.dev", "llmdeployments"): {"get", "list", "watch"},
     ("llmfleet.dev", "llmdeployments/status"): {"get", "patch"},
     ("apps", "deployments"): MANAGES,
     ("", "services"): MANAGES,
@@ -24,7 +25,7 @@ EXPECTED_RULES = {
     ("rbac.authorization.k8s.io", "rolebindings"): MANAGES,
     ("", "pods"): {"get", "list", "watch"},
     ("", "pods/status"): {"patch"},
-    ("llmfleet.dev", "llmbatchjobs"): {"get", "list", "watch", "patch"},
+    ("llmfleet.dev", "llmbatchjobs"): {"get", "list", "watch"},
     ("llmfleet.dev", "llmbatchjobs/status"): {"get", "patch"},
     ("batch", "jobs"): MANAGES,
     ("", "events"): {"create", "patch", "list"},

@@ -14,6 +14,7 @@ from kubernetes import client as k8s
 from llmfleet.reconcile import manager as manager_module
 from llmfleet.reconcile.manager import Manager
 from llmfleet.reconcile.resync import Resyncer
+from llmfleet.reconcile.workqueue import Backoff
 from llmfleet.reconcile.writegate import GatedApiClient, NotLeadingError, WriteGate
 from llmfleet.render.names import DEPLOYMENT_LABEL
 
@@ -63,7 +64,9 @@ class Deployments:
     def __init__(self, api: GatedApiClient, journal: Journal, fetch_done: threading.Event) -> None:
         self.api, self.journal, self.fetch_done = api, journal, fetch_done
 
-    def reconcile_queued(self, namespace: str, name: str) -> None:
+    backoff = Backoff()
+
+    def work(self, namespace: str, name: str) -> None:
         if name == "fetching":
             self.fetch_done.wait(10)
         try:
@@ -74,14 +77,12 @@ class Deployments:
     def names(self, namespaces: Any) -> list[tuple[str, str]]:
         return []
 
-    def resync(self, namespace: str, name: str) -> None: ...
-
 
 class Batch:
     def __init__(self) -> None:
-        self._poller = Resyncer("batch-poll", lambda: [], lambda ns, n: None, 0.05)
+        self._poller = Resyncer("batch-poll", list, lambda ns, n: None, 0.05)
 
-    def start_polling(self) -> None:
+    def start_polling(self, enqueue: Any) -> None:
         self._poller.start()
 
     def stop_polling(self, timeout: float = 0.0) -> bool:
@@ -91,7 +92,9 @@ class Batch:
     def polling(self) -> bool:
         return self._poller.alive()
 
-    def reconcile_queued(self, namespace: str, name: str) -> None: ...
+    backoff = Backoff()
+
+    def work(self, namespace: str, name: str) -> None: ...
 
 
 def writing_manager(
@@ -119,9 +122,9 @@ def test_stop_ends_every_writer_before_it_returns(
 ) -> None:
     journal, fetch_done = Journal(), threading.Event()
     running = writing_manager(monkeypatch, journal, fetch_done)
-    queue = running._queues[DEPLOYMENT_LABEL]
-    queue.add(("ns", "fetching"))
-    queue.add(("ns", "writing"))
+    loop = running.loops[DEPLOYMENT_LABEL]
+    loop.enqueue("ns", "fetching")
+    loop.enqueue("ns", "writing")
     while running.gate.in_flight == 0:  # the status write of ns/writing is on the wire
         time.sleep(0.01)
     started = time.monotonic()

@@ -137,10 +137,11 @@ ClusterRole (all namespaces) and by each Role (watchNamespaces), so both grant t
 kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 */}}
 {{- define "llmfleet.operatorRules" -}}
-# The resource the operator reconciles: read it, patch kopf's annotations (no finalizers).
+# The resource the operator reconciles: read and watch it (it writes only its status: no
+# finalizers, no annotations).
 - apiGroups: ["llmfleet.dev"]
   resources: ["llmdeployments"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch"]
 # Report the plan and the conditions.
 - apiGroups: ["llmfleet.dev"]
   resources: ["llmdeployments/status"]
@@ -184,10 +185,10 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# LLMBatchJobs: read them, patch kopf's annotations, report progress and conditions.
+# LLMBatchJobs: read and watch them, report progress and conditions.
 - apiGroups: ["llmfleet.dev"]
   resources: ["llmbatchjobs"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["llmfleet.dev"]
   resources: ["llmbatchjobs/status"]
   verbs: ["get", "patch"]

@@ -72,14 +72,14 @@ def api_config(kubeconfig: str | None) -> k8s.Configuration:
             k8s_config.load_incluster_config(client_configuration=conf)
         except k8s_config.ConfigException:
             k8s_config.load_kube_config(client_configuration=conf)
-    # Reconciles on kopf's threads and the manager's run side by side; urllib3's default (5 per
-    # CPU) would open and discard a TLS connection for every request beyond it.
+    # The queues' workers reconcile side by side; urllib3's default (5 per CPU) would open and
+    # discard a TLS connection for every request beyond it.
     conf.connection_pool_maxsize = CONNECTIONS
     return conf
 
 
 def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
-    """What reconciles beside kopf, as `cfg` describes it."""
+    """The control loops that kopf's handlers feed, as `cfg` describes them."""
     from llmfleet.reconcile.manager import Manager
 
     profiles = (

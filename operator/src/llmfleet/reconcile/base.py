@@ -1,21 +1,19 @@
-"""The reconcile every kind shares: one at a time per resource, level-based (always on the object as
-it is now), the spec validated and planned or else refused with its reason in status and a Warning
-Event, an API server's refusal reported once, and status written once, only when it changed.
+"""The reconcile every kind shares: level-based (always on the object as it is now), the spec
+validated and planned or else refused with its reason in status and a Warning Event, an API
+server's refusal reported once, and status written once, only when it changed.
 
 Each kind (`controller.py`, `batchjob.py`) supplies what differs: its spec and plan, the status of
-a refusal, and what it does with a planned spec.
+a refusal, and what it does with a planned spec. The kind's queue (`loop.py`) runs it: one at a
+time per resource, and again after a failure (`work`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from kubernetes import client as k8s
@@ -50,6 +48,9 @@ RECONCILE_FAILING = "ReconcileFailing"
 # repeat: one blip is retried unseen, a run of them is something an operator should see.
 FAILING_AFTER = 3
 SYNC_TIMEOUT = 10.0  # a reconcile waits this long for the view's first lists
+# Seconds until a reconcile that found the view not listed yet runs again (no backoff: it will be).
+NOT_SYNCED_RETRY = 1.0
+MIN_RETRY = 0.5  # the shortest wait after a failure, whatever the backoff's jitter drew
 Key = tuple[str, str]  # namespace, name
 SpecT = TypeVar("SpecT", bound=BaseModel)
 StatusT = TypeVar("StatusT", bound=BaseModel)
@@ -61,12 +62,6 @@ class InvalidSpecError(Exception):
 
 class NotSyncedError(Exception):
     """The view of the children has not been listed yet (the operator just started)."""
-
-
-@dataclass
-class _KeyLock:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    users: int = 0
 
 
 class Reconciler(ABC, Generic[SpecT, StatusT]):
@@ -96,11 +91,10 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
         self.view = view
         self.applier = Applier(api, view)
         self.events = EventRecorder(api)
+        # Failures in a row per resource: the delay `work` asks the queue to wait, and when
+        # status says Degraded.
         self.backoff = Backoff()
         self._guard = threading.Lock()
-        # Entries live while a reconcile of the resource runs or waits, and no longer.
-        self._locks: dict[Key, _KeyLock] = {}
-        self._queued: set[Key] = set()
         self._refusals: dict[Key, str] = {}  # the last API refusal reported, per resource
 
     # --- what a kind supplies ----------------------------------------------------------------
@@ -142,84 +136,67 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
             for item in self.applier.list(self.api_version, self.kind, ns, "")
         ]
 
-    def reconcile_by_name(self, namespace: str, name: str) -> None:
-        """Reconcile from an event, a resync or a poll. Those that arrive while a reconcile of the
-        same resource is queued (not yet started) fold into it: it reads everything afresh."""
-        key = (namespace, name)
-        with self._guard:
-            if key in self._queued:
-                return
-            self._queued.add(key)
-        # An invalid spec is already reported in status; the resource's own handler owns retries.
-        with contextlib.suppress(InvalidSpecError):
-            self.reconcile(namespace, name)
-
-    def resync(self, namespace: str, name: str) -> None:
-        """The periodic reconcile: skipped while the resource waits out a failure's backoff (its
-        retry is already scheduled), so a failing resource is not tried at every resync."""
-        if not self.backoff.waiting((namespace, name)):
-            self.reconcile_by_name(namespace, name)
-
-    def reconcile_queued(self, namespace: str, name: str) -> float | None:
-        """The work of the queue that child events feed: reconcile, and say in how many seconds
-        to try again after a failure (the resource's backoff), or None."""
+    def work(self, namespace: str, name: str) -> float | None:
+        """One run of the kind's queue: reconcile, and say in how many seconds the queue runs it
+        again, or None. An invalid spec is not retried (status says why; the object's next
+        generation is enqueued by its event), a view not listed yet is tried again in
+        NOT_SYNCED_RETRY, and any other failure after the resource's backoff."""
         try:
-            self.reconcile_by_name(namespace, name)
+            self.reconcile(namespace, name)
+        except InvalidSpecError:
+            return None
+        except NotSyncedError:
+            return NOT_SYNCED_RETRY
         except Exception as e:
-            delay = self.retry_in(namespace, name)
+            delay = max(self.backoff.delay((namespace, name)), MIN_RETRY)
             log.info(
                 "%s %s/%s: %s; again in %.1fs", self.kind, namespace, name, describe_error(e), delay
             )
             return delay
         return None
 
-    def retry_in(self, namespace: str, name: str) -> float:
-        """Seconds until the resource's next try, after the failure just raised (its backoff)."""
-        return max(self.backoff.delay((namespace, name)), 0.5)
-
     def reconcile(self, namespace: str, name: str) -> ApplyResult:
+        """Reconcile one resource, raising what failed. Never run twice at once for one resource
+        (its status writes would interleave): in the operator only its kind's queue runs it."""
         key = (namespace, name)
-        with self._locked(key):
-            with self._guard:
-                self._queued.discard(key)
-            start = time.monotonic()
-            outcome = "error"
-            body: dict[str, Any] | None = None
-            try:
-                if not self.view.wait_synced(SYNC_TIMEOUT):
-                    raise NotSyncedError("the operator's view of the children is not listed yet")
-                # Level-based: always act on the object as it is now, never on the copy an event
-                # carried, so status written by the previous reconcile is what we compare against.
-                body = self.fetch(namespace, name)
-                if body is None or body["metadata"].get("deletionTimestamp"):
-                    outcome = ""
-                    self._drop(key)
-                    self.forget(namespace, name)
-                    metrics_reconcile.forget(self.kind, namespace, name)
-                    return ApplyResult()
-                result = self._reconcile(body)
-                outcome = "changed" if result.writes else "unchanged"
+        start = time.monotonic()
+        outcome = "error"
+        body: dict[str, Any] | None = None
+        try:
+            if not self.view.wait_synced(SYNC_TIMEOUT):
+                raise NotSyncedError("the operator's view of the children is not listed yet")
+            # Level-based: always act on the object as it is now, never on the copy an event
+            # carried, so status written by the previous reconcile is what we compare against.
+            body = self.fetch(namespace, name)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                outcome = ""
                 self._drop(key)
-                return result
-            except InvalidSpecError:
-                outcome = "invalid"
-                self.backoff.succeeded(key)  # nothing to retry until the spec changes
-                raise
-            except Exception as e:
-                metrics_reconcile.record_reconcile_error(self.kind, namespace, name, e)
-                delay = self.backoff.failed(key, retry_after(e))
-                if body is not None:
-                    if is_refusal(e):
-                        self._report_refusal(body, describe_error(e))
-                    elif (
-                        self.backoff.failures(key) >= FAILING_AFTER
-                        and not isinstance(e, UnavailableError)  # in status already
-                    ):
-                        self._report_failing(body, describe_error(e), delay)
-                raise
-            finally:
-                if outcome:  # a resource that is gone is no reconcile
-                    metrics_reconcile.count_reconcile(self.kind, outcome, time.monotonic() - start)
+                self.forget(namespace, name)
+                metrics_reconcile.forget(self.kind, namespace, name)
+                return ApplyResult()
+            result = self._reconcile(body)
+            outcome = "changed" if result.writes else "unchanged"
+            self._drop(key)
+            return result
+        except InvalidSpecError:
+            outcome = "invalid"
+            self.backoff.succeeded(key)  # nothing to retry until the spec changes
+            raise
+        except Exception as e:
+            metrics_reconcile.record_reconcile_error(self.kind, namespace, name, e)
+            delay = self.backoff.failed(key, retry_after(e))
+            if body is not None:
+                if is_refusal(e):
+                    self._report_refusal(body, describe_error(e))
+                elif (
+                    self.backoff.failures(key) >= FAILING_AFTER
+                    and not isinstance(e, UnavailableError)  # in status already
+                ):
+                    self._report_failing(body, describe_error(e), delay)
+            raise
+        finally:
+            if outcome:  # a resource that is gone is no reconcile
+                metrics_reconcile.count_reconcile(self.kind, outcome, time.monotonic() - start)
 
     def _reconcile(self, body: dict[str, Any]) -> ApplyResult:
         old = self.stored_status(body)
@@ -351,22 +328,6 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
         with self._guard:
             self._refusals.pop(key, None)
         self.backoff.succeeded(key)
-
-    @contextmanager
-    def _locked(self, key: Key) -> Iterator[None]:
-        # Handlers for the resource and for its children may fire together; one reconcile at a
-        # time per resource keeps status writes from interleaving.
-        with self._guard:
-            entry = self._locks.setdefault(key, _KeyLock())
-            entry.users += 1
-        try:
-            with entry.lock:
-                yield
-        finally:
-            with self._guard:
-                entry.users -= 1
-                if not entry.users:
-                    del self._locks[key]
 
 
 def generation(body: dict[str, Any]) -> int:

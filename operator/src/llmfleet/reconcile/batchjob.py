@@ -11,6 +11,7 @@ operator's spare PriorityClass is configured and exists (reconcile/spare.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -245,9 +246,12 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         with self._guard:
             return sorted(self._active)
 
-    def start_polling(self, interval: float = POLL_SECONDS) -> None:
-        """Re-read running jobs' progress every `interval` seconds (a thread; `stop_polling`)."""
-        self._poller = Resyncer("batch-poll", self.active, self.reconcile_by_name, interval)
+    def start_polling(
+        self, enqueue: Callable[[str, str], None], interval: float = POLL_SECONDS
+    ) -> None:
+        """Every `interval` seconds, `enqueue` each running job, whose reconcile re-reads its
+        progress (a thread; `stop_polling`)."""
+        self._poller = Resyncer("batch-poll", self.active, enqueue, interval)
         self._poller.start()
 
     def polling(self) -> bool:

@@ -4,9 +4,9 @@ here instead of GETting each and LISTing every kind it renders (render.fleet.MAN
 prune, and every change to a child queues its owner's reconcile (the owner is in the child's
 labels: no GET to find it).
 
-Why a cache of our own rather than kopf indices: reconciles also run outside kopf's handlers (the
-resync, the batch poller, the work queue that child events feed) and kopf hands its indices only
-to handlers, as keyword arguments. And kopf keeps a worker and per-object memory for every object
+Why a cache of our own rather than kopf indices: reconciles run on the kinds' queues' workers
+(`loop.py`), never in kopf's handlers, and kopf hands its indices only to handlers, as keyword
+arguments. And kopf keeps a worker and per-object memory for every object
 it watches; for children, which the operator only reads, a plain watch costs less.
 
 Consistency, as with controller-runtime's informers: the view may lag the API server by the
@@ -202,7 +202,7 @@ class Informer:
 
     def _relist(self) -> str:
         """Replace the view with a fresh list; report what changed since the last one (nothing
-        on the first: the owners' own handlers reconcile every owner at start)."""
+        on the first: kopf's first listing of the owners enqueues every one)."""
         response = self._resource.get(
             namespace=self._namespace, label_selector=self._selector, serialize=False
         )

@@ -122,7 +122,7 @@ class LeaderElector:
         self.holder = ""
         self._thread = threading.Thread(target=self._run, name="llmfleet-leader", daemon=True)
         # Gives the Lease up at the deadline itself, while the campaign may hang in a call:
-        # `on_lost` then ends kopf too, whose own bookkeeping writes pass no gate.
+        # `on_lost` then ends kopf too (which writes nothing: its handlers only enqueue).
         self._watchdog = threading.Thread(
             target=self._watch, name="llmfleet-leader-deadline", daemon=True
         )

@@ -1,9 +1,10 @@
-"""What runs beside kopf in the operator process: the watch-fed view of the children, the queues
-their changes feed, the resync of every LLMDeployment and the poll of running LLMBatchJobs.
+"""The operator's control loops: one per kind (`loop.py`), each a queue of keys and its workers,
+and what feeds them: the watch-fed view of the children, the resync of every LLMDeployment, the
+poll of running LLMBatchJobs, and kopf's watch of the two kinds (`main.py`, through `heard`).
 
-kopf watches the two kinds themselves and calls their reconciles on create, update and resume
-(`main.py`). A change to a child (a pod becoming ready, the HPA scaling, a hand edit, a delete)
-arrives through the view and queues its owner, named by the child's labels.
+A change to a child (a pod becoming ready, the HPA scaling, a hand edit, a delete) arrives through
+the view and enqueues its owner, named by the child's labels. The queues' workers are the only
+writers; kopf's handlers and the periodic loops only enqueue.
 
 Watching and writing start apart: a standby replica keeps the view warm (`start_watching`) and
 writes nothing; the leader also runs the queues, the resync and the poll (`start_writing`).
@@ -11,21 +12,23 @@ Changes heard while standing by wait in the queues, deduplicated per owner.
 
 Stopping ends every writer before the caller hands the Lease over: the loops are told to stop and
 joined for up to `DRAIN_SECONDS`; then the write gate shuts, so what still runs (a reconcile
-waiting on an adapter fetch or load, a kopf handler) can write nothing more, and the writes
-already admitted are waited for (each bounded by the gate's call timeout).
+waiting on an adapter fetch or load) can write nothing more, and the writes already admitted are
+waited for (each bounded by the gate's call timeout).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes import client as k8s
 
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
+from llmfleet.models.deployment import PLURAL as DEPLOYMENT_PLURAL
 from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
@@ -33,9 +36,9 @@ from llmfleet.reconcile.batchjob import BatchJobController
 from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.controller import Controller
 from llmfleet.reconcile.fetcher_token import KeySecret
+from llmfleet.reconcile.loop import KindLoop
 from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.resync import Resyncer
-from llmfleet.reconcile.workqueue import WorkQueue
 from llmfleet.reconcile.writegate import GatedApiClient, WriteGate
 from llmfleet.render.batchjob import BATCHJOB_LABEL
 from llmfleet.render.names import DEPLOYMENT_LABEL
@@ -91,17 +94,20 @@ class Manager:
             model_configs=model_configs,
             spare_priority_class=spare_priority_class,
         )
-        self._queues = {
-            DEPLOYMENT_LABEL: WorkQueue(
-                "llmdeployments", self.deployments.reconcile_queued, WORKERS
-            ),
-            BATCHJOB_LABEL: WorkQueue("llmbatchjobs", self.batch.reconcile_queued, 2),
+        # By the label that names a child's owner, and by the plural kopf names the kind by.
+        self.loops = {
+            DEPLOYMENT_LABEL: KindLoop(DEPLOYMENT_PLURAL, self.deployments, WORKERS),
+            BATCHJOB_LABEL: KindLoop(BATCH_PLURAL, self.batch, 2),
         }
-        # Level-based safety net: reverts drift nobody told us about and retries what failed.
+        self._by_plural = {
+            DEPLOYMENT_PLURAL: self.loops[DEPLOYMENT_LABEL],
+            BATCH_PLURAL: self.loops[BATCHJOB_LABEL],
+        }
+        # Level-based safety net: reverts drift nobody told us about.
         self._resync = Resyncer(
             "resync",
             lambda: self.deployments.names(namespaces),
-            self.deployments.resync,
+            self.loops[DEPLOYMENT_LABEL].enqueue_periodic,
             resync_seconds,
         )
 
@@ -111,10 +117,10 @@ class Manager:
         self.view.start()
 
     def start_writing(self) -> None:
-        for queue in self._queues.values():
-            queue.start()
+        for loop in self.loops.values():
+            loop.queue.start()
         self._resync.start()
-        self.batch.start_polling()
+        self.batch.start_polling(self.loops[BATCHJOB_LABEL].enqueue_periodic)
         self.writing = True
 
     def stop(self, timeout: float = DRAIN_SECONDS) -> None:
@@ -125,9 +131,9 @@ class Manager:
         if self.writing:
             self.batch.stop_polling()
             self._resync.stop()
-            for queue in self._queues.values():
-                queue.stop()
-            ended = [q.join(end - time.monotonic()) for q in self._queues.values()]
+            for loop in self.loops.values():
+                loop.queue.stop()
+            ended = [loop.queue.join(end - time.monotonic()) for loop in self.loops.values()]
             ended.append(self._resync.join(end - time.monotonic()))
             ended.append(self.batch.stop_polling(end - time.monotonic()))
             if not all(ended):
@@ -143,18 +149,23 @@ class Manager:
         """Which of the loops that should run have ended (for /healthz)."""
         dead = self.view.dead()
         if self.writing:
-            dead += [f"{name} queue" for name, q in self._queues.items() if not q.alive()]
+            dead += [f"{name} queue" for name, lp in self.loops.items() if not lp.queue.alive()]
             if not self._resync.alive():
                 dead.append("resync")
             if not self.batch.polling():
                 dead.append("batch poll")
         return dead
 
+    def heard(self, plural: str, event_type: str | None, body: Mapping[str, Any]) -> bool:
+        """kopf heard an event of the kind `plural`: enqueue it unless only its status or
+        metadata changed. Whether it did."""
+        return self._by_plural[plural].heard(event_type, body)
+
     def _changed(self, obj: dict[str, Any]) -> None:
-        """A child changed: queue its owner's reconcile."""
+        """A child changed: enqueue its owner."""
         meta = obj["metadata"]
         labels = meta.get("labels") or {}
-        for label, queue in self._queues.items():
+        for label, loop in self.loops.items():
             owner = labels.get(label)
             if owner:
-                queue.add((meta["namespace"], owner))
+                loop.enqueue(meta["namespace"], owner)

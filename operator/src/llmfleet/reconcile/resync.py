@@ -1,10 +1,10 @@
-"""Periodic reconciles, run by the operator itself rather than kopf timers: kopf timers need a
+"""Periodic reconciles, asked for by the operator itself rather than kopf timers: kopf timers need a
 finalizer, and a finalizer would block deleting a resource (and its namespace) while the operator
 is down. Children are garbage-collected through owner references, so nothing else needs one.
 
-The resync of every LLMDeployment (reverting drift nobody told us about, retrying what failed) and
-the poll of running LLMBatchJobs' progress (their pods change no object while they work) are both
-a Resyncer."""
+The resync of every LLMDeployment (reverting drift nobody told us about) and the poll of running
+LLMBatchJobs' progress (their pods change no object while they work) are both a Resyncer, which
+only enqueues: the kind's queue runs the reconciles, and retries them (`loop.py`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ log = logging.getLogger(__name__)
 
 
 class Resyncer:
-    """Every `interval` seconds, on a thread of its own, reconciles each (namespace, name) that
-    `names` returns then."""
+    """Every `interval` seconds, on a thread of its own, hands each (namespace, name) that `names`
+    returns then to `reconcile` (an enqueue)."""
 
     def __init__(
         self,

@@ -1,4 +1,5 @@
-"""Reconciles asked for by child events and by retries, run by a few worker threads (client-go's
+"""The one queue of a kind's reconciles (`loop.py`), whoever asks for them (kopf's events, child
+events, the resync, the batch poll, retries), run by a few worker threads (client-go's
 rate-limited workqueue, in small): a key is never run by two workers at once, a key asked for
 again while it waits runs once, a key asked for while it runs runs once more afterwards, and a
 key whose reconcile failed comes back after its own exponential backoff with jitter, so one
