@@ -66,6 +66,12 @@ PLANNER_DECISIONS = Counter(
     "LLMDeployment when the operator starts); strategy=Failed when no layout fits",
     ["objective", "requested_strategy", "strategy", "layout"],
 )
+ENGINE_STALLS = Counter(
+    "llmfleet_engine_stalls",
+    "Engine pods taken out of service for having requests running and counting no token for a "
+    "window (spec.engine.stallDetection)",
+    ["namespace", "llmdeployment"],
+)
 # Pod creation to Ready: scheduling, image pull, weight download and load, warm-up.
 ENGINE_STARTUP_BUCKETS = (15, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800, 2700, 3600, 7200)
 ENGINE_STARTUP = Histogram(
@@ -80,6 +86,7 @@ ENGINE_STARTUP = Histogram(
 STARTUP_OBSERVATION_WINDOW_SECONDS = 900.0
 
 _lock = threading.Lock()
+_stalls: set[tuple[str, str]] = set()  # LLMDeployments with an ENGINE_STALLS series
 _layouts: dict[tuple[str, str], tuple[str, str, str]] = {}
 _conditions: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
 _decisions: dict[tuple[str, str], tuple[str, str, str, str]] = {}
@@ -247,3 +254,13 @@ def forget(namespace: str, name: str) -> None:
         _started.pop(key, None)
         for layout in _startup_layouts.pop(key, set()):
             ENGINE_STARTUP.remove(namespace, name, layout)
+        if key in _stalls:
+            _stalls.discard(key)
+            ENGINE_STALLS.remove(namespace, name)
+
+
+def count_engine_stalls(namespace: str, name: str, pods: int) -> None:
+    """`pods` engines of the LLMDeployment were just taken out of service as stalled."""
+    with _lock:
+        _stalls.add((namespace, name))
+        ENGINE_STALLS.labels(namespace, name).inc(pods)

@@ -199,6 +199,15 @@ class LLMBatchJobSpec(ApiModel):
             holds=lambda job: job.engine.lora is None,
             field="engine.lora",
         ),
+        CelRule(
+            rule="!has(self.engine) || !has(self.engine.stallDetection)",
+            message=(
+                "engine.stallDetection is for an LLMDeployment's serving engines: an "
+                "LLMBatchJob's pods serve no traffic to take them out of, so leave it unset"
+            ),
+            holds=lambda job: job.engine.stall_detection is None,
+            field="engine.stallDetection",
+        ),
     )
 
     model: ModelSpec = Field(description="The model to run, as in LLMDeployment.")

@@ -18,6 +18,7 @@ from llmfleet.models.defaults import (
 )
 from llmfleet.models.podmeta import MAX_POD_METADATA_ENTRIES, LabelValue, pod_metadata_rules
 from llmfleet.models.refs import SecretKeyRef
+from llmfleet.models.stall import StallDetection
 
 SchedulingPolicy = Literal["fcfs", "priority"]
 # vLLM 0.32's --kv-cache-dtype values (its CacheDType) that the planner sizes: the 16-bit types
@@ -258,6 +259,13 @@ class EngineSpec(ApiModel):
             "adapters: without it, adding the first adapter or removing the last restarts the "
             "engines once. Adding or removing other adapters restarts nothing. LLMDeployment "
             "only."
+        ),
+    )
+    stall_detection: StallDetection | None = Field(
+        default=None,
+        description=(
+            "Take an engine whose vLLM core stopped producing tokens (its /health still "
+            "answering) out of service, then restart it; off when unset. LLMDeployment only."
         ),
     )
     resources: ContainerResources | None = Field(

@@ -179,6 +179,8 @@ class EngineOutcome:
     loaded: frozenset[str]
     failed: Mapping[str, str]
     complete: bool
+    # A load or unload was sent in this sync: the engine may have held its steps meanwhile.
+    called: bool = False
 
 
 def lora_engines(pods: Iterable[dict[str, Any]], container_name: str) -> list[dict[str, Any]]:
@@ -280,10 +282,13 @@ class AdapterSync:
             engine = _Engine(loaded=listed)
         want = {w.name: w for w in wanted}
         now = time.monotonic()
-        unloaded_fetched = False
+        unloaded_fetched = called = False
         for adapter, path in sorted(engine.loaded.items()):
             w = want.get(adapter)
-            if (w is None or w.path != path) and self._api.unload(at, adapter) is None:
+            if w is not None and w.path == path:
+                continue
+            called = True
+            if self._api.unload(at, adapter) is None:
                 del engine.loaded[adapter]
                 unloaded_fetched |= path.startswith(f"{FETCH_ROOT}/")
         engine.failed = {
@@ -300,6 +305,7 @@ class AdapterSync:
                 continue
             if adapter in engine.failed and now - engine.failed[adapter][2] < RETRY_SECONDS:
                 continue
+            called = True
             why = self._place(fetcher, at, w)
             if why is None:
                 engine.loaded[adapter] = w.path
@@ -314,6 +320,7 @@ class AdapterSync:
             loaded=frozenset(a for a in engine.loaded if a in want),
             failed={a: f[1] for a, f in engine.failed.items()},
             complete=all(a in engine.loaded or a in engine.failed for a in want),
+            called=called,
         )
         return outcome, engine
 

@@ -36,6 +36,8 @@ from llmfleet.reconcile.modelconfig import ModelConfigs
 from llmfleet.reconcile.plan_verified import newly_unverified
 from llmfleet.reconcile.references import deployment_references
 from llmfleet.reconcile.secrets import SecretUnreadableError, read_token
+from llmfleet.reconcile.stall import stall_window
+from llmfleet.reconcile.stallwatch import StallReport, StallWatch, opened, restart, turn_gates
 from llmfleet.reconcile.status import Observed, invalid_status, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
 from llmfleet.render.fetcher import runs_fetcher
@@ -45,7 +47,13 @@ from llmfleet.render.leaderworkerset import (
     LWS_KIND,
     engine_kind,
 )
-from llmfleet.render.names import ADAPTERS_GATE, DEPLOYMENT_LABEL, ENGINE_CONTAINER, HTTP_PORT
+from llmfleet.render.names import (
+    ADAPTERS_GATE,
+    DEPLOYMENT_LABEL,
+    ENGINE_CONTAINER,
+    HTTP_PORT,
+    PROGRESS_GATE,
+)
 from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_name, router_url
 from llmfleet.render.scaledobject import KEDA_API_VERSION, SCALED_OBJECT_KIND, keda_hpa_name
 from llmfleet.render.service import endpoint_url
@@ -78,6 +86,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         self.fetcher_image = fetcher_image  # beside LoRA engines
         self.kv_cache = EngineKVCache(HTTP_PORT)
         self.adapters = AdapterSync(HTTP_PORT)
+        self.stalls = StallWatch(HTTP_PORT)
         # None: a key of this process's own (one replica outside a cluster, tests).
         self.fetcher_tokens = FetcherTokens(k8s.CoreV1Api(api), fetcher_key)
 
@@ -140,6 +149,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         m.forget(namespace, name)
         self.kv_cache.forget(namespace, name)
         self.adapters.forget(namespace, name)
+        self.stalls.forget(namespace, name)
         self.fetcher_tokens.forget(namespace, name)
 
     def run(
@@ -198,6 +208,9 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         pods = tuple(p for p in children if not _is_router(p))
         # No Event read: no field of an LLMDeployment gives its pods a Secret or ConfigMap volume.
         blocked = tuple(blockers(children, deployment_references(spec, planned)))
+        adapters, busy = self._sync_adapters(
+            ns, name, spec, planned, pods=pods, generation=generation(body)
+        )
         engine_spec = (engine or {}).get("spec") or {}
         # A LeaderWorkerSet's leaders are the engines that serve and report their KV cache.
         template = engine_spec.get("template") or (
@@ -220,9 +233,8 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             kv_cache_tokens=self.kv_cache.measure(ns, name, reporting_engines(pods, template)),
             router=live.get(f"Deployment/{router_name(name)}"),
             blockers=blocked,
-            adapters=self._sync_adapters(
-                ns, name, spec, planned, pods=pods, generation=generation(body)
-            ),
+            adapters=adapters,
+            stalled=self._check_stalls(body, spec, planned, pods, busy),
         )
         new = ready_status(
             old=old_status,
@@ -258,11 +270,12 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         *,
         pods: tuple[dict[str, Any], ...],
         generation: int,
-    ) -> AdapterReport | None:
+    ) -> tuple[AdapterReport | None, frozenset[str]]:
         """Loads spec.adapters into each engine that answers, unloads the rest, and opens the
-        readiness gate of each engine that has them; None without LoRA."""
+        readiness gate of each engine that has them; None without LoRA. With it, the engines
+        a LoRA call was sent to."""
         if planned.lora is None:
-            return None
+            return None, frozenset()
         wanted = tuple(Wanted(a.name, a.source, a.revision) for a in spec.adapters)
         core = k8s.CoreV1Api(self.api)
         ref = spec.engine.api_key_secret_ref
@@ -270,7 +283,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             # Read on every reconcile, so a changed Secret is sent from the next one.
             key = None if ref is None else read_token(core, ns, ref)
         except SecretUnreadableError as e:
-            return key_unreadable(wanted, e, generation)
+            return key_unreadable(wanted, e, generation), frozenset()
         engines = lora_engines(pods, ENGINE_CONTAINER)
         fetcher = self.fetcher_tokens.token(ns, name)
         outcomes = self.adapters.sync(ns, name, wanted, engines, key, fetcher_token=fetcher)
@@ -282,7 +295,50 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             except ApiException as e:
                 if e.status != 404:  # a pod that is gone needs no gate
                     raise
-        return adapter_report(wanted, outcomes, generation)
+        busy = frozenset(o.pod for o in outcomes if o.called)
+        return adapter_report(wanted, outcomes, generation), busy
+
+    def _check_stalls(
+        self,
+        body: dict[str, Any],
+        spec: LLMDeploymentSpec,
+        planned: Plan,
+        pods: tuple[dict[str, Any], ...],
+        busy: frozenset[str],
+    ) -> str:
+        """Takes stalled engines out of service and restarts those stalled a second window;
+        Degraded's message naming them ("" when none)."""
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        setting = spec.engine.stall_detection
+        if setting is None or not setting.enabled:
+            self.stalls.forget(ns, name)
+            # Pods of a rollout that turned it off still carry the gate until replaced.
+            report = StallReport(window=0, gates=opened(pods))
+        else:
+            report = self.stalls.check(ns, name, pods, stall_window(setting, planned), busy)
+        core = k8s.CoreV1Api(self.api)
+        turn_gates(core, ns, report)
+        window = f"{report.window:.0f} s"
+        for pod in report.newly_stalled:
+            self.events.emit(
+                body,
+                "Warning",
+                "EngineStalled",
+                f"engine pod {pod} has requests running and counted no token for {window}: out of "
+                f"service (readiness gate {PROGRESS_GATE} False) until it does, restarted if it "
+                f"does not within {window}",
+            )
+        if report.newly_stalled:
+            m.count_engine_stalls(ns, name, len(report.newly_stalled))
+        for pod in report.restart:
+            restart(core, ns, pod)
+            self.events.emit(
+                body,
+                "Warning",
+                "EngineRestarted",
+                f"engine pod {pod} counted no token for another {window} out of service: deleted",
+            )
+        return report.degraded()
 
     def _announce(
         self,

@@ -49,6 +49,9 @@ WORKERS = 4
 # How long stopping waits for the reconciles under way before shutting the write gate on them. A
 # reconcile that waits longer (an adapter fetch: up to 300 s) is cut off at its next write.
 DRAIN_SECONDS = 15.0
+# How often the stall poll asks which LLMDeployments are due (each is due every third of its
+# window, at least MIN_POLL_SECONDS apart).
+STALL_POLL_TICK_SECONDS = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,14 @@ class Manager:
             self.loops[DEPLOYMENT_LABEL].enqueue_periodic,
             resync_seconds,
         )
+        # Stall detection: each watched LLMDeployment is queued every third of its window, so its
+        # engines are looked at however quiet its children are (reconcile/stallwatch.py).
+        self._stall_poll = Resyncer(
+            "stall poll",
+            self.deployments.stalls.due,
+            self.loops[DEPLOYMENT_LABEL].enqueue_periodic,
+            STALL_POLL_TICK_SECONDS,
+        )
 
         self.writing = False
 
@@ -120,6 +131,7 @@ class Manager:
         for loop in self.loops.values():
             loop.queue.start()
         self._resync.start()
+        self._stall_poll.start()
         self.batch.start_polling(self.loops[BATCHJOB_LABEL].enqueue_periodic)
         self.writing = True
 
@@ -131,10 +143,12 @@ class Manager:
         if self.writing:
             self.batch.stop_polling()
             self._resync.stop()
+            self._stall_poll.stop()
             for loop in self.loops.values():
                 loop.queue.stop()
             ended = [loop.queue.join(end - time.monotonic()) for loop in self.loops.values()]
             ended.append(self._resync.join(end - time.monotonic()))
+            ended.append(self._stall_poll.join(end - time.monotonic()))
             ended.append(self.batch.stop_polling(end - time.monotonic()))
             if not all(ended):
                 log.warning(
@@ -152,6 +166,8 @@ class Manager:
             dead += [f"{name} queue" for name, lp in self.loops.items() if not lp.queue.alive()]
             if not self._resync.alive():
                 dead.append("resync")
+            if not self._stall_poll.alive():
+                dead.append("stall poll")
             if not self.batch.polling():
                 dead.append("batch poll")
         return dead

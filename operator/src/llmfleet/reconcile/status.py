@@ -38,6 +38,8 @@ class Observed:
     blockers: tuple[Blocker, ...] = ()
     # LoRA: what the engines hold of spec.adapters (None without LoRA).
     adapters: AdapterReport | None = None
+    # Stall detection: Degraded's message naming the engines out of service ("" when none).
+    stalled: str = ""
 
 
 # The conditions about the running children, which an invalid spec leaves as they were.
@@ -210,6 +212,8 @@ def ready_status(
         crashed = crashes(observed.pods)
         if blocked := _blocked(observed.blockers, g):
             conds.append(blocked)
+        elif observed.stalled:
+            conds.append(condition("Degraded", TRUE, "EngineStalled", observed.stalled, g))
         elif crashed:
             more = f" ({len(crashed)} pods)" if len(crashed) > 1 else ""
             conds.append(

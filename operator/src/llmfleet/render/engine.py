@@ -8,6 +8,7 @@ from typing import Any
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.models.adapters import ADAPTERS_MOUNT_PATH
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
+from llmfleet.models.stall import stall_watched
 from llmfleet.planner import Plan
 from llmfleet.render.fetcher import fetch_volume, fetcher_container, runs_fetcher
 from llmfleet.render.modelpod import (
@@ -23,6 +24,7 @@ from llmfleet.render.names import (
     ENGINE_CONTAINER,
     HTTP_PORT,
     LAYOUT_LABEL,
+    PROGRESS_GATE,
     Owner,
     engine_deployment_name,
     layout_id,
@@ -173,9 +175,14 @@ def engine_pod_template(
         "automountServiceAccountToken": False,
         "securityContext": pod_security_context(fs_group=True),
     }
+    gates = []
     if serving and plan.lora is not None:
         # A new engine gets traffic only once the operator has loaded the adapters into it.
-        pod_spec["readinessGates"] = [{"conditionType": ADAPTERS_GATE}]
+        gates.append({"conditionType": ADAPTERS_GATE})
+    if serving and stall_watched(spec.engine.stall_detection):
+        gates.append({"conditionType": PROGRESS_GATE})
+    if gates:
+        pod_spec["readinessGates"] = gates
     pod_spec.update(node_placement(plan))
     if priority_class:
         # Opt-in: setting it changes the template, so every running engine restarts once.
