@@ -23,7 +23,7 @@ EXPECTED_RULES = {
     ("", "serviceaccounts"): MANAGES,
     ("rbac.authorization.k8s.io", "roles"): MANAGES,
     ("rbac.authorization.k8s.io", "rolebindings"): MANAGES,
-    ("", "pods"): {"get", "list", "watch"},
+    ("", "pods"): {"get", "list", "watch", "delete"},
     ("", "pods/status"): {"patch"},
     ("llmfleet.dev", "llmbatchjobs"): {"get", "list", "watch"},
     ("llmfleet.dev", "llmbatchjobs/status"): {"get", "patch"},

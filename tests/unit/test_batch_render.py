@@ -330,6 +330,7 @@ def test_the_crd_says_in_cel_what_the_models_check() -> None:
         "self == oldSelf",
         "!has(self.parallelism) || !has(self.shards) || self.parallelism <= self.shards",
         "!has(self.engine) || !has(self.engine.lora)",
+        "!has(self.engine) || !has(self.engine.stallDetection)",
     ]
     source = schema["properties"]["input"]
     assert source["x-kubernetes-validations"][0]["rule"] == (

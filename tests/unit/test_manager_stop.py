@@ -14,6 +14,7 @@ from kubernetes import client as k8s
 from llmfleet.reconcile import manager as manager_module
 from llmfleet.reconcile.manager import Manager
 from llmfleet.reconcile.resync import Resyncer
+from llmfleet.reconcile.stallwatch import StallWatch
 from llmfleet.reconcile.workqueue import Backoff
 from llmfleet.reconcile.writegate import GatedApiClient, NotLeadingError, WriteGate
 from llmfleet.render.names import DEPLOYMENT_LABEL
@@ -63,6 +64,7 @@ class Deployments:
 
     def __init__(self, api: GatedApiClient, journal: Journal, fetch_done: threading.Event) -> None:
         self.api, self.journal, self.fetch_done = api, journal, fetch_done
+        self.stalls = StallWatch(8000)  # no LLMDeployment watched: the stall poll queues none
 
     backoff = Backoff()
 
@@ -142,6 +144,7 @@ def test_stop_ends_every_writer_before_it_returns(
     ]
     assert took < DRAIN + CALL_TIMEOUT + 0.5
     assert not running._resync.alive()
+    assert not running._stall_poll.alive()
     assert not running.batch.polling()
     assert running.gate.in_flight == 0
 

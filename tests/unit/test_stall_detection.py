@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
+from llmfleet import metrics as m
 from llmfleet.models import (
     LLMBatchJobSpec,
     LLMDeploymentSpec,
@@ -25,7 +27,7 @@ from llmfleet.reconcile.stall import (
     parse_sample,
     stall_window,
 )
-from llmfleet.reconcile.stallwatch import StallWatch
+from llmfleet.reconcile.stallwatch import StallWatch, opened
 from llmfleet.reconcile.status import Observed, ready_status
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.names import ADAPTERS_GATE, PROGRESS_GATE
@@ -181,19 +183,14 @@ def metrics_page(running: float, prompt: float, generated: float) -> str:
         pytest.param("<html>no metrics</html>\n", None, id="not-a-metrics-page"),
     ],
 )
-def test_the_engine_s_counters_are_read_from_its_metrics(
-    page: str, sample: Sample | None
-) -> None:
+def test_the_engine_s_counters_are_read_from_its_metrics(page: str, sample: Sample | None) -> None:
     assert parse_sample(page) == sample
 
 
-def test_the_window_outlasts_the_longest_prefill_and_many_inter_token_latencies() -> (
-    None
-):
+def test_the_window_outlasts_the_longest_prefill_and_many_inter_token_latencies() -> None:
     on = StallDetection()
     short, long = deployment(maxModelLen=2048), deployment(maxModelLen=32768)
     short_plan, long_plan = plan(short), plan(long)
-    assert short_plan.predicted is not None and long_plan.predicted is not None
     for planned in (short_plan, long_plan):
         assert planned.predicted is not None
         window = stall_window(on, planned)
@@ -205,9 +202,7 @@ def test_the_window_outlasts_the_longest_prefill_and_many_inter_token_latencies(
     assert stall_window(on, long_plan) >= stall_window(on, short_plan)
 
 
-def test_window_seconds_overrides_the_derived_window_and_cpu_has_one_without_prediction() -> (
-    None
-):
+def test_window_seconds_overrides_the_derived_window_and_cpu_has_one_without_prediction() -> None:
     planned = plan(deployment())
     assert stall_window(StallDetection(windowSeconds=12), planned) == 12
     cpu = LLMDeploymentSpec.model_validate({"model": {"name": "facebook/opt-125m"}})
@@ -221,9 +216,7 @@ def test_window_seconds_overrides_the_derived_window_and_cpu_has_one_without_pre
     [
         pytest.param({}, [], id="off-by-default"),
         pytest.param({"stallDetection": {}}, [PROGRESS_GATE], id="on-when-set"),
-        pytest.param(
-            {"stallDetection": {"enabled": False}}, [], id="enabled-false-is-off"
-        ),
+        pytest.param({"stallDetection": {"enabled": False}}, [], id="enabled-false-is-off"),
         pytest.param(
             {"stallDetection": {}, "lora": {}},
             [ADAPTERS_GATE, PROGRESS_GATE],
@@ -255,12 +248,8 @@ def test_the_engine_pods_carry_the_progress_gate_when_on(
             "greater than or equal to 6",
             id="low",
         ),
-        pytest.param(
-            {"enabled": "sometimes"}, "enabled", "valid boolean", id="not-a-boolean"
-        ),
-        pytest.param(
-            {"windowSecond": 30}, "windowSecond", "Extra inputs", id="misspelt"
-        ),
+        pytest.param({"enabled": "sometimes"}, "enabled", "valid boolean", id="not-a-boolean"),
+        pytest.param({"windowSecond": 30}, "windowSecond", "Extra inputs", id="misspelt"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(
@@ -286,9 +275,7 @@ def test_a_batch_job_refuses_stall_detection_naming_the_field() -> None:
     assert "engine.stallDetection" in describe_validation_error(e.value)
 
 
-def engine_pod(
-    name: str, ip: str, gate: str | None = None, **status: Any
-) -> dict[str, Any]:
+def engine_pod(name: str, ip: str, gate: str | None = None, **status: Any) -> dict[str, Any]:
     conditions = [{"type": "ContainersReady", "status": "True"}]
     if gate is not None:
         conditions.append({"type": PROGRESS_GATE, "status": gate})
@@ -310,9 +297,7 @@ class Engines:
         return self.pages.get(ip)
 
 
-def test_a_wedged_engine_is_taken_out_then_restarted_and_a_healthy_one_keeps_serving() -> (
-    None
-):
+def test_a_wedged_engine_is_taken_out_then_restarted_and_a_healthy_one_keeps_serving() -> None:
     engines = Engines()
     watch = StallWatch(8000, engines.scrape, lambda: engines.now)
     wedged, healthy = engine_pod("e-1", "10.0.0.1"), engine_pod("e-2", "10.0.0.2")
@@ -359,9 +344,7 @@ def test_a_busy_engine_is_not_judged_and_pods_without_the_gate_are_not_read() ->
     }
     watch.check("ns", "chat", [loading, plain], WINDOW)
     engines.now += WINDOW + 1
-    report = watch.check(
-        "ns", "chat", [loading, plain], WINDOW, busy=frozenset({"e-1"})
-    )
+    report = watch.check("ns", "chat", [loading, plain], WINDOW, busy=frozenset({"e-1"}))
     assert report.stalled == ()
     assert report.gates == {}
 
@@ -389,18 +372,32 @@ def test_status_says_degraded_engine_stalled_naming_the_pod() -> None:
         "spec": {"replicas": 1},
         "status": {"readyReplicas": 1, "replicas": 1, "updatedReplicas": 1},
     }
-    message = (
-        "engine pod chat-tp1-abc has requests running and counted no token for 20 s"
-    )
+    message = "engine pod chat-tp1-abc has requests running and counted no token for 20 s"
     status = ready_status(
         old=LLMDeploymentStatus(),
         generation=1,
         plan=plan(spec),
-        observed=Observed(
-            engine=engine, old_engines=(), hpa=None, pods=(), stalled=message
-        ),
+        observed=Observed(engine=engine, old_engines=(), hpa=None, pods=(), stalled=message),
         endpoint="http://chat.team-a:8000",
     )
     (degraded,) = [c for c in status.conditions if c.type == "Degraded"]
     assert (degraded.status, degraded.reason) == ("True", "EngineStalled")
     assert "chat-tp1-abc" in degraded.message
+
+
+def test_stalls_are_counted_per_deployment_until_it_is_deleted() -> None:
+    labels = {"namespace": "stall-ns", "llmdeployment": "chat"}
+    m.count_engine_stalls("stall-ns", "chat", 1)
+    m.count_engine_stalls("stall-ns", "chat", 2)
+    assert REGISTRY.get_sample_value("llmfleet_engine_stalls_total", labels) == 3
+    m.forget("stall-ns", "chat")
+    assert REGISTRY.get_sample_value("llmfleet_engine_stalls_total", labels) is None
+
+
+def test_turned_off_the_gates_of_pods_still_carrying_it_open_and_nothing_is_read() -> None:
+    closed, shut_out = (
+        engine_pod("e-1", "10.0.0.1"),
+        engine_pod("e-2", "10.0.0.2", "False"),
+    )
+    serving = engine_pod("e-3", "10.0.0.3", "True")
+    assert opened([closed, shut_out, serving]) == {"e-1": True, "e-2": True}

@@ -198,11 +198,13 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Engine pod readiness, summarised into the LLMDeployment's status; batch pods' progress.
+# delete: an engine still stalled a window after it was taken out of service (stallDetection).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "delete"]
 # LoRA: the engine pods' readiness gate (llmfleet.dev/adapters-loaded), set once the operator has
 # loaded the LLMDeployment's adapters into the engine, so a new pod gets traffic only then.
+# Stall detection: their gate llmfleet.dev/engine-progressing, False while stalled.
 - apiGroups: [""]
   resources: ["pods/status"]
   verbs: ["patch"]
