@@ -100,6 +100,11 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
         'spec.engine.kvCacheDtype: Unsupported value: "int8": supported values: "auto", '
         '"bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"',
     ),
+    (
+        "stall-window-shorter-than-a-poll-can-see",
+        {"engine": {"stallDetection": {"windowSeconds": 2}}},
+        "spec.engine.stallDetection.windowSeconds",
+    ),
 ]
 
 
@@ -266,5 +271,9 @@ def test_kubectl_explain_describes_the_fields(cluster: Cluster) -> None:
     assert "does not know (misspelt, removed, or abbreviated)" in extra
     kv = " ".join(cluster.kubectl("explain", "llmd.spec.engine.kvCacheDtype").split())
     assert "store 1 byte per element, so the cache holds twice the tokens" in kv
+    stall = " ".join(
+        cluster.kubectl("explain", "llmd.spec.engine.stallDetection.windowSeconds").split()
+    )
+    assert "1000 times the predicted inter-token latency" in stall
     quantization = " ".join(cluster.kubectl("explain", "llmd.spec.model.quantization").split())
     assert "none serves the checkpoint as it is" in quantization
