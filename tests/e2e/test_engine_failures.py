@@ -111,16 +111,26 @@ def _running(ip: str) -> float:
     return sum(v for k, v in page.items() if k.startswith("vllm:num_requests_running{"))
 
 
-def _long_completion(ip: str) -> None:
-    """A request that decodes until the engine core stops (it never comes back)."""
-    body = {"model": "tiny", "prompt": "Once", "max_tokens": 400, "ignore_eos": True}
-    request = urllib.request.Request(
-        f"http://{ip}:8000/v1/completions",
-        json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
-    )
-    with contextlib.suppress(OSError):
-        urllib.request.urlopen(request, timeout=120).read()
+def _keep_decoding(ip: str, stop: threading.Event) -> None:
+    """Long requests back to back, two at a time (maxNumSeqs), until `stop`: whenever the engine
+    core is frozen, a request is running. The ones it froze never come back."""
+    body = {"model": "tiny", "prompt": "Once", "max_tokens": 480, "ignore_eos": True}
+
+    def one() -> None:
+        request = urllib.request.Request(
+            f"http://{ip}:8000/v1/completions",
+            json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(request, timeout=120).read()
+
+    def loop() -> None:
+        while not stop.is_set():
+            one()
+
+    for _ in range(2):
+        threading.Thread(target=loop, daemon=True).start()
 
 
 def test_an_engine_frozen_mid_decode_leaves_rotation_then_is_restarted(
@@ -142,6 +152,7 @@ def test_an_engine_frozen_mid_decode_leaves_rotation_then_is_restarted(
     routers = f"llmfleet.dev/deployment={name},app.kubernetes.io/component=router"
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
     stopped: list[int] = []
+    stop_load = threading.Event()
     try:
         (engine,) = wait_until(
             lambda: [
@@ -166,19 +177,16 @@ def test_an_engine_frozen_mid_decode_leaves_rotation_then_is_restarted(
         ip, rip = engine.status.pod_ip, router.status.pod_ip
         wait_until(lambda: ip in routed_engines(rip), 60, 1, "the router routing to the engine")
 
-        threading.Thread(target=_long_completion, args=(ip,), daemon=True).start()
-        wait_until(
-            lambda: _running(ip) >= 1,
-            30,
-            0.2,
-            "a request decoding",
-        )
-        core_pid = _engine_core(
-            procs.runner_id(node_runner, cluster.state_dir), engine.metadata.uid
-        )
+        _keep_decoding(ip, stop_load)
+        wait_until(lambda: _running(ip) >= 1, 60, 0.2, "a request decoding")
+        runner = procs.runner_id(node_runner, cluster.state_dir)
+        core_pid = _engine_core(runner, engine.metadata.uid)
         os.kill(core_pid, signal.SIGSTOP)
         stopped.append(core_pid)
         frozen = time.monotonic()
+        stop_load.set()
+        # The server's gauge holds what the frozen core last reported.
+        assert _running(ip) >= 1, "no request running when the engine core froze"
         # vLLM's server still answers /health: only the operator's judgement takes it out.
         with urllib.request.urlopen(f"http://{ip}:8000/health", timeout=5) as health:
             assert health.status == 200
@@ -229,6 +237,7 @@ def test_an_engine_frozen_mid_decode_leaves_rotation_then_is_restarted(
             "a new engine pod in its place",
         )
     finally:
+        stop_load.set()
         for pid in stopped:  # so the node runner's stop is not held by a stopped process
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
