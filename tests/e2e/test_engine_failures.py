@@ -98,12 +98,26 @@ def _ready(pod: client.V1Pod) -> bool:
 
 
 def _engine_core(runner: str, uid: str) -> int:
-    """The pid of the pod's vLLM engine core (its process title is VLLM::EngineCore)."""
-    for pid in procs.find(procs.marker(runner, uid)):
+    """The pid of the pod's vLLM engine core: a descendant of the pod's processes whose title is
+    VLLM::EngineCore. Not found by the node runner's marker itself: setproctitle overwrites the
+    process's original environment block, so /proc/PID/environ no longer carries it."""
+    pod = set(procs.find(procs.marker(runner, uid)))
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         with contextlib.suppress(OSError):
-            if b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-    raise AssertionError(f"no EngineCore process among pod {uid}'s")
+            if b"EngineCore" in (entry / "cmdline").read_bytes() and pod & _ancestors(entry.name):
+                return int(entry.name)
+    raise AssertionError(f"no EngineCore process under pod {uid}'s ({sorted(pod)})")
+
+
+def _ancestors(pid: str) -> set[int]:
+    out: set[int] = set()
+    while pid not in ("0", "1"):
+        status = Path(f"/proc/{pid}/status").read_text()
+        pid = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
+        out.add(int(pid))
+    return out
 
 
 def _running(ip: str) -> float:
