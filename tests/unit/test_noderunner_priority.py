@@ -16,9 +16,12 @@ from localcluster.noderunner import procs
 
 # A parent (the "API server") that starts a child (the "engine core"); the child starts a thread
 # after a moment, as vLLM's OpenMP threads start after their process.
+# With "wiped", the child runs without the marker in its environment, as vLLM's engine core and
+# workers do once setproctitle has overwritten their environment block.
 PARENT = """
-import subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+import os, subprocess, sys, time
+env = {"PATH": os.environ.get("PATH", "")} if sys.argv[2] == "wiped" else None
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], env=env)
 print(child.pid, flush=True)
 time.sleep(60)
 """
@@ -36,12 +39,15 @@ def nice_of_threads(pid: int) -> set[int]:
     }
 
 
-@pytest.fixture
-def pod() -> Iterator[tuple[str, int, int]]:
+@pytest.fixture(params=["inherited", "wiped"], ids=["marker-inherited", "marker-wiped"])
+def pod(request: pytest.FixtureRequest) -> Iterator[tuple[str, int, int]]:
     marker = f"test-runner/{uuid.uuid4().hex}/vllm"
     env = {**os.environ, procs.MARKER_ENV: marker}
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, CHILD], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", PARENT, CHILD, request.param],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert parent.stdout is not None
@@ -81,3 +87,11 @@ def test_processes_of_another_pod_are_left_alone(pod: tuple[str, int, int]) -> N
     _, server, model = pod
     assert procs.lower_priority(f"test-runner/{uuid.uuid4().hex}", spare=0, nice=10) == 0
     assert nice_of_threads(model) == {os.getpriority(os.PRIO_PROCESS, server)}
+
+
+def test_stopping_the_container_kills_every_process_it_started(pod: tuple[str, int, int]) -> None:
+    marker, server, model = pod
+    assert {server, model} <= set(procs.find(marker))
+    procs.kill_all(marker)
+    assert not procs.alive(server)
+    assert not procs.alive(model)

@@ -1,9 +1,12 @@
-"""Processes of pods: found by a marker in their environment, so no child escapes.
+"""Processes of pods: found by a marker in their environment and by descent, so no child escapes.
 
 Every process a container starts (vLLM's API server, its engine core, its workers) inherits
-MARKER_ENV=<runner id>/<pod uid>/<container>; the runner finds them all through /proc, whatever
-became of their parent, and kills them when the container stops, when the runner stops, and on
-startup (leftovers of a runner that was killed).
+MARKER_ENV=<runner id>/<pod uid>/<container>; the runner finds them all through /proc and kills
+them when the container stops, when the runner stops, and on startup (leftovers of a runner that
+was killed). The environment alone is not enough: vLLM renames its engine core and workers with
+setproctitle, which overwrites the environment block /proc/PID/environ reads (checked with the
+pinned vLLM's Python), so the descendants of a marked process count as marked too, as a
+container's cgroup holds them.
 """
 
 from __future__ import annotations
@@ -30,22 +33,32 @@ def marker(runner: str, uid: str = "", container: str = "") -> str:
 
 
 def find(prefix: str) -> list[int]:
-    """Pids whose environment carries a marker starting with `prefix`."""
+    """Pids whose environment carries a marker starting with `prefix`, and their descendants."""
     needle = f"{MARKER_ENV}={prefix}".encode()
     me = os.getpid()
-    found = []
+    marked: set[int] = set()
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
+        pid = int(entry.name)
         try:
             env = (entry / "environ").read_bytes()
-        except OSError:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
+        children.setdefault(parent, []).append(pid)
         for var in env.split(b"\0"):
             if var.startswith(needle) and var[len(needle) : len(needle) + 1] in (b"", b"/"):
-                found.append(int(entry.name))
+                marked.add(pid)
                 break
-    return found
+    found, todo = set(marked), list(marked)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found and child != me:
+                found.add(child)
+                todo.append(child)
+    return sorted(found)
 
 
 def alive(pid: int) -> bool:
