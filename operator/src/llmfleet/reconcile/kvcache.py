@@ -115,6 +115,15 @@ def _command_lines(pod_or_template: dict[str, Any]) -> list[tuple[str, ...]]:
     ]
 
 
+def scrape_all(scraper: Scraper, ips: list[str], port: int) -> list[str | None]:
+    """Each pod's /metrics page (None where unread), read side by side: a slow engine must not
+    hold up the others'."""
+    if not ips:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(ips))) as pool:
+        return list(pool.map(lambda ip: scraper(ip, port), ips))
+
+
 class EngineKVCache:
     """Per LLMDeployment, the KV-cache tokens each engine pod reported, by pod uid."""
 
@@ -143,8 +152,7 @@ class EngineKVCache:
         todo = sorted(u for u in by_uid if u not in known and u not in failed)
         if todo:
             ips = [str(by_uid[u]["status"]["podIP"]) for u in todo]
-            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-                pages = list(pool.map(lambda ip: self._scraper(ip, self._port), ips))
+            pages = scrape_all(self._scraper, ips, self._port)
             for uid, page in zip(todo, pages, strict=True):
                 tokens = parse_kv_cache_tokens(page) if page else None
                 if tokens is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +16,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet import metrics_reconcile
-from llmfleet.reconcile.kvcache import scrape
+from llmfleet.reconcile.kvcache import Scraper, scrape, scrape_all
 from llmfleet.reconcile.stall import Track, Verdict, judge, parse_sample
 from llmfleet.render.names import PROGRESS_GATE
 
-# (pod IP, port) -> the /metrics page, or None when the engine does not answer.
-Scraper = Callable[[str, int], str | None]
 # Never poll faster than this, whatever the window: each poll is a reconcile.
 MIN_POLL_SECONDS = 2.0
 
@@ -108,11 +105,7 @@ class StallWatch:
         with self._lock:
             known = self._tracks.get(key, {})
             self._due[key] = (now + max(MIN_POLL_SECONDS, window / 3), window)
-        pages: list[str | None] = []
-        if engines:
-            ips = [str(p["status"]["podIP"]) for p in engines]
-            with ThreadPoolExecutor(max_workers=min(16, len(engines))) as pool:
-                pages = list(pool.map(lambda ip: self._scraper(ip, self._port), ips))
+        pages = scrape_all(self._scraper, [str(p["status"]["podIP"]) for p in engines], self._port)
         tracks: dict[str, Track] = {}
         stalled, newly, restart, gates = [], [], [], {}
         for pod, page in zip(engines, pages, strict=True):
