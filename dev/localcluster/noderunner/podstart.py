@@ -17,6 +17,7 @@ from .bundle import ContainerConfigError
 from .container import BACKOFF_START, Container, timestamp
 from .podenv import MissingKeyError, container_env, expand, process_env
 from .podstate import PodState
+from .realgpus import requested_gpus
 from .volumes import VolumeNotReadyError
 
 # pods.py's logger: a pod's log lines keep the name they had before its worker was split.
@@ -91,7 +92,15 @@ class ContainerStarts(PodState):
         except VolumeNotReadyError as e:
             self._waiting(c, "ContainerCreating", f"MountVolume.SetUp failed: {e}")
             return
-        env = process_env(env, c.volumes)
+        gpus = self.hooks.gpus
+        env = process_env(env, c.volumes, real_gpus=gpus is not None)
+        if gpus is not None:
+            try:
+                devices = gpus.allocate(self.uid, requested_gpus(self.pod))
+            except RuntimeError as e:
+                self._waiting(c, "CreateContainerError", f"GPU allocation failed: {e}")
+                return
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
         self._last_env[c.name] = env
         argv = adapt_command(
             [c.volumes.rewrite(expand(a, env)) for a in command],
