@@ -23,6 +23,7 @@ from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles, parse_gp
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import group_args
 from llmfleet.planner.memory import round_up
+from llmfleet.render.compilecache import compile_cache_location
 
 EXIT_INVALID = 2
 OUTPUT_FORMATS = ("table", "json", "yaml")
@@ -33,6 +34,7 @@ class _Planned:
     label: str
     model: str
     plan: Plan
+    compile_cache: str
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -113,7 +115,9 @@ def _run(args: argparse.Namespace) -> int:
         if isinstance(outcome, list):
             problems.extend(f"{label}: {problem}" for problem in outcome)
         else:
-            planned.append(_Planned(label, document["spec"]["model"]["name"], outcome))
+            valid = LLMDeploymentSpec.model_validate(document["spec"])
+            where = compile_cache_location(valid.model, valid.engine)
+            planned.append(_Planned(label, valid.model.name, outcome, where))
     if not found:
         return _fail(f"no {KIND} documents in {source}")
 
@@ -237,6 +241,7 @@ def _table(item: _Planned) -> str:
         ("Batched tokens", f"{p.max_num_batched_tokens:,} per step"),
         ("Shared memory", f"{p.shm_size_gib} GiB"),
         ("Startup budget", f"{p.startup_budget_seconds} s"),
+        ("Compile cache", item.compile_cache),
     ]
     unit = "replica" if p.pipeline_parallel_size > 1 else "pod"
     rows.append(("HPA target", f"{p.target_queue_depth} requests waiting per {unit}"))

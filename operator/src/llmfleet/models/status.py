@@ -185,6 +185,13 @@ class LLMDeploymentStatus(ApiModel):
     gpus: int | None = Field(
         default=None, ge=0, description="GPUs requested by the desired pods, in total."
     )
+    compile_cache: str | None = Field(
+        default=None,
+        description=(
+            "Where the engines keep vLLM's compile cache (spec.engine.compileCache): on the "
+            "model cache claim, in the pod, or off."
+        ),
+    )
     adapters: tuple[AdapterStatus, ...] | None = Field(
         default=None,
         description=(

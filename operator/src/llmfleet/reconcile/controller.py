@@ -40,6 +40,7 @@ from llmfleet.reconcile.stall import stall_window
 from llmfleet.reconcile.stallwatch import StallReport, StallWatch, opened, restart, turn_gates
 from llmfleet.reconcile.status import Observed, invalid_status, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
+from llmfleet.render.compilecache import compile_cache_location
 from llmfleet.render.fetcher import runs_fetcher
 from llmfleet.render.leaderworkerset import (
     ENGINE_KINDS,
@@ -242,6 +243,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             plan=planned,
             observed=observed,
             endpoint=router_url(owner) if router_enabled(spec, planned) else endpoint_url(owner),
+            compile_cache=compile_cache_location(spec.model, spec.engine),
         )
         self._announce(body, old_status, spec, planned, result)
         unverified = newly_unverified(old_status, new)
