@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenario", action="append", default=[], help="scenario.py's SCENARIOS")
     p.add_argument("--results", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpulab-out")))
     p.add_argument("--gpu-python", type=Path, default=Path(shutil.which("python3") or "python3"))
+    p.add_argument("--model", action="append", default=[], metavar="NAME=DIR", help="model table")
     args = p.parse_args(argv)
     cluster = Cluster()
     if args.command == "down":
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     models = {
         "meta-llama/Llama-3.1-8B-Instruct": str(MODELS / "llama-3.1-8b"),
         "meta-llama/Llama-3.1-70B-Instruct": str(MODELS / "llama-3.1-70b"),
-    }
+    } | dict(m.split("=", 1) for m in args.model)
     up(cluster, args.gpu_python, models)
     out: list[dict[str, Any]] = []
     for name in args.scenario:
