@@ -101,6 +101,11 @@ class ContainerStarts(PodState):
                 self._waiting(c, "CreateContainerError", f"GPU allocation failed: {e}")
                 return
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+            # A container's /tmp is its pod's volume (the engine's emptyDir), so torch's caches
+            # under tempfile.gettempdir() (Inductor's, Triton's) start empty with each pod, as
+            # on a cluster; here the host's /tmp would carry them from pod to pod.
+            if (tmp := c.volumes.rewrite("/tmp")) != "/tmp":
+                env.setdefault("TMPDIR", tmp)
         self._last_env[c.name] = env
         argv = adapt_command(
             [c.volumes.rewrite(expand(a, env)) for a in command],
