@@ -31,8 +31,8 @@ grep -E '^[A-Za-z0-9_.-]+==' operator/requirements.lock | sed 's/[ \\].*//' > "$
   --abi cp312 --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux_2_28_x86_64 -c "$site/constraints.txt" \
   kopf==1.45.2 kubernetes==34.1.0 pydantic==2.14.3 prometheus-client==0.26.0 PyYAML==6.0.3
-# google-auth's optional crypto backends are for GCP credentials, which nothing here uses.
-rm -rf "$site"/labsite/{cryptography,cryptography-*,cffi,cffi-*,_cffi_backend*,bin}
+# (cryptography stays: the kubernetes client imports google-auth, which imports it.)
+rm -rf "$site"/labsite/bin
 find "$site/labsite" -name __pycache__ -prune -exec rm -rf {} +
 tar -C "$site" --sort=name --mtime=2026-01-01 --owner=0 --group=0 --numeric-owner -c labsite \
   | xz -9e -T1 > "$OUT/labsite.tar.xz"

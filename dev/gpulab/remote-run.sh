@@ -9,7 +9,7 @@ GPULAB=${GPULAB:-/tmp/gpulab}
 . .gpu-bundle/gpu/env.sh  # the bundle's PYTHONPATH (vLLM), offline switches, MODELS
 # Pods get the bundle's packages; the lab, the node runner and the operator get their own.
 export LLMFLEET_GPU_PYTHONPATH=$PYTHONPATH
-export PYTHONPATH=dev:$GPULAB/labsite
+export PYTHONPATH=dev:operator/src:$GPULAB/labsite
 export LLMFLEET_CACHE=$GPULAB/cache LLMFLEET_CLUSTER_DIR=$GPULAB/cluster
 export LLMFLEET_KWOK=0 LLMFLEET_LWS=0 LLMFLEET_KEDA=0
 OUT=${OUT:-/tmp/gpulab-out}
@@ -17,10 +17,11 @@ mkdir -p "$OUT"
 args=()
 for s in "$@"; do args+=(--scenario "$s"); done
 status=0
-python3 -m gpulab run "${args[@]}" --results "$OUT" || status=$?
+timeout "${GPULAB_TIMEOUT:-480}" python3 -m gpulab run "${args[@]}" --results "$OUT" || status=$?
 # What explains a failure: every component's log and the pods' logs, small enough to come back.
 mkdir -p "$OUT/logs"
 for f in "$LLMFLEET_CLUSTER_DIR"/*.log "$LLMFLEET_CLUSTER_DIR"/pods/*.log; do
   [ -f "$f" ] && tail -c 200000 "$f" > "$OUT/logs/$(basename "$f")"
 done
+python3 -m gpulab down >/dev/null 2>&1 || true
 exit $status

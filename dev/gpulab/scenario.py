@@ -38,7 +38,7 @@ class Scenario:
     model_cache: bool = False  # a claim at spec.model.cache (the compile cache lives beside it)
     restarts: int = 1
     extra_args: tuple[str, ...] = ("--load-format=dummy",)
-    timeout_s: float = 540
+    timeout_s: float = 300  # per pod start
 
     @staticmethod
     def named(name: str) -> Scenario:

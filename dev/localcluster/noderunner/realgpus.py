@@ -64,6 +64,35 @@ class RealGpus:
             env=env,
         )
 
+    def process_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """A pod process's environment plus what vLLM needs from this machine. Added after the
+        pod's paths were mapped to its volumes: /tmp/site (the bundle) is a host path, not the
+        pod's /tmp. The pod's own settings win; PYTHONPATH and PATH are joined."""
+        out = dict(env)
+        for key, value in self.env.items():
+            if key == "PYTHONPATH":
+                out[key] = ":".join(filter(None, (out.get(key), value)))
+            elif key == "PATH":
+                out[key] = ":".join(filter(None, (value, out.get(key))))
+            else:
+                out.setdefault(key, value)
+        return out
+
+    @staticmethod
+    def as_container_sees(pod_env: Mapping[str, str]) -> dict[str, str]:
+        """vLLM's paths that default from HOME and enter its torch.compile cache key
+        (envs.compile_factors(), vLLM 0.26: VLLM_CONFIG_ROOT, VLLM_XLA_CACHE_PATH), as the
+        container computes them from its own HOME. Here HOME becomes a directory of this pod
+        alone, which would give every pod a key of its own and the compile cache on a claim
+        would never hit; on a cluster every pod's HOME is the same /tmp."""
+        home = pod_env.get("HOME")
+        if not home:
+            return {}
+        return {
+            "VLLM_CONFIG_ROOT": f"{home}/.config/vllm",
+            "VLLM_XLA_CACHE_PATH": f"{home}/.cache/vllm/xla_cache",
+        }
+
     def allocate(self, pod_uid: str, count: int) -> tuple[int, ...]:
         """The devices of `pod_uid` (the same on every call for one pod): `count` not held by
         another pod. The scheduler admitted the pod against the node's capacity, so a shortfall

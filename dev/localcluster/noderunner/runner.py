@@ -74,7 +74,7 @@ class Runner(NodeRegistration):
             log_dir=cfg.state_dir / "pods",
             node=cfg.node,
             runner_id=procs.runner_id(cfg.node, cfg.state_dir),
-            base_env=base_env(cfg.python) | (dict(cfg.real_gpus.env) if cfg.real_gpus else {}),
+            base_env=base_env(cfg.python),
             state_dir=cfg.state_dir,
             lookup=podrefs.api_lookup(self.core),
             post_event=self._post_event,
