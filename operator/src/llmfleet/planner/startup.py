@@ -70,7 +70,7 @@ class EngineShape:
     tensor_parallel_size: int
     quantized: bool
     weights_gib_per_gpu: float
-    # The pod's share of the weights to download before loading; 0 when they are at hand.
+    # What the pod downloads before loading (the whole checkpoint); 0 when it is at hand.
     download_gib: float
 
 
