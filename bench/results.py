@@ -388,6 +388,14 @@ FIGURES: dict[str, tuple[str, str]] = {
         "that compiled afresh (H100 and H200, 8B to 70B, TP 1-4)",
         "%",
     ),
+    "startup_prediction_error_max_pct": (
+        "The planner's predicted `vllm.LLM()` to ready (planner/startup.py: imports, load, "
+        "torch.compile cold or warm, CUDA graphs, KV profiling) vs each of the 40 engine starts "
+        "in bench/gpu/start-phases.json it was fitted to (H100 and H200, 8B to 70B, TP 1-4, "
+        "dummy weights, vLLM 0.26.0), worst",
+        "%",
+    ),
+    "startup_prediction_error_p50_pct": ("… median", "%"),
     "gpu_quantized_checkpoint_kv_error_max_pct": (
         "Planner KV-cache tokens vs vLLM's for a pre-quantized checkpoint sized from its "
         "config.json's quantization_config (Llama-3.1-8B's shape as compressed-tensors FP8 W8A8, "

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from llmfleet.models.base import ApiModel
+from llmfleet.models.startup import StartupPrediction
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 PlannedStrategy = Literal["SinglePod", "MultiPod", "MultiNode"]
@@ -65,6 +66,13 @@ class PlanSummary(ApiModel):
     )
     max_concurrent_sequences: int = Field(
         ge=0, description="Sequences one pod runs at once (vLLM --max-num-seqs)."
+    )
+    startup: StartupPrediction | None = Field(
+        default=None,
+        description=(
+            "One engine pod's predicted start per phase, cold and with a warm compile cache, "
+            "and the startupProbe budget it gives; GPU plans only."
+        ),
     )
 
 

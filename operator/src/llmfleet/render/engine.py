@@ -71,7 +71,8 @@ def _env(spec: LLMDeploymentSpec, plan: Plan, image: str) -> list[dict[str, Any]
 def _probes(plan: Plan) -> dict[str, Any]:
     health = {"httpGet": {"path": "/health", "port": "http"}}
     return {
-        # Loading weights takes minutes for big models; liveness waits until startup succeeds.
+        # The budget is twice the planner's predicted cold start (planner/startup.py): big
+        # models take minutes to download and compile, and liveness waits until startup succeeds.
         "startupProbe": {
             **health,
             "periodSeconds": PROBE_PERIOD_SECONDS,
