@@ -151,6 +151,12 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...], Any, tuple[str, str, str
         REFS,
         ("", "Evicted", "The node had condition: [DiskPressure]."),
     ),
+    "refused-by-the-kubelets-admission": (
+        failed("OutOfnvidia.com/gpu", "Node didn't have enough resource: nvidia.com/gpu"),
+        (),
+        REFS,
+        ("", "OutOfnvidiacomgpu", "Node didn't have enough resource: nvidia.com/gpu"),
+    ),
     "gpus-in-use": (
         pending_with(
             "0/4 nodes are available: 2 Insufficient nvidia.com/gpu, 2 node(s) didn't match "

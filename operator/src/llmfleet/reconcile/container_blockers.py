@@ -114,8 +114,8 @@ def _waiting(cs: Mapping[str, Any], refs: Sequence[Reference], pod: str) -> Bloc
 
 
 def _given_up(pod: Mapping[str, Any], refs: Sequence[Reference]) -> list[Blocker]:
-    """A pod that ended Failed: evicted, or a container that exited under `restartPolicy:
-    Never` (a batch shard) with OOMKilled."""
+    """A pod that ended Failed: evicted, refused by the kubelet's admission, or a container that
+    exited under `restartPolicy: Never` (a batch shard) with OOMKilled."""
     status = pod.get("status") or {}
     name = pod["metadata"]["name"]
     if status.get("reason") == "Evicted":
@@ -124,6 +124,11 @@ def _given_up(pod: Mapping[str, Any], refs: Sequence[Reference]) -> list[Blocker
         engine = next((r for r in refs if r.kind == RESOURCES), None)
         field = engine.field if engine and _OVER_REQUEST.search(message) else ""
         return [said.blocker(field, "Evicted")]
+    if reason := str(status.get("reason") or ""):
+        # The kubelet's admission refusals (OutOfcpu, NodeAffinity, UnexpectedAdmissionError)
+        # and any other reason it ends a pod with: quoted.
+        message = str(status.get("message") or reason)[:_LIMIT]
+        return [Said(message, f"kubelet: {reason}", name).blocker("", as_reason(reason))]
     out = []
     for cs in status.get("containerStatuses") or []:
         terminated = (cs.get("state") or {}).get("terminated") or {}
