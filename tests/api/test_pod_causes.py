@@ -136,7 +136,7 @@ def test_a_batch_job_names_its_shards_oom_kill_and_recovers_when_the_shard_runs(
     )
     assert running["status"] == "False"
     assert (
-        "spec.engine.resources: container runner exited (OOMKilled, exit code 137)"
+        "spec.engine.resources: container runner keeps exiting (last: OOMKilled, exit code 137)"
         in (running["message"])
     )
 

@@ -71,7 +71,11 @@ def _image(cs: Mapping[str, Any], message: str, refs: Sequence[Reference], said:
 
 
 def _terminated(
-    name: str, terminated: Mapping[str, Any], refs: Sequence[Reference], said: Said
+    name: str,
+    terminated: Mapping[str, Any],
+    refs: Sequence[Reference],
+    said: Said,
+    again: bool = True,
 ) -> Blocker:
     """A container that exited: OOMKilled is its memory limit (spec.engine.resources); any other
     exit is quoted with its code and the last line it wrote (terminationMessagePolicy
@@ -79,9 +83,8 @@ def _terminated(
     reason = str(terminated.get("reason") or "Error")
     code = int(terminated.get("exitCode") or 0)
     words = last_words(str(terminated.get("message") or ""))
-    cause = f"container {name} exited ({reason}, exit code {code})" + (
-        f": {words}" if words else ""
-    )
+    how = f"keeps exiting (last: {reason}" if again else f"exited ({reason}"
+    cause = f"container {name} {how}, exit code {code})" + (f": {words}" if words else "")
     # Not for OOMKilled: that is host memory (the container's limit), not the GPU's.
     if reason != OOM_KILLED and (advice := advice_for(f"{reason} {words}")):
         cause += f"; {advice}"
@@ -92,7 +95,24 @@ def _terminated(
     return said_as(said, cause).blocker("", stem + "CrashLoop")
 
 
+def _last_exit(cs: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (cs.get("lastState") or {}).get("terminated") or {}
+
+
+def _restarted_unready(cs: Mapping[str, Any]) -> bool:
+    """Between two back-offs: started again after a failed exit, not ready yet."""
+    state = cs.get("state") or {}
+    failed_last = int(_last_exit(cs).get("exitCode") or 0) != 0
+    return (
+        "running" in state and not cs.get("ready") and bool(cs.get("restartCount")) and failed_last
+    )
+
+
 def _waiting(cs: Mapping[str, Any], refs: Sequence[Reference], pod: str) -> Blocker | None:
+    if _restarted_unready(cs):
+        # Said as the back-off itself is, so that status does not change with every restart.
+        said = Said("", f"kubelet: {CRASH_LOOP}", pod)
+        return _terminated(str(cs.get("name") or ""), _last_exit(cs), refs, said)
     waiting = (cs.get("state") or {}).get("waiting") or {}
     reason, message = str(waiting.get("reason") or ""), str(waiting.get("message") or "")
     if not reason or reason in ON_ITS_WAY:
@@ -104,9 +124,8 @@ def _waiting(cs: Mapping[str, Any], refs: Sequence[Reference], pod: str) -> Bloc
         return _image(cs, message, refs, said)
     name = str(cs.get("name") or "")
     if reason == CRASH_LOOP:
-        last = (cs.get("lastState") or {}).get("terminated") or {}
         # The back-off message names the pod and the delay, which grows: the last exit is stable.
-        return _terminated(name, last, refs, said)
+        return _terminated(name, _last_exit(cs), refs, said)
     # CreateContainerError, RunContainerError and any reason a future kubelet adds: quoted.
     return said_as(said, f"container {name}: {message[:_LIMIT] or reason}").blocker(
         "", as_reason(reason)
@@ -134,7 +153,8 @@ def _given_up(pod: Mapping[str, Any], refs: Sequence[Reference]) -> list[Blocker
         terminated = (cs.get("state") or {}).get("terminated") or {}
         if terminated.get("reason") == OOM_KILLED:
             said = Said("", f"kubelet: {OOM_KILLED}", name)
-            out.append(_terminated(str(cs.get("name") or ""), terminated, refs, said))
+            name = str(cs.get("name") or "")
+            out.append(_terminated(name, terminated, refs, said, again=False))
     return out
 
 
