@@ -24,8 +24,8 @@ from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import group_args
 from llmfleet.planner.explain import start_phases_words
 from llmfleet.planner.memory import round_up
-from llmfleet.render.compilecache import compile_cache_location
 from llmfleet.planner.startup import PROBE_BUDGET_FLOOR_SECONDS
+from llmfleet.render.compilecache import compile_cache_location
 
 EXIT_INVALID = 2
 OUTPUT_FORMATS = ("table", "json", "yaml")
