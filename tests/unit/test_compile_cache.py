@@ -100,9 +100,12 @@ def test_where_the_compile_cache_lives(
         assert root is not None
         assert root.startswith(CACHE_DIR + "/")
         assert volume_of(body, root)["persistentVolumeClaim"] == {"claimName": "hf"}
+        # Triton's kernels (vLLM's sampler warm-up JIT-compiles them) under the same key.
+        assert env["TRITON_CACHE_DIR"] == f"{root}/triton"
     else:
         # vLLM's default, ~/.cache/vllm, with HOME on the pod's /tmp emptyDir.
         assert root is None
+        assert "TRITON_CACHE_DIR" not in env
         assert env["HOME"] == "/tmp"
     assert (env.get("VLLM_DISABLE_COMPILE_CACHE") == "1") is disabled
 
@@ -110,7 +113,7 @@ def test_where_the_compile_cache_lives(
 def test_pods_without_a_claim_keep_the_environment_they_had() -> None:
     # No claim, default setting: the pod template is what it was before compileCache existed.
     (env,) = engine_envs(spec(model=NO_CLAIM))
-    assert not {"VLLM_CACHE_ROOT", "VLLM_DISABLE_COMPILE_CACHE"} & env.keys()
+    assert not {"VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "VLLM_DISABLE_COMPILE_CACHE"} & env.keys()
 
 
 @pytest.mark.parametrize(

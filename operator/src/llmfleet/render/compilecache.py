@@ -70,7 +70,15 @@ def compile_cache_env(
         return [{"name": "VLLM_DISABLE_COMPILE_CACHE", "value": "1"}]
     if on_claim(model, engine):
         key = compile_cache_key(image, model, gpus, engine_args)
-        return [{"name": "VLLM_CACHE_ROOT", "value": f"{CACHE_DIR}/{key}"}]
+        # Triton's own cache too: vLLM's warm-up after CUDA graph capture JIT-compiles its
+        # hand-written Triton kernels (the sampler's), which Triton keeps in ~/.triton/cache, in
+        # the pod, unless told otherwise (vLLM 0.26 redirects it only in the Inductor adaptor it
+        # no longer uses by default). Triton keys its entries by the kernel's source, options and
+        # GPU, and writes them whole (FileCacheManager.put).
+        return [
+            {"name": "TRITON_CACHE_DIR", "value": f"{CACHE_DIR}/{key}/triton"},
+            {"name": "VLLM_CACHE_ROOT", "value": f"{CACHE_DIR}/{key}"},
+        ]
     return []
 
 
