@@ -17,12 +17,18 @@ from typing import Any
 
 GPU_DIR = Path(__file__).resolve().parent / "gpu"
 LOGS = GPU_DIR / "logs"
-# The run whose replacement pod found the first pod's compile cache (H100, 2026-11-27). The H200
-# run of the same day is cold only: its replacement missed the cache through a fault of the lab
-# then (each pod's HOME-derived vLLM paths entered vLLM's cache key; fixed in realgpus.py).
-RUN = GPU_DIR / "h100-2026-11-27-gpulab.jsonl"
-RUN_LOGS = ("h100-gpulab-8b-cache-0.log", "h100-gpulab-8b-cache-1.log")
-H200_RUN = GPU_DIR / "h200-2026-11-27-gpulab.jsonl"
+# Two runs of the `8b-cache` scenario on 2026-11-27, each a first pod compiling afresh and a
+# replacement that finds the first one's cache on the model cache claim:
+# - H200, with the compile cache as shipped: VLLM_CACHE_ROOT and TRITON_CACHE_DIR on the claim.
+# - H100, before TRITON_CACHE_DIR: vLLM's compile cache alone on the claim, so the replacement
+#   JIT-compiled the sampler's Triton kernels again (about 18 s after CUDA graph capture).
+# An earlier H200 run (h200-2026-11-27-gpulab.jsonl) is cold only: its replacement missed the
+# cache through a fault of the lab then (each pod's HOME-derived vLLM paths entered vLLM's cache
+# key; fixed in realgpus.py).
+RUNS = {
+    "": (GPU_DIR / "h200-2026-11-27-gpulab-triton.jsonl", "h200-gpulab-triton-8b-cache"),
+    "h100_no_triton_cache_": (GPU_DIR / "h100-2026-11-27-gpulab.jsonl", "h100-gpulab-8b-cache"),
+}
 SLEEP = GPU_DIR / "h200-2026-11-27-sleep.jsonl"
 PHASES_OUT = GPU_DIR / "operator-start-phases.json"
 
@@ -77,31 +83,36 @@ def _runs(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run() -> dict[str, float]:
-    (record,) = _runs(RUN)
-    cold, warm = (phases(LOGS / name) for name in RUN_LOGS)
+def one_run(path: Path, logs: str) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    (record,) = _runs(path)
+    cold, warm = (phases(LOGS / f"{logs}-{i}.log") for i in (0, 1))
     first, replacement = record["starts"]
     planned = record["status"]["plan"]["kvCacheTokensPerReplica"]
     for timing, found in ((first, cold), (replacement, warm)):
         found["first_token_s"] = round(timing["first_token_s"] - timing["container_running_s"], 1)
-    (h200,) = _runs(H200_RUN)
+    return {"cold": cold, "warm": warm}, {
+        "first_token_cold_s": cold["first_token_s"],
+        "first_token_warm_s": warm["first_token_s"],
+        "imports_cold_s": cold["engine_core_loading_s"],
+        "imports_warm_s": warm["engine_core_loading_s"],
+        "compile_cold_s": cold["torch_compile_s"],
+        "compile_warm_s": warm["torch_compile_s"],
+        "compile_cache_init_speedup": round(cold["engine_init_s"] / warm["engine_init_s"], 2),
+        "kv_error_cold_pct": round(100 * (cold["kv_cache_tokens"] / planned - 1), 2),
+        "kv_error_warm_pct": round(100 * (warm["kv_cache_tokens"] / planned - 1), 2),
+    }
+
+
+def run() -> dict[str, float]:
+    figures: dict[str, float] = {}
+    all_phases: dict[str, Any] = {}
+    for suffix, (path, logs) in RUNS.items():  # the prefix of the run's figures
+        found, run_figures = one_run(path, logs)
+        all_phases[path.name] = found
+        figures |= {f"gpu_operator_{suffix}{k}": v for k, v in run_figures.items()}
+    PHASES_OUT.write_text(json.dumps(all_phases, indent=1) + "\n")
     sleep = {row["step"]: row for row in _runs(SLEEP)}
-    PHASES_OUT.write_text(json.dumps({"cold": cold, "warm": warm}, indent=1) + "\n")
-    return {
-        "gpu_operator_first_token_cold_s": cold["first_token_s"],
-        "gpu_operator_first_token_warm_s": warm["first_token_s"],
-        "gpu_operator_imports_cold_s": cold["engine_core_loading_s"],
-        "gpu_operator_imports_warm_s": warm["engine_core_loading_s"],
-        "gpu_operator_compile_cold_s": cold["torch_compile_s"],
-        "gpu_operator_compile_warm_s": warm["torch_compile_s"],
-        "gpu_operator_compile_cache_init_speedup": round(
-            cold["engine_init_s"] / warm["engine_init_s"], 2
-        ),
-        "gpu_operator_kv_error_cold_pct": round(100 * (cold["kv_cache_tokens"] / planned - 1), 2),
-        "gpu_operator_kv_error_warm_pct": round(100 * (warm["kv_cache_tokens"] / planned - 1), 2),
-        "gpu_operator_h200_first_token_cold_s": round(
-            h200["starts"][0]["first_token_s"] - h200["starts"][0]["container_running_s"], 1
-        ),
+    return figures | {
         "gpu_standby_sleep_s": sleep["sleep level 1"]["s"],
         "gpu_standby_asleep_gpu_gib": round(sleep["gpu used asleep"]["mib"] / 1024, 2),
         "gpu_standby_wake_first_token_s": sleep["first token after wake"]["since_wake_s"],

@@ -391,14 +391,15 @@ FIGURES: dict[str, tuple[str, str]] = {
     "gpu_operator_first_token_cold_s": (
         "An LLMDeployment's engine pod, rendered and started by the operator on a real GPU "
         "(dev/gpulab: the lab's control plane, the operator and a node runner on the GPU machine), "
-        "from its container's start to the first token it answers: Llama-3.1-8B-Instruct, one "
-        "H100 80GB HBM3, dummy weights, vLLM 0.26.0, 2026-11-27, a first pod compiling afresh "
-        "(`make bench BENCH=gpu_operator`; phases in bench/gpu/operator-start-phases.json)",
+        "from its container's start to the first token it answers: Llama-3.1-8B-Instruct with a "
+        "model cache claim, one H200, dummy weights, vLLM 0.26.0, 2026-11-27, a first pod "
+        "compiling afresh (`make bench BENCH=gpu_operator`; phases in "
+        "bench/gpu/operator-start-phases.json)",
         "s",
     ),
     "gpu_operator_first_token_warm_s": (
-        "… a replacement pod of the same Deployment, loading the compile cache the first left on "
-        "the model cache claim (spec.model.cache; the same key, compiled artifacts found)",
+        "… a replacement pod of the same Deployment, loading the compile cache (vLLM's and "
+        "Triton's) the first left on the claim",
         "s",
     ),
     "gpu_operator_imports_cold_s": (
@@ -419,10 +420,25 @@ FIGURES: dict[str, tuple[str, str]] = {
         "%",
     ),
     "gpu_operator_kv_error_warm_pct": ("… the replacement pod, with the warm compile cache", "%"),
-    "gpu_operator_h200_first_token_cold_s": (
-        "… the same first pod on one H200 (2026-11-27), container start to first token",
+    "gpu_operator_h100_no_triton_cache_first_token_cold_s": (
+        "The same scenario on one H100 80GB HBM3 (2026-11-27) before Triton's cache moved to the "
+        "claim (vLLM's compile cache alone there): first pod, container start to first token",
         "s",
     ),
+    "gpu_operator_h100_no_triton_cache_first_token_warm_s": (
+        "… replacement pod (it JIT-compiled the sampler's Triton kernels again)",
+        "s",
+    ),
+    "gpu_operator_h100_no_triton_cache_imports_cold_s": ("… imports, first pod", "s"),
+    "gpu_operator_h100_no_triton_cache_imports_warm_s": ("… imports, replacement pod", "s"),
+    "gpu_operator_h100_no_triton_cache_compile_cold_s": ("… torch.compile, first pod", "s"),
+    "gpu_operator_h100_no_triton_cache_compile_warm_s": ("… torch.compile, replacement", "s"),
+    "gpu_operator_h100_no_triton_cache_compile_cache_init_speedup": (
+        "… vLLM's engine init, first pod over replacement pod",
+        "x",
+    ),
+    "gpu_operator_h100_no_triton_cache_kv_error_cold_pct": ("… KV vs plan, first pod", "%"),
+    "gpu_operator_h100_no_triton_cache_kv_error_warm_pct": ("… KV vs plan, replacement", "%"),
     "gpu_standby_sleep_s": (
         "vLLM sleep mode through `vllm serve` (VLLM_SERVER_DEV_MODE=1, --enable-sleep-mode): "
         "POST /sleep?level=1 of Llama-3.1-8B's shape on one H200, dummy weights, vLLM 0.26.0, "
