@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from llmfleet.models.base import ApiModel
+from llmfleet.models.standby import StandbyPlan
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 PlannedStrategy = Literal["SinglePod", "MultiPod", "MultiNode"]
@@ -65,6 +66,13 @@ class PlanSummary(ApiModel):
     )
     max_concurrent_sequences: int = Field(
         ge=0, description="Sequences one pod runs at once (vLLM --max-num-seqs)."
+    )
+    standby: StandbyPlan | None = Field(
+        default=None,
+        description=(
+            "spec.autoscaling.standby: the sleeping engines, the GPUs they hold and the host "
+            "memory each holds for its weights; absent without standby replicas."
+        ),
     )
 
 
