@@ -26,6 +26,12 @@ the real pinned vLLM, on one command line):
   short, as vLLM's abort mode) while the port stays open, `/health` answers 200 and a new
   completion fails with vLLM's 500 ("cannot schedule new futures after shutdown"); then the port
   closes and the process exits 0;
+- sleep mode, under VLLM_SERVER_DEV_MODE=1 with `--enable-sleep-mode` (404 without dev mode):
+  `POST /sleep?level=&mode=` (level 0-2, default 1; mode abort, wait or keep), `POST
+  /wake_up?tags=`, `GET /is_sleeping`, with vLLM's bodies; the API key does not guard them, as
+  vLLM's does not; a sleeping engine takes requests on /v1 and answers none until woken (vLLM
+  pauses its scheduler). Sleeping and waking take no time here (on an H200, 13 s and 0.8 s for
+  an 8B);
 - a model directory without config.json, or a KV cache too small for one request of
   `--max-model-len`, ends the process at start with exit code 1, as vLLM's start fails.
 

@@ -44,6 +44,29 @@ class Engine:
         self._outputs: dict[int, tuple[asyncio.Queue[Token], int]] = {}
         self._wake = asyncio.Event()
         self.draining = False  # SIGTERM: the requests in flight finish, no new one is taken
+        self.sleep_level: int | None = None  # vLLM sleep mode: None awake, else the level
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+
+    @property
+    def sleeping(self) -> bool:
+        return self.sleep_level is not None
+
+    async def sleep(self, level: int, mode: str) -> None:
+        """vLLM's pause then sleep: `abort` ends the requests in flight, `wait` lets them
+        finish first, `keep` holds them until the wake-up. Requests that arrive meanwhile wait."""
+        if mode == "wait":
+            while self.sched.running or self.sched.waiting:
+                await asyncio.sleep(self.token_s)
+        self._resumed.clear()
+        self.sleep_level = level
+        if mode == "abort":
+            self.abort_all()
+
+    def wake_up(self) -> None:
+        self.sleep_level = None
+        self._resumed.set()
+        self._wake.set()
 
     def submit(
         self, prompt_tokens: int, max_tokens: int, out: asyncio.Queue[Token], index: int
@@ -67,6 +90,9 @@ class Engine:
 
     async def run(self) -> None:
         while True:
+            if not self._resumed.is_set():
+                await self._resumed.wait()
+                continue
             if self.sched.idle:
                 self._wake.clear()
                 await self._wake.wait()
