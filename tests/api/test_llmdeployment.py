@@ -108,7 +108,7 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
     (
         "standby-without-the-autoscaler",
         {"autoscaling": {"enabled": False, "standby": {"replicas": 1}}},
-        "spec.autoscaling.standby.replicas: Invalid value: \"object\": standby.replicas needs "
+        'spec.autoscaling.standby.replicas: Invalid value: "object": standby.replicas needs '
         "the autoscaler",
     ),
     (
