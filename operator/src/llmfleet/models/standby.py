@@ -32,7 +32,7 @@ class StandbySpec(ApiModel):
         le=MAX_STANDBY_REPLICAS,
         description=(
             "Not acted on yet: this release plans standby replicas and reports their cost, "
-            "and starts none (docs/autoscaling.md, \"Standby engines\"). "
+            'and starts none (docs/autoscaling.md, "Standby engines"). '
             "Engine pods started beside the autoscaled ones and put to sleep once ready "
             "(weights offloaded to host memory, KV cache freed). Each holds its GPUs while "
             "asleep and host memory for the model's weights; status.standby and `llmfleet "
