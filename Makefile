@@ -90,7 +90,7 @@ dashboards: venv ## Generate the Grafana dashboards (charts/llmfleet/dashboards)
 lint: venv ## ruff (lint + format check) and mypy --strict
 	cd operator && ../$(VENV)/bin/ruff check src ../tests ../dev ../bench
 	cd operator && ../$(VENV)/bin/ruff format --check src ../tests ../dev ../bench
-	cd operator && ../$(VENV)/bin/mypy src ../dev/localcluster ../dev/dashboards
+	cd operator && ../$(VENV)/bin/mypy src ../dev/localcluster ../dev/dashboards ../dev/gpulab
 
 .PHONY: fmt
 fmt: venv ## Format the Python code

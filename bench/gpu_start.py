@@ -8,6 +8,11 @@ engine init. These engines ran with dummy weights (no weight I/O), were started 
 rather than by the operator, and had no API server: the phases of a pod's start before vLLM (the
 scheduler, the image, the container) and after it (the API server, the router) are not here.
 Writes bench/gpu/start-phases.json.
+
+It also holds the planner's start prediction (operator planner/startup.py, fitted to these
+runs) against each of them: `startup_prediction_error_max_pct` and `_p50_pct`, comparing the
+predicted `vllm.LLM()` to ready (imports, load, compile, graphs, KV profiling; weight I/O nil
+as with dummy weights) with `init_s`, warm where the start found a compile cache.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench.gpu_model import DATA, LOGS
+from llmfleet.planner.startup import EngineShape, engine_init_seconds, predict_phases
 
 OUTPUT = DATA / "start-phases.json"
 # vLLM 0.26.0's log lines, each the longest of the engine's workers.
@@ -36,6 +42,20 @@ PAIRS = (
     ("8b", "NVIDIA H100 80GB HBM3", "llama-3.1-8b", "None"),
     ("70b_fp8", "NVIDIA H200", "llama-3.1-70b", "fp8"),
 )
+
+
+# Layers of the models the runs started (their config.json: bench/gpu/models/, the catalog).
+LAYERS = {
+    "llama-3.1-8b": 32,
+    "llama-3.1-8b-fp8-ct": 32,
+    "llama-3.1-70b": 80,
+    "gemma-2-9b": 42,
+    "gemma-3-27b-text": 62,
+    "qwen2.5-7b": 28,
+    "qwen2.5-32b": 64,
+    "heldout-deep-10b": 60,
+    "heldout-wide-17b": 48,
+}
 
 
 @dataclass(frozen=True)
@@ -118,8 +138,30 @@ def run() -> dict[str, float]:
     figures["gpu_engine_init_compile_share_pct"] = round(
         statistics.median(100 * s.compile_s / s.engine_init_s for s in cold if s.compile_s), 1
     )
+    figures.update(prediction_errors(found))
     OUTPUT.write_text(json.dumps([asdict(s) for s in found], indent=1) + "\n")
     return figures
+
+
+def predicted_init_s(start: Start) -> float:
+    shape = EngineShape(
+        layers=LAYERS[start.model],
+        tensor_parallel_size=start.tensor_parallel_size,
+        quantized=start.quantization != "None",
+        weights_gib_per_gpu=0.0,  # dummy weights: no weight I/O to predict
+        download_gib=0.0,
+    )
+    return engine_init_seconds(predict_phases(shape, compile_cache_warm=not start.compiled_afresh))
+
+
+def prediction_errors(found: list[Start]) -> dict[str, float]:
+    errors = [
+        abs(predicted_init_s(s) - s.init_s) / s.init_s * 100 for s in found if s.init_s is not None
+    ]
+    return {
+        "startup_prediction_error_max_pct": round(max(errors), 1),
+        "startup_prediction_error_p50_pct": round(statistics.median(errors), 1),
+    }
 
 
 def main() -> None:

@@ -388,6 +388,60 @@ FIGURES: dict[str, tuple[str, str]] = {
         "that compiled afresh (H100 and H200, 8B to 70B, TP 1-4)",
         "%",
     ),
+    "gpu_operator_first_token_cold_s": (
+        "An LLMDeployment's engine pod, rendered and started by the operator on a real GPU "
+        "(dev/gpulab: the lab's control plane, the operator and a node runner on the GPU machine), "
+        "from its container's start to the first token it answers: Llama-3.1-8B-Instruct, one "
+        "H100 80GB HBM3, dummy weights, vLLM 0.26.0, 2026-11-27, a first pod compiling afresh "
+        "(`make bench BENCH=gpu_operator`; phases in bench/gpu/operator-start-phases.json)",
+        "s",
+    ),
+    "gpu_operator_first_token_warm_s": (
+        "… a replacement pod of the same Deployment, loading the compile cache the first left on "
+        "the model cache claim (spec.model.cache; the same key, compiled artifacts found)",
+        "s",
+    ),
+    "gpu_operator_imports_cold_s": (
+        "… of it, container start to vLLM's engine core loading the model (Python imports of the "
+        "API server and the engine core, CUDA initialisation), first pod on a fresh machine",
+        "s",
+    ),
+    "gpu_operator_imports_warm_s": ("… the replacement pod (the machine's page cache warm)", "s"),
+    "gpu_operator_compile_cold_s": ("… torch.compile, first pod", "s"),
+    "gpu_operator_compile_warm_s": ("… torch.compile, replacement pod (compile cache hit)", "s"),
+    "gpu_operator_compile_cache_init_speedup": (
+        "… vLLM's engine init, first pod over replacement pod",
+        "x",
+    ),
+    "gpu_operator_kv_error_cold_pct": (
+        "… KV-cache tokens vLLM allocated vs the plan (PlanVerified=True, KVCacheMatchesPlan), "
+        "first pod",
+        "%",
+    ),
+    "gpu_operator_kv_error_warm_pct": ("… the replacement pod, with the warm compile cache", "%"),
+    "gpu_operator_h200_first_token_cold_s": (
+        "… the same first pod on one H200 (2026-11-27), container start to first token",
+        "s",
+    ),
+    "gpu_standby_sleep_s": (
+        "vLLM sleep mode through `vllm serve` (VLLM_SERVER_DEV_MODE=1, --enable-sleep-mode): "
+        "POST /sleep?level=1 of Llama-3.1-8B's shape on one H200, dummy weights, vLLM 0.26.0, "
+        "2026-11-27 (bench/gpu/sleep_contract.py; not through the operator)",
+        "s",
+    ),
+    "gpu_standby_asleep_gpu_gib": ("… GPU memory in use while asleep (133.5 GiB awake)", "GiB"),
+    "gpu_standby_wake_first_token_s": (
+        "… POST /wake_up to the first token of a completion sent after it",
+        "s",
+    ),
+    "startup_prediction_error_max_pct": (
+        "The planner's predicted `vllm.LLM()` to ready (planner/startup.py: imports, load, "
+        "torch.compile cold or warm, CUDA graphs, KV profiling) vs each of the 40 engine starts "
+        "in bench/gpu/start-phases.json it was fitted to (H100 and H200, 8B to 70B, TP 1-4, "
+        "dummy weights, vLLM 0.26.0), worst",
+        "%",
+    ),
+    "startup_prediction_error_p50_pct": ("… median", "%"),
     "gpu_quantized_checkpoint_kv_error_max_pct": (
         "Planner KV-cache tokens vs vLLM's for a pre-quantized checkpoint sized from its "
         "config.json's quantization_config (Llama-3.1-8B's shape as compressed-tensors FP8 W8A8, "

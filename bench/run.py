@@ -11,7 +11,8 @@ import time
 from bench import results
 
 # Each module has `run() -> dict[str, float]`. gpu_model, gpu_four (issue 46's four-GPU runs)
-# and gpu_start (engine start phases from vLLM's logs) need no GPU: they read the GPU runs
+# gpu_start (engine start phases from vLLM's logs) and gpu_operator (engine pods the operator
+# started on a GPU, dev/gpulab) need no GPU: they read the GPU runs
 # committed under bench/gpu/; tp_published neither:
 # it reads published figures (bench/data/).
 # spare runs the day replay over kwok GPUs and the preemption on the node runner.
@@ -32,6 +33,7 @@ BENCHMARKS = (
     "gpu_model",
     "gpu_four",
     "gpu_start",
+    "gpu_operator",
     "tp_published",
     "images",
     "testloop",

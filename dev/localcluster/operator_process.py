@@ -236,7 +236,10 @@ class Operator:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         program = [str(Path(sys.executable).parent / "llmfleet")]
         if self.source is not None:
-            env["PYTHONPATH"] = str(self.source)
+            # Ahead of what the caller's environment holds (dev/gpulab's packages for the operator).
+            env["PYTHONPATH"] = os.pathsep.join(
+                filter(None, (str(self.source), env.get("PYTHONPATH")))
+            )
             program = [sys.executable, "-m", "llmfleet.cli"]
         logf = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(

@@ -83,6 +83,9 @@ class Cluster:
     lws: bool = field(default_factory=LeaderWorkerSet.by_default)
     # Whether up() starts KEDA (and installs its API) or removes both (LLMFLEET_KEDA=0).
     keda: bool = field(default_factory=Keda.by_default)
+    # Whether up() starts kwok and its GPU node pools (LLMFLEET_KWOK=0: not on a machine whose
+    # only node is the node runner's, as dev/gpulab's real-GPU machine).
+    kwok: bool = field(default_factory=lambda: os.environ.get("LLMFLEET_KWOK", "1") != "0")
 
     @property
     def pki_dir(self) -> Path:
@@ -125,7 +128,7 @@ class Cluster:
         """Bring the cluster up (reusing whatever already runs); return the seconds it took."""
         start = time.monotonic()
         wanted = [a for a in self.addons if a.wanted]
-        build("etcd", "kubernetes", "kwok", *(a.name for a in wanted))
+        build("etcd", "kubernetes", *(["kwok"] if self.kwok else []), *(a.name for a in wanted))
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pki.ensure(self.pki_dir)
         for name in (c.name for c in pki.CLIENTS):
@@ -137,18 +140,20 @@ class Cluster:
         self._start("kube-controller-manager", self._controller_manager_cmd())
         kc = self._kubeconfig_for
         self._start("kube-scheduler", commands.scheduler(kc("scheduler"), self.ports))
-        stages = self.state_dir / "kwok-stages.yaml"
-        stages.write_text(gated_stages((bindir("kwok") / "stages.yaml").read_text()))
-        self._start("kwok", commands.kwok(kc("kwok"), stages, self.ports))
-        self._start(KWOK_GATE, *commands.kwok_gate(kc("kwok")))
+        if self.kwok:
+            stages = self.state_dir / "kwok-stages.yaml"
+            stages.write_text(gated_stages((bindir("kwok") / "stages.yaml").read_text()))
+            self._start("kwok", commands.kwok(kc("kwok"), stages, self.ports))
+            self._start(KWOK_GATE, *commands.kwok_gate(kc("kwok")))
         # While the controller manager starts (its default ServiceAccount comes seconds later).
         for addon in self.addons:
             if addon.wanted:
                 addon.install()
             elif addon.home.exists():
                 addon.remove()  # installed by an earlier up() on this state directory
-        self.apply_nodes(load_profile(profile))
-        self.wait_nodes_ready()
+        if self.kwok:
+            self.apply_nodes(load_profile(profile))
+            self.wait_nodes_ready()
         self.api.wait_default_serviceaccount()
         for addon in wanted:
             addon.wait()
@@ -182,6 +187,8 @@ class Cluster:
     def running(self) -> dict[str, bool]:
         """Whether each component of this cluster (an add-on's only when it is wanted) lives."""
         unwanted = {p for a in self.addons if not a.wanted for p in a.processes}
+        if not self.kwok:
+            unwanted |= {"kwok", KWOK_GATE}
         return {name: self.alive(name) for name in COMPONENTS if name not in unwanted}
 
     def ensure_up(self) -> bool:

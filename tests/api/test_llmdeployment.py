@@ -101,6 +101,13 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
         '"bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"',
     ),
     (
+        # YAML 1.1 reads an unquoted off as false: the value is "disabled".
+        "compile-cache-not-a-setting",
+        {"engine": {"compileCache": "off"}},
+        'spec.engine.compileCache: Unsupported value: "off": supported values: "auto", '
+        '"podLocal", "disabled"',
+    ),
+    (
         "stall-window-shorter-than-a-poll-can-see",
         {"engine": {"stallDetection": {"windowSeconds": 2}}},
         "spec.engine.stallDetection.windowSeconds",
@@ -291,5 +298,7 @@ def test_kubectl_explain_describes_the_fields(cluster: Cluster) -> None:
         cluster.kubectl("explain", "llmd.spec.engine.stallDetection.windowSeconds").split()
     )
     assert "1000 times the predicted inter-token latency" in stall
+    compile_cache = " ".join(cluster.kubectl("explain", "llmd.spec.engine.compileCache").split())
+    assert "keyed by the engine image, the model, the GPU type and vLLM's" in compile_cache
     quantization = " ".join(cluster.kubectl("explain", "llmd.spec.model.quantization").split())
     assert "none serves the checkpoint as it is" in quantization

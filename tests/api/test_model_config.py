@@ -94,6 +94,10 @@ def test_a_model_without_architecture_plans_as_its_config_json_typed_in(
     assert fetched["status"]["plan"] == by_hand["status"]["plan"]
     assert fetched["status"]["predicted"] == by_hand["status"]["predicted"]
     assert fetched["status"]["plan"]["kvCacheTokensPerReplica"] > 0
+    # The CRD's status schema keeps the predicted start (a field it lacked would be pruned).
+    startup = fetched["status"]["plan"]["startup"]
+    assert startup["cold"]["totalSeconds"] > startup["warm"]["totalSeconds"] > 0
+    assert startup["probeBudgetSeconds"] >= 2 * startup["cold"]["compileSeconds"]
     args = {
         d.metadata.labels[DEPLOYMENT_LABEL]: d.spec.template.spec.containers[0].args
         for d in deployments(api, namespace)

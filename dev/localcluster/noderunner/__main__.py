@@ -16,6 +16,7 @@ from types import FrameType
 
 from .ipam import POD_NETWORK
 from .node import NODE_NAME, Config
+from .realgpus import RealGpus
 from .runner import REPO, Runner
 
 INSTALL_VLLM = REPO / "dev" / "dataplane" / "install-vllm.sh"
@@ -37,19 +38,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--model", action="append", default=[], metavar="NAME=DIR", help="model table entry"
     )
+    p.add_argument(
+        "--real-gpus",
+        metavar="PYTHON",
+        type=Path,
+        help="run pods on this machine's NVIDIA GPUs with this Python's vLLM (dev/gpulab)",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stdout,
     )
-    venv = args.vllm_venv or Path(
-        subprocess.run(
-            [str(INSTALL_VLLM), "--print-path"], check=True, capture_output=True, text=True
-        ).stdout.strip()
-    )
-    if not (venv / "bin" / "python").exists():
-        p.error(f"no vLLM virtualenv at {venv}: run {INSTALL_VLLM}")
+    real = RealGpus.detect(args.real_gpus) if args.real_gpus else None
+    if real is not None:
+        venv = args.real_gpus.parent  # unused: Config.python is the GPU Python
+    else:
+        venv = args.vllm_venv or Path(
+            subprocess.run(
+                [str(INSTALL_VLLM), "--print-path"], check=True, capture_output=True, text=True
+            ).stdout.strip()
+        )
+        if not (venv / "bin" / "python").exists():
+            p.error(f"no vLLM virtualenv at {venv}: run {INSTALL_VLLM}")
     cfg = Config(
         state_dir=args.state_dir.resolve(),
         vllm_venv=venv,
@@ -59,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         pod_network=args.pod_network,
         system=args.system,
         models=dict(m.split("=", 1) for m in args.model),
+        real_gpus=real,
     )
     runner = Runner(cfg)
 

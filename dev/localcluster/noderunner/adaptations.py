@@ -21,7 +21,9 @@ SERVE = "serve"
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 # What runs for `vllm` here: the virtualenv's own script fails (site/vllm_cli.py says why).
 LAB_VLLM_MODULE = "vllm_cli"
-VLLM_CLI_MODULES = (LAB_VLLM_MODULE, "vllm.entrypoints.cli.main")
+# On real GPUs, `vllm` is vLLM's own CLI module (the GPU bundle's console script is fine too).
+GPU_VLLM_MODULE = "vllm.entrypoints.cli.main"
+VLLM_CLI_MODULES = (LAB_VLLM_MODULE, GPU_VLLM_MODULE)
 # The LLMBatchJob runner (`python3 -m llmfleet.batch.runner`): its flags are vLLM engine flags plus
 # its own, and its --host binds its metrics endpoint, so it gets the same rewrites.
 BATCH_RUNNER_MODULE = "llmfleet.batch.runner"
@@ -101,6 +103,9 @@ class Context:
     python: Path  # the vLLM virtualenv's python
     pod_ip: str
     models: Mapping[str, str] = field(default_factory=dict)  # model name -> local directory
+    # On real GPUs (realgpus.py, dev/gpulab) vLLM runs the pod's flags as they are: only the bind
+    # address and the model table apply, none of the CPU adaptations.
+    real_gpus: bool = False
 
 
 def load_model_table(*files: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -144,7 +149,8 @@ def adapt_command(command: Sequence[str], args: Sequence[str], ctx: Context) -> 
     if cmd and cmd[0] in PYTHON_NAMES:
         cmd[0] = str(ctx.python)
     elif cmd and cmd[0] == VLLM_COMMAND:
-        cmd[:1] = [str(ctx.python), "-m", LAB_VLLM_MODULE]
+        module = GPU_VLLM_MODULE if ctx.real_gpus else LAB_VLLM_MODULE
+        cmd[:1] = [str(ctx.python), "-m", module]
     if not is_vllm([*command, *args]):
         return [*cmd, *args]
     argv = [*cmd, *args]
@@ -165,11 +171,12 @@ def bind_pod_ip(args: Sequence[str], pod_ip: str) -> list[str]:
     return [a.replace("0.0.0.0", pod_ip) for a in args]
 
 
-def adapt_env(env: Mapping[str, str]) -> dict[str, str]:
+def adapt_env(env: Mapping[str, str], real_gpus: bool = False) -> dict[str, str]:
     out = dict(env)
-    out.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_KVCACHE_GIB)
+    if not real_gpus:
+        out.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_KVCACHE_GIB)
     pod_paths = filter(None, out.get("PYTHONPATH", "").split(":"))
-    paths = [str(LLMFLEET_SRC), str(AMX_SITE), *pod_paths]
+    paths = [str(LLMFLEET_SRC), *([] if real_gpus else [str(AMX_SITE)]), *pod_paths]
     out["PYTHONPATH"] = ":".join(paths)
     return out
 
@@ -206,6 +213,8 @@ def _model_max_len(model_dir: str) -> int | None:
 
 
 def _adapt_vllm_args(args: Sequence[str], ctx: Context) -> list[str]:
+    if ctx.real_gpus:
+        return _real_gpu_args(args, ctx)
     out: list[str] = []
     model_limit: int | None = None
     for flag, value, _ in _split(args):
@@ -233,6 +242,20 @@ def _adapt_vllm_args(args: Sequence[str], ctx: Context) -> list[str]:
     if "--enforce-eager" not in out:
         out.append("--enforce-eager")
     return out
+
+
+def _real_gpu_args(args: Sequence[str], ctx: Context) -> list[str]:
+    out: list[str] = []
+    for flag, value, tok in _split(args):
+        if flag == "--host":
+            continue
+        if flag == "--model" and value is not None:
+            out += [flag, ctx.models.get(value, value)]
+        elif flag is None or value is None:
+            out.append(tok)
+        else:
+            out += [flag, value]
+    return [*out, "--host", ctx.pod_ip]
 
 
 def stand_in(

@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 from . import admission
 from .container import timestamp
 from .ipam import POD_NETWORK
+from .realgpus import RealGpus
 
 # runner.py's logger: the Node's log lines stay under the name they had in runner.py.
 log = logging.getLogger("noderunner")
@@ -54,9 +55,13 @@ class Config:
     # A system node (SYSTEM_TAINT, no GPU labels or capacity) rather than a GPU node.
     system: bool = False
     models: dict[str, str] = field(default_factory=dict)  # extra model-table entries
+    # The machine's real GPUs (realgpus.py, dev/gpulab) instead of CPU-emulated slots.
+    real_gpus: RealGpus | None = None
 
     @property
     def python(self) -> Path:
+        if self.real_gpus is not None:
+            return self.real_gpus.python
         return self.vllm_venv / "bin" / "python"
 
     @property
@@ -76,14 +81,20 @@ class NodeRegistration:
     node_uid: str
     _since: str
 
+    @property
+    def gpu_count(self) -> int:
+        real = self.cfg.real_gpus
+        return len(real.indices) if real else self.cfg.gpus
+
     def node_manifest(self) -> dict[str, Any]:
         c = self.cfg
+        real = c.real_gpus
         capacity = {
             "cpu": c.cpu,
             "memory": c.memory,
             "pods": str(c.max_pods),
             "ephemeral-storage": "100Gi",
-            **({} if c.system else {GPU_RESOURCE: str(c.gpus)}),
+            **({} if c.system else {GPU_RESOURCE: str(self.gpu_count)}),
         }
         labels = {
             "kubernetes.io/arch": "amd64",
@@ -97,9 +108,9 @@ class NodeRegistration:
             labels |= {
                 "llmfleet.dev/pool": "local",
                 "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.count": str(c.gpus),
-                "nvidia.com/gpu.product": GPU_PRODUCT,
-                "nvidia.com/gpu.memory": "16384",
+                "nvidia.com/gpu.count": str(self.gpu_count),
+                "nvidia.com/gpu.product": real.product if real else GPU_PRODUCT,
+                "nvidia.com/gpu.memory": str(real.memory_mib) if real else "16384",
             }
         return {
             "apiVersion": "v1",
@@ -168,7 +179,7 @@ class NodeRegistration:
             )
         self.node_uid = node.metadata.uid
         self.heartbeat()
-        log.info("node %s registered (%d GPU slots)", self.cfg.node, self.cfg.gpus)
+        log.info("node %s registered (%d GPU slots)", self.cfg.node, self.gpu_count)
 
     def heartbeat(self) -> None:
         status = self.node_manifest()["status"] | {"conditions": self._conditions()}

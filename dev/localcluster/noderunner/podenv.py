@@ -115,12 +115,12 @@ def decode_secret(data: Mapping[str, str] | None, key: str) -> str | None:
     return base64.b64decode(data[key]).decode()
 
 
-def process_env(env: dict[str, str], mounts: PodVolumes) -> dict[str, str]:
+def process_env(env: dict[str, str], mounts: PodVolumes, real_gpus: bool = False) -> dict[str, str]:
     """A container's environment as its process gets it. The pod's own paths map to the emulated
     volumes first; what the runner adds after that is a host path (a checkout under /tmp must
     not be mistaken for the pod's `/tmp` emptyDir). The mounts themselves go along as
     LAB_VOLUMES_ENV, for paths a process is told at run time (site/sitecustomize.py)."""
-    out = adapt_env({k: mounts.rewrite(v) for k, v in env.items()})
+    out = adapt_env({k: mounts.rewrite(v) for k, v in env.items()}, real_gpus)
     if mounts.paths:
         out[LAB_VOLUMES_ENV] = json.dumps(mounts.paths, sort_keys=True)
     return out

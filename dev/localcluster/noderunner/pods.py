@@ -83,6 +83,8 @@ class PodWorker(ContainerStarts, ContainerStops, threading.Thread):
         finally:
             if not self.shutdown.is_set():
                 volumes.cleanup(self.hooks.state_dir, self.uid)
+            if self.hooks.gpus is not None:
+                self.hooks.gpus.release(self.uid)
 
     def _loop(self) -> None:
         while True:

@@ -17,6 +17,7 @@ from .bundle import ContainerConfigError
 from .container import BACKOFF_START, Container, timestamp
 from .podenv import MissingKeyError, container_env, expand, process_env
 from .podstate import PodState
+from .realgpus import requested_gpus
 from .volumes import VolumeNotReadyError
 
 # pods.py's logger: a pod's log lines keep the name they had before its worker was split.
@@ -91,7 +92,25 @@ class ContainerStarts(PodState):
         except VolumeNotReadyError as e:
             self._waiting(c, "ContainerCreating", f"MountVolume.SetUp failed: {e}")
             return
-        env = process_env(env, c.volumes)
+        gpus = self.hooks.gpus
+        as_seen = gpus.as_container_sees(env) if gpus is not None else {}
+        env = process_env(env, c.volumes, real_gpus=gpus is not None)
+        if gpus is not None:
+            env = gpus.process_env(env)
+            for key, value in as_seen.items():
+                env.setdefault(key, value)
+            try:
+                devices = gpus.allocate(self.uid, requested_gpus(self.pod))
+            except RuntimeError as e:
+                self._waiting(c, "CreateContainerError", f"GPU allocation failed: {e}")
+                return
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+            # A container's /tmp is its pod's volume (the engine's emptyDir), so Inductor's cache
+            # (tempfile.gettempdir()/torchinductor_<user>) starts empty with each pod, as on a
+            # cluster; here the host's /tmp would carry it from pod to pod. Not TMPDIR: vLLM's
+            # IPC sockets live there, and the emulated path is longer than a socket path may be.
+            if (tmp := c.volumes.rewrite("/tmp")) != "/tmp":
+                env.setdefault("TORCHINDUCTOR_CACHE_DIR", f"{tmp}/torchinductor_root")
         self._last_env[c.name] = env
         argv = adapt_command(
             [c.volumes.rewrite(expand(a, env)) for a in command],

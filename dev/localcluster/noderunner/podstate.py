@@ -13,6 +13,7 @@ from .. import podrefs
 from . import oci, volumes
 from .adaptations import Context
 from .container import Conditions, Container
+from .realgpus import RealGpus
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Hooks:
     post_event: Callable[[dict[str, Any]], None]  # a core/v1 Event, as the kubelet posts one
     containers: oci.Node | None = None  # runs containers of built images (oci.py)
     read_secret: Callable[[str, str], Mapping[str, str] | None] | None = None  # decoded data
+    gpus: RealGpus | None = None  # on a machine with real GPUs (realgpus.py): the devices
 
 
 class PodState:

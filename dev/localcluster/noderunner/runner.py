@@ -60,7 +60,9 @@ class Runner(NodeRegistration):
         self.workers: dict[str, PodWorker] = {}
         self.lock = threading.Lock()
         self.stop = threading.Event()
-        self.base_models = dict.fromkeys(TINY_MODEL_NAMES, tiny_model(cfg.python)) | cfg.models
+        # On real GPUs the model table names real shapes' folders (dev/gpulab); no tiny model.
+        tiny = {} if cfg.real_gpus else dict.fromkeys(TINY_MODEL_NAMES, tiny_model(cfg.python))
+        self.base_models = tiny | cfg.models
         self.hooks = Hooks(
             context=self._context,
             read_secret_key=self._secret_key,
@@ -83,13 +85,19 @@ class Runner(NodeRegistration):
                     self.core, pod, seconds, audience
                 ),
             ),
+            gpus=cfg.real_gpus,
         )
 
     # --- hooks for pod workers ----------------------------------------------------------------
 
     def _context(self, pod_ip: str) -> Context:
         models = load_model_table(self.cfg.model_table_file, extra=None)
-        return Context(python=self.cfg.python, pod_ip=pod_ip, models=self.base_models | models)
+        return Context(
+            python=self.cfg.python,
+            pod_ip=pod_ip,
+            models=self.base_models | models,
+            real_gpus=self.cfg.real_gpus is not None,
+        )
 
     def _secret(self, ns: str, name: str) -> dict[str, str] | None:
         secret = _unless_missing(self.core.read_namespaced_secret, ns, name)

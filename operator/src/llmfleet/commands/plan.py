@@ -22,7 +22,10 @@ from llmfleet.models.model_spec import ModelSpec
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles, parse_gpu_profiles
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import group_args
+from llmfleet.planner.explain import start_phases_words
 from llmfleet.planner.memory import round_up
+from llmfleet.planner.startup import PROBE_BUDGET_FLOOR_SECONDS
+from llmfleet.render.compilecache import compile_cache_location
 
 EXIT_INVALID = 2
 OUTPUT_FORMATS = ("table", "json", "yaml")
@@ -33,6 +36,7 @@ class _Planned:
     label: str
     model: str
     plan: Plan
+    compile_cache: str
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -113,7 +117,9 @@ def _run(args: argparse.Namespace) -> int:
         if isinstance(outcome, list):
             problems.extend(f"{label}: {problem}" for problem in outcome)
         else:
-            planned.append(_Planned(label, document["spec"]["model"]["name"], outcome))
+            valid = LLMDeploymentSpec.model_validate(document["spec"])
+            where = compile_cache_location(valid.model, valid.engine)
+            planned.append(_Planned(label, valid.model.name, outcome, where))
     if not found:
         return _fail(f"no {KIND} documents in {source}")
 
@@ -236,8 +242,25 @@ def _table(item: _Planned) -> str:
         ("Max sequences", f"{p.max_concurrent_sequences} per replica"),
         ("Batched tokens", f"{p.max_num_batched_tokens:,} per step"),
         ("Shared memory", f"{p.shm_size_gib} GiB"),
-        ("Startup budget", f"{p.startup_budget_seconds} s"),
+        ("Startup budget", _startup_budget(p)),
+        ("Compile cache", item.compile_cache),
     ]
+    if p.startup is not None:
+        rows.append(("Start, cold", start_phases_words(p.startup.cold)))
+        rows.append(("Start, warm", start_phases_words(p.startup.warm)))
+        rows.append(
+            (
+                "Start assumes",
+                f"weights read at {p.startup.weight_load_gib_per_second:g} GiB/s per GPU, "
+                f"downloaded at {p.startup.download_gib_per_second:g} GiB/s; warm: a compile "
+                "cache from an earlier start"
+                + (
+                    ", the weights in spec.model.cache"
+                    if p.startup.warm.download_seconds < p.startup.cold.download_seconds
+                    else ""
+                ),
+            )
+        )
     unit = "replica" if p.pipeline_parallel_size > 1 else "pod"
     rows.append(("HPA target", f"{p.target_queue_depth} requests waiting per {unit}"))
     if p.predicted is not None:
@@ -274,6 +297,15 @@ def _table(item: _Planned) -> str:
     lines += ["", "  vLLM command:", f"    vllm serve {item.model}"]
     lines += [f"    {' '.join(group.tokens)}" for group in group_args(p.vllm_args)]
     return "\n".join(lines) + "\n"
+
+
+def _startup_budget(p: Plan) -> str:
+    if p.startup is None:
+        return f"{p.startup_budget_seconds} s"
+    return (
+        f"{p.startup_budget_seconds} s (startupProbe: twice the cold start from the container's "
+        f"start, at least {PROBE_BUDGET_FLOOR_SECONDS} s)"
+    )
 
 
 def _lora(p: Plan) -> str:

@@ -9,6 +9,7 @@ from pydantic import Field, StringConstraints
 
 from llmfleet.models.adapters import LoraSpec
 from llmfleet.models.base import ApiModel, CelRule
+from llmfleet.models.compile_cache import COMPILE_CACHE_DESCRIPTION, CompileCache
 from llmfleet.models.defaults import (
     DEFAULT_CPU_KV_CACHE_GIB,
     DEFAULT_ENGINE_IMAGE,
@@ -268,6 +269,7 @@ class EngineSpec(ApiModel):
             "answering) out of service, then restart it; off when unset. LLMDeployment only."
         ),
     )
+    compile_cache: CompileCache = Field(default="auto", description=COMPILE_CACHE_DESCRIPTION)
     resources: ContainerResources | None = Field(
         default=None,
         description=(

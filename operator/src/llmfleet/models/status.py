@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from llmfleet.models.base import ApiModel
 from llmfleet.models.standby import StandbyPlan
+from llmfleet.models.startup import StartupPrediction
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 PlannedStrategy = Literal["SinglePod", "MultiPod", "MultiNode"]
@@ -72,6 +73,13 @@ class PlanSummary(ApiModel):
         description=(
             "spec.autoscaling.standby: the sleeping engines, the GPUs they hold and the host "
             "memory each holds for its weights; absent without standby replicas."
+        ),
+    )
+    startup: StartupPrediction | None = Field(
+        default=None,
+        description=(
+            "One engine pod's predicted start per phase, cold and with a warm compile cache, "
+            "and the startupProbe budget it gives; GPU plans only."
         ),
     )
 
@@ -192,6 +200,13 @@ class LLMDeploymentStatus(ApiModel):
     )
     gpus: int | None = Field(
         default=None, ge=0, description="GPUs requested by the desired pods, in total."
+    )
+    compile_cache: str | None = Field(
+        default=None,
+        description=(
+            "Where the engines keep vLLM's compile cache (spec.engine.compileCache): on the "
+            "model cache claim, in the pod, or off."
+        ),
     )
     adapters: tuple[AdapterStatus, ...] | None = Field(
         default=None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.models.model_spec import ModelArchitecture
+from llmfleet.models.startup import StartPhases
 from llmfleet.planner.candidates import (
     MAX_NUM_SEQS_CAP,
     MIN_CONCURRENT_SEQUENCES,
@@ -130,3 +131,19 @@ def explain_cpu_batching(settings: Settings, max_num_seqs: int, kv_tokens: int) 
         else kv_bound_source(kv_tokens, settings.workload)
     )
     return batching_sentence(settings, max_num_seqs, source)
+
+
+def start_phases_words(phases: StartPhases) -> str:
+    """One pod's predicted start, phase by phase, in the order they run."""
+    parts = (
+        ("scheduling", phases.scheduling_seconds),
+        ("imports", phases.imports_seconds),
+        ("download", phases.download_seconds),
+        ("weight load", phases.weight_load_seconds),
+        ("torch.compile", phases.compile_seconds),
+        ("CUDA graphs", phases.cuda_graphs_seconds),
+        ("KV profiling", phases.kv_profiling_seconds),
+        ("API ready", phases.api_ready_seconds),
+    )
+    shown = ", ".join(f"{name} {seconds:.0f}" for name, seconds in parts if seconds >= 0.5)
+    return f"{phases.total_seconds:.0f} s ({shown})"

@@ -23,9 +23,10 @@ from llmfleet.planner.lora import explain_lora, lora_plan
 from llmfleet.planner.memory import GpuFit, weights_gib
 from llmfleet.planner.pipeline_stages import stage_layers
 from llmfleet.planner.placement import Gpus
-from llmfleet.planner.pod_settings import node_selector, shm_size_gib, startup_budget
+from llmfleet.planner.pod_settings import node_selector, shm_size_gib
 from llmfleet.planner.result import Candidate, Plan
 from llmfleet.planner.settings import Settings, gpu_fit, vllm_args
+from llmfleet.planner.startup import plan_startup
 
 
 def plan_multinode(  # noqa: PLR0917
@@ -101,6 +102,15 @@ def plan_multinode(  # noqa: PLR0917
     lora = lora_plan(arch, settings.lora, tensor_parallel_size=tp, pipeline_parallel_size=pp)
     if lora is not None:
         reason += " " + explain_lora(lora)
+    startup = plan_startup(
+        spec,
+        arch,
+        quantized=not settings.weights.sixteen_bit,
+        weights_gib=total_weights,
+        weights_gib_per_gpu=fit.weights_gib,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+    )
     return Plan(
         strategy="MultiNode",
         replicas=replicas,
@@ -121,7 +131,8 @@ def plan_multinode(  # noqa: PLR0917
         max_model_len=length,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         shm_size_gib=shm_size_gib(tp),
-        startup_budget_seconds=startup_budget(total_weights),
+        startup_budget_seconds=startup.probe_budget_seconds,
+        startup=startup,
         node_selector=node_selector(gpus),
         tolerations=gpus.tolerations,
         candidates=tuple(

@@ -15,7 +15,8 @@ from llmfleet.planner.placement import Gpus
 # vLLM's multi-GPU deployment examples use.
 SHM_BASE_GIB = 1
 SHM_GIB_PER_EXTRA_GPU = 2
-# Download (about 100 MiB/s), load and CUDA-graph capture: a floor plus time per weight GiB.
+# CPU plans only (GPU plans predict their start per phase, see `startup`): download (about
+# 100 MiB/s), load and warm-up, a floor plus time per weight GiB.
 STARTUP_BASE_SECONDS = 300
 STARTUP_SECONDS_PER_WEIGHT_GIB = 10
 # Set by NVIDIA GPU feature discovery on every GPU node.

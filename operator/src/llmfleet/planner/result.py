@@ -8,6 +8,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from llmfleet.models.base import ApiModel
 from llmfleet.models.standby import StandbyPlan
+from llmfleet.models.startup import StartupPrediction
 from llmfleet.models.status import PlannedStrategy, PlanSummary, Prediction
 from llmfleet.planner.memory import GIB
 
@@ -114,7 +115,15 @@ class Plan(ApiModel):
         alias="shmSizeGiB", ge=1, description="Suggested /dev/shm size (memory emptyDir), GiB."
     )
     startup_budget_seconds: int = Field(
-        ge=1, description="Time to allow for download, load and warm-up before probes fail."
+        ge=1,
+        description=(
+            "Seconds the engine's startupProbe allows from the container's start: "
+            "startup.probeBudgetSeconds on GPUs."
+        ),
+    )
+    startup: StartupPrediction | None = Field(
+        default=None,
+        description="One engine pod's predicted start per phase, cold and warm; GPU plans only.",
     )
     cpu_memory_gib: int | None = Field(
         default=None,
@@ -151,13 +160,16 @@ class Plan(ApiModel):
     )
 
     @model_serializer(mode="wrap")
-    def _without_absent_lora(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Plans without LoRA serialise as they did before LoRA existed.
+    def _without_absent_parts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Plans without LoRA (or on CPUs, without a start prediction) serialise as they did
+        # before those parts existed.
         data: dict[str, Any] = handler(self)
         if self.lora is None:
             data.pop("lora", None)
         if self.standby is None:
             data.pop("standby", None)
+        if self.startup is None:
+            data.pop("startup", None)
         return data
 
     def summary(self) -> PlanSummary:
@@ -173,4 +185,5 @@ class Plan(ApiModel):
             kv_cache_tokens_per_replica=self.kv_cache_tokens_per_replica,
             max_concurrent_sequences=self.max_concurrent_sequences,
             standby=self.standby,
+            startup=self.startup,
         )

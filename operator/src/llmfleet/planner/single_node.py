@@ -13,9 +13,10 @@ from llmfleet.planner.lora import explain_lora, lora_plan
 from llmfleet.planner.memory import GpuFit, weights_gib
 from llmfleet.planner.memory_layout import choose_layout
 from llmfleet.planner.placement import Gpus
-from llmfleet.planner.pod_settings import node_selector, shm_size_gib, startup_budget
+from llmfleet.planner.pod_settings import node_selector, shm_size_gib
 from llmfleet.planner.result import Plan
 from llmfleet.planner.settings import Settings, vllm_args
+from llmfleet.planner.startup import plan_startup
 
 
 def plan_single_node(
@@ -49,6 +50,14 @@ def plan_single_node(
     replicas = chosen.replicas
     min_replicas, max_replicas = autoscaling_bounds(spec, replicas)
     total_weights = weights_gib(arch, spec.model.dtype, settings.weights)
+    startup = plan_startup(
+        spec,
+        arch,
+        quantized=not settings.weights.sixteen_bit,
+        weights_gib=total_weights,
+        weights_gib_per_gpu=fit.weights_gib,
+        tensor_parallel_size=tp,
+    )
     return Plan(
         strategy=chosen.strategy,
         replicas=replicas,
@@ -68,7 +77,8 @@ def plan_single_node(
         max_model_len=settings.max_model_len,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         shm_size_gib=shm_size_gib(tp),
-        startup_budget_seconds=startup_budget(total_weights),
+        startup_budget_seconds=startup.probe_budget_seconds,
+        startup=startup,
         node_selector=node_selector(gpus),
         tolerations=gpus.tolerations,
         predicted=chosen.prediction,

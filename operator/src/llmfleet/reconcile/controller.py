@@ -28,7 +28,6 @@ from llmfleet.reconcile.adapters import AdapterSync, Wanted, gates_to_open, lora
 from llmfleet.reconcile.apply import ApplyResult, ref
 from llmfleet.reconcile.base import Reconciler, generation
 from llmfleet.reconcile.cache import ChildView
-from llmfleet.reconcile.causes import blockers
 from llmfleet.reconcile.conditions import find
 from llmfleet.reconcile.fetcher_token import FetcherTokens, KeySecret
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
@@ -40,6 +39,7 @@ from llmfleet.reconcile.stall import stall_window
 from llmfleet.reconcile.stallwatch import StallReport, StallWatch, opened, restart, turn_gates
 from llmfleet.reconcile.status import Observed, invalid_status, ready_status
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
+from llmfleet.render.compilecache import compile_cache_location
 from llmfleet.render.fetcher import runs_fetcher
 from llmfleet.render.leaderworkerset import (
     ENGINE_KINDS,
@@ -206,8 +206,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
 
         children = self.view.by_label("v1", "Pod", ns, *mine)
         pods = tuple(p for p in children if not _is_router(p))
-        # No Event read: no field of an LLMDeployment gives its pods a Secret or ConfigMap volume.
-        blocked = tuple(blockers(children, deployment_references(spec, planned)))
+        blocked = tuple(self.blockers(children, deployment_references(spec, planned)))
         adapters, busy = self._sync_adapters(
             ns, name, spec, planned, pods=pods, generation=generation(body)
         )
@@ -242,6 +241,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             plan=planned,
             observed=observed,
             endpoint=router_url(owner) if router_enabled(spec, planned) else endpoint_url(owner),
+            compile_cache=compile_cache_location(spec.model, spec.engine),
         )
         self._announce(body, old_status, spec, planned, result)
         unverified = newly_unverified(old_status, new)

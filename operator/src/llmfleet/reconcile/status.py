@@ -81,6 +81,7 @@ def ready_status(
     plan: Plan,
     observed: Observed,
     endpoint: str,
+    compile_cache: str | None = None,
 ) -> LLMDeploymentStatus:
     engine = observed.engine
     ready = int_field(engine, "status", "readyReplicas")
@@ -244,4 +245,5 @@ def ready_status(
         endpoint=endpoint,
         measured=None if measured is None else Measured(kv_cache_tokens=measured),
         adapters=None if observed.adapters is None else observed.adapters.statuses,
+        compile_cache=compile_cache,
     )

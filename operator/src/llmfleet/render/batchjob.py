@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from llmfleet import __version__
 from llmfleet.models.batchjob import DEFAULT_BATCH_IMAGE, KIND, ClaimPath, LLMBatchJobSpec
 from llmfleet.planner import Plan, PlanError
+from llmfleet.render.compilecache import compile_cache_env
 from llmfleet.render.modelpod import (
     cache_and_tmp,
     model_env,
@@ -152,8 +153,9 @@ def _volumes(spec: LLMBatchJobSpec) -> tuple[list[dict[str, Any]], list[dict[str
     return volumes, mounts, input_path, posixpath.join(_claim_mount(output.claim_name), output.path)
 
 
-def _env(spec: LLMBatchJobSpec) -> list[dict[str, Any]]:
+def _env(spec: LLMBatchJobSpec, plan: Plan) -> list[dict[str, Any]]:
     env = model_env(spec.model, spec.engine, on_gpus=spec.gpus is not None)
+    env += compile_cache_env(spec.model, spec.engine, spec.gpus, image(spec), plan.vllm_args)
     env.append({"name": "PYTHONUNBUFFERED", "value": "1"})
     return sorted(env, key=lambda e: str(e["name"]))
 
@@ -212,7 +214,7 @@ def render_batch_job(
         "image": image(spec),
         "command": list(RUNNER_COMMAND),
         "args": runner_args(owner, spec, plan, input_path, output_dir),
-        "env": _env(spec),
+        "env": _env(spec, plan),
         "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "resources": resources(spec.engine, plan),
         "volumeMounts": mounts,

@@ -10,6 +10,7 @@ from llmfleet.models.adapters import ADAPTERS_MOUNT_PATH
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.stall import stall_watched
 from llmfleet.planner import Plan
+from llmfleet.render.compilecache import compile_cache_env
 from llmfleet.render.fetcher import fetch_volume, fetcher_container, runs_fetcher
 from llmfleet.render.modelpod import (
     cache_and_tmp,
@@ -48,8 +49,11 @@ PROBE_PERIOD_SECONDS = 10
 ADAPTERS_VOLUME = "lora-adapters"
 
 
-def _env(spec: LLMDeploymentSpec, plan: Plan) -> list[dict[str, Any]]:
+def _env(spec: LLMDeploymentSpec, plan: Plan, image: str) -> list[dict[str, Any]]:
     env = model_env(spec.model, spec.engine, on_gpus=spec.gpus is not None)
+    # Leaders and workers of a multi-node replica share the key: vLLM's rank_<n> directories
+    # keep their files apart.
+    env += compile_cache_env(spec.model, spec.engine, spec.gpus, image, plan.vllm_args)
     if plan.lora is not None:
         # The operator loads and unloads spec.adapters in the running engine (docs/lora.md).
         env.append({"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"})
@@ -67,7 +71,8 @@ def _env(spec: LLMDeploymentSpec, plan: Plan) -> list[dict[str, Any]]:
 def _probes(plan: Plan) -> dict[str, Any]:
     health = {"httpGet": {"path": "/health", "port": "http"}}
     return {
-        # Loading weights takes minutes for big models; liveness waits until startup succeeds.
+        # The budget is twice the planner's predicted cold start (planner/startup.py): big
+        # models take minutes to download and compile, and liveness waits until startup succeeds.
         "startupProbe": {
             **health,
             "periodSeconds": PROBE_PERIOD_SECONDS,
@@ -141,15 +146,16 @@ def engine_pod_template(
             "--shutdown-timeout",
             str(SHUTDOWN_TIMEOUT_SECONDS),
         ]
+    image = spec.engine.image or default_image
     container: dict[str, Any] = {
         "name": ENGINE_CONTAINER,
-        "image": spec.engine.image or default_image,
+        "image": image,
         # An engine that dies at start leaves its log's tail as the termination message, which
         # status shows (Degraded EngineCrashLoop).
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "command": list(ENGINE_COMMAND),
         "args": args,
-        "env": _env(spec, plan),
+        "env": _env(spec, plan, image),
         "resources": resources(spec.engine, plan),
         "volumeMounts": mounts,
         "securityContext": {

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Here, with the lab's tools built (`make tools`) and PyPI reachable: what dev/gpulab carries to the
+# GPU machine, in files small enough for its 64 MiB calls (README.md: which file goes in which call).
+#   .gpu-lab/bin/<component>-<version>/<binary>.xz   the control plane, kubectl and helm (xz -9e)
+#   .gpu-lab/labsite.tar.xz                          the operator's and the lab's Python packages
+#                                                    for the machine's Python 3.12 (pinned by the lock)
+#   .gpu-lab/SHA256SUMS                              what stage.sh checks before it unpacks
+# Same inputs give the same bytes (xz single-threaded, tar with fixed mtimes and sorted names).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-.gpu-lab}
+BUILD_TOOLS=dev/localcluster/build-tools.sh
+PY=${PY:-.venv/bin/python}
+"$BUILD_TOOLS" etcd kubernetes helm
+rm -rf "$OUT" && mkdir -p "$OUT/bin"
+pack() {  # component binary...
+  local dir; dir=$("$BUILD_TOOLS" --bindir "$1"); shift
+  mkdir -p "$OUT/bin/$(basename "$dir")"
+  for b in "$@"; do xz -9e -T1 -c "$dir/$b" > "$OUT/bin/$(basename "$dir")/$b.xz"; done
+}
+pack etcd etcd &
+pack kubernetes kube-apiserver kube-controller-manager &
+pack kubernetes kube-scheduler kubectl &
+pack helm helm &
+wait
+site=$(mktemp -d)
+trap 'rm -rf "$site"' EXIT
+grep -E '^[A-Za-z0-9_.-]+==' operator/requirements.lock | sed 's/[ \\].*//' > "$site/constraints.txt"
+# The GPU machine's Python is 3.12 (../shared/gpu/README.md); the operator's own pins, as wheels.
+"$PY" -m pip install -q --target "$site/labsite" --python-version 3.12 --implementation cp \
+  --abi cp312 --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux_2_28_x86_64 -c "$site/constraints.txt" \
+  kopf==1.45.2 kubernetes==34.1.0 pydantic==2.14.3 prometheus-client==0.26.0 PyYAML==6.0.3
+# (cryptography stays: the kubernetes client imports google-auth, which imports it.)
+rm -rf "$site"/labsite/bin
+find "$site/labsite" -name __pycache__ -prune -exec rm -rf {} +
+tar -C "$site" --sort=name --mtime=2026-01-01 --owner=0 --group=0 --numeric-owner -c labsite \
+  | xz -9e -T1 > "$OUT/labsite.tar.xz"
+(cd "$OUT" && find . -type f ! -name SHA256SUMS | sort | xargs sha256sum > SHA256SUMS)
+grep -qxF /.gpu-lab/ .git/info/exclude 2>/dev/null || echo /.gpu-lab/ >> .git/info/exclude
+(cd "$OUT" && find . -type f -printf '%s %p\n' | sort -k2)
