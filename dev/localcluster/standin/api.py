@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import shapes
+from . import asgi, shapes
 from .engine import Engine, Token
 from .metrics import render
 
@@ -132,15 +132,37 @@ class Api:
         if not self.cfg.enable_sleep_mode:
             raise ApiError(500, SLEEP_MODE_OFF)
         await self.engine.sleep(level, mode)
-        return respond({"status": "sleeping", "level": level})
+        return web.Response(status=200)  # vLLM 0.26 on an H200: 200, empty body
 
     async def wake_up(self, request: web.Request) -> web.Response:
-        tags = request.query.getall("tags", []) or None
-        self.engine.wake_up()
-        return respond({"status": "awake", "tags": tags})
+        await self.engine.wake_up()
+        return web.Response(status=200)  # as /sleep: 200, empty body
 
     async def is_sleeping(self, _: web.Request) -> web.Response:
         return respond({"is_sleeping": self.engine.sleeping})
+
+    async def collective_rpc(self, request: web.Request) -> web.Response:
+        # The stand-in has no workers: every method is one the workers lack, as vLLM answers
+        # for a method its workers do not implement.
+        body = await request.json() if request.can_read_body else {}
+        method = str((body or {}).get("method", ""))
+        raise ApiError(
+            500,
+            f"Call to collective_rpc method failed: Method {method!r} is not implemented.",
+        )
+
+    async def reset_prefix_cache(self, _: web.Request) -> web.Response:
+        return respond({"success": True})
+
+    async def server_info(self, _: web.Request) -> web.Response:
+        return respond({"vllm_config": f"model={self.cfg.model!r}"})
+
+    async def pause(self, _: web.Request) -> web.Response:
+        self.engine.pause()
+        return respond({"status": "paused"})
+
+    async def is_paused(self, _: web.Request) -> web.Response:
+        return respond({"is_paused": self.engine.paused})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
@@ -252,7 +274,9 @@ def _one_of(values: tuple[str, ...]) -> str:
 
 def app(engine: Engine) -> web.Application:
     api = Api(engine)
-    application = web.Application(middlewares=[api.vllm_like])
+    # vLLM adds --middleware last, so it runs first: before the API key check and the routes.
+    fences = [asgi.as_aiohttp(asgi.load(path)) for path in engine.cfg.middleware]
+    application = web.Application(middlewares=[*fences, api.vllm_like])
     if engine.cfg.dev_mode:
         # vLLM registers its dev routers only under VLLM_SERVER_DEV_MODE=1; elsewhere 404.
         application.add_routes(
@@ -260,6 +284,11 @@ def app(engine: Engine) -> web.Application:
                 web.post("/sleep", api.sleep),
                 web.post("/wake_up", api.wake_up),
                 web.get("/is_sleeping", api.is_sleeping),
+                web.post("/collective_rpc", api.collective_rpc),
+                web.post("/reset_prefix_cache", api.reset_prefix_cache),
+                web.get("/server_info", api.server_info),
+                web.post("/pause", api.pause),
+                web.get("/is_paused", api.is_paused),
             ]
         )
     application.add_routes(

@@ -73,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", action="append")
     p.add_argument("--shutdown-timeout", type=float, default=0.0)
     p.add_argument("--enable-sleep-mode", action="store_true")
+    p.add_argument("--middleware", action="append", default=[])
     return p
 
 
@@ -98,6 +99,8 @@ class EngineConfig:
     # the engine sleep (vLLM's executor refuses otherwise).
     dev_mode: bool = False
     enable_sleep_mode: bool = False
+    # --middleware: import paths of ASGI middlewares in front of every route (asgi.py).
+    middleware: tuple[str, ...] = ()
 
     @property
     def model_name(self) -> str:
@@ -213,6 +216,7 @@ def engine_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         shutdown_timeout=args.shutdown_timeout,
         dev_mode=_flag(env.get("VLLM_SERVER_DEV_MODE", "0"), "VLLM_SERVER_DEV_MODE"),
         enable_sleep_mode=args.enable_sleep_mode,
+        middleware=tuple(args.middleware),
     )
     if cfg.num_gpu_blocks < cfg.blocks_per_request:
         raise StartupError(
