@@ -3,16 +3,19 @@ a standby engine (the engine stand-in, which answers vLLM's /sleep, /wake_up and
 is put to sleep once ready and is out of the router's rotation, wakes on a queue surge before
 the HPA's new pod is Ready, and sleeps again once the surge is over.
 
-Written before the operator renders standby engines or runs their loop (issue 44): skipped until
-it does. Kept short: one LLMDeployment, one surge, the stand-in's slow warm-up standing for
-vLLM's start so that the HPA's pod is still starting when the standby engine serves.
+Kept short: one LLMDeployment, one surge, the stand-in's slow warm-up standing for vLLM's start
+so that the HPA's pod is still starting when the standby engine serves. The test reads the
+engines' sleep state with the standby token from the Secret the operator made, as the operator
+does: the dev-mode fence refuses it to anyone else.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +42,6 @@ from e2e.harness import Operator, stand_in
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.lab("the node runner's engines and the lab's metrics stack"),
-    pytest.mark.skip(reason="standby engines are not rendered yet (issue 44, docs/autoscaling.md)"),
 ]
 
 NAME = "standby"
@@ -61,9 +63,30 @@ def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
         yield node
 
 
-def is_sleeping(ip: str) -> bool:
-    with urllib.request.urlopen(f"http://{ip}:8000/is_sleeping", timeout=5) as r:
+def standby_token(core: client.CoreV1Api, namespace: str) -> str:
+    """The standby engines' token, "" until the operator has made its Secret."""
+    try:
+        secret = core.read_namespaced_secret(f"{NAME}-standby", namespace)
+    except client.exceptions.ApiException as e:
+        if e.status == 404:
+            return ""
+        raise
+    return base64.b64decode(secret.data["token"]).decode()
+
+
+def is_sleeping(ip: str, token: str) -> bool:
+    request = urllib.request.Request(f"http://{ip}:8000/is_sleeping")
+    request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=5) as r:
         return bool(json.load(r)["is_sleeping"])
+
+
+def refused_without_token(ip: str) -> bool:
+    try:
+        urllib.request.urlopen(f"http://{ip}:8000/is_sleeping", timeout=5)
+    except urllib.error.HTTPError as e:
+        return e.code == 401
+    return False
 
 
 def test_a_standby_engine_wakes_on_a_surge_before_the_hpas_pod_and_sleeps_after_it(
@@ -105,13 +128,17 @@ def test_a_standby_engine_wakes_on_a_surge_before_the_hpas_pod_and_sleeps_after_
             return dict((llmd.get("status") or {}).get("standby") or {})
 
         # Started, put to sleep, out of rotation: Running but not Ready (its gate is False).
+        token = wait_until(lambda: standby_token(core, namespace), 60, 2, "the standby Secret")
         (sleeper,) = wait_until(
-            lambda: [p for p in pods(STANDBY) if p.status.pod_ip and is_sleeping(p.status.pod_ip)],
+            lambda: [
+                p for p in pods(STANDBY) if p.status.pod_ip and is_sleeping(p.status.pod_ip, token)
+            ],
             WARM_UP_SECONDS + 120,
             2,
             "the standby engine asleep",
         )
         assert not pod_ready(sleeper)
+        assert refused_without_token(sleeper.status.pod_ip)
         wait_until(lambda: standby_status() == {"asleep": 1, "awake": 0}, 60, 2, "status asleep")
         (router,) = wait_until(lambda: [p for p in pods(ROUTERS) if pod_ready(p)], 120, 1, "router")
         assert sleeper.status.pod_ip not in routed_engines(router.status.pod_ip)
@@ -128,7 +155,7 @@ def test_a_standby_engine_wakes_on_a_surge_before_the_hpas_pod_and_sleeps_after_
             )
             woke_after = time.monotonic() - t_surge
             serving_ready = [p for p in pods(ENGINES) if pod_ready(p)]
-            assert not is_sleeping(sleeper.status.pod_ip)
+            assert not is_sleeping(sleeper.status.pod_ip, token)
             assert {p.metadata.name for p in serving_ready} >= {sleeper.metadata.name}
             # The HPA's pod, if it exists yet, is still in its warm-up.
             assert len(serving_ready) == 2, (woke_after, [p.metadata.name for p in serving_ready])
@@ -140,7 +167,7 @@ def test_a_standby_engine_wakes_on_a_surge_before_the_hpas_pod_and_sleeps_after_
 
         # After the surge: asleep again once the queue stayed low for the cooldown.
         wait_until(
-            lambda: is_sleeping(sleeper.status.pod_ip),
+            lambda: is_sleeping(sleeper.status.pod_ip, token),
             COOLDOWN_SECONDS + 120,
             2,
             "the standby engine asleep again",

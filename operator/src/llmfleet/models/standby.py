@@ -31,15 +31,17 @@ class StandbySpec(ApiModel):
         ge=0,
         le=MAX_STANDBY_REPLICAS,
         description=(
-            "Not acted on yet: this release plans standby replicas and reports their cost, "
-            'and starts none (docs/autoscaling.md, "Standby engines"). '
-            "Engine pods started beside the autoscaled ones and put to sleep once ready "
+            "Engine pods started beside the autoscaled ones, in a Deployment <name>-standby "
+            "running vLLM in sleep mode, and put to sleep once ready "
             "(weights offloaded to host memory, KV cache freed). Each holds its GPUs while "
-            "asleep and host memory for the model's weights; status.standby and `llmfleet "
-            "plan` show both. A sleeping engine takes no requests (its readiness gate "
-            "llmfleet.dev/engine-progressing is False); the operator wakes one when the "
-            "queue per pod passes the autoscaler's targetQueueDepth, in about a second "
-            "instead of a new pod's minutes. Refused (Planned=False, reason "
+            "asleep and host memory for the model's weights; status.plan.standby and `llmfleet "
+            "plan` show both, status.standby how many are asleep and awake. A sleeping engine "
+            "takes no requests (its readiness gate llmfleet.dev/standby-awake is False); the "
+            "operator wakes one when the queue per engine in rotation passes the autoscaler's "
+            "targetQueueDepth, in about a second instead of a new pod's minutes (Event "
+            "StandbyWoken), and puts one back to sleep after sleepQueueDepth held for "
+            "cooldownSeconds (StandbySlept). vLLM's dev-mode endpoints that sleep mode opens "
+            "answer only the operator (docs/security.md). Refused (Planned=False, reason "
             f"StandbyNeedsOneGpu) at tensor or pipeline parallel above 1. 0 to "
             f"{MAX_STANDBY_REPLICAS}, default 0."
         ),
@@ -89,3 +91,10 @@ class StandbyPlan(ApiModel):
     cooldown_seconds: int = Field(
         ge=1, description="How long the queue stays at or below sleepQueueDepth before that."
     )
+
+
+class StandbyStatus(ApiModel):
+    """How many standby engines are asleep and awake now."""
+
+    asleep: int = Field(ge=0, description="Standby engines asleep, out of rotation.")
+    awake: int = Field(ge=0, description="Standby engines woken for the queue, in rotation.")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from llmfleet.models.base import ApiModel
-from llmfleet.models.standby import StandbyPlan
+from llmfleet.models.standby import StandbyPlan, StandbyStatus
 from llmfleet.models.startup import StartupPrediction
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -213,6 +213,13 @@ class LLMDeploymentStatus(ApiModel):
         description=(
             "Per LoRA adapter of spec.adapters, how many engines serve it and why any could "
             "not load it (condition AdaptersReady sums it up); absent without LoRA."
+        ),
+    )
+    standby: StandbyStatus | None = Field(
+        default=None,
+        description=(
+            "spec.autoscaling.standby: the standby engines that answer, asleep and awake; "
+            "absent without standby replicas."
         ),
     )
 
