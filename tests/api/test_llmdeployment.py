@@ -112,6 +112,22 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
         {"engine": {"stallDetection": {"windowSeconds": 2}}},
         "spec.engine.stallDetection.windowSeconds",
     ),
+    (
+        "standby-without-the-autoscaler",
+        {"autoscaling": {"enabled": False, "standby": {"replicas": 1}}},
+        'spec.autoscaling.standby.replicas: Invalid value: "object": standby.replicas needs '
+        "the autoscaler",
+    ),
+    (
+        "standby-with-scale-to-zero",
+        {"autoscaling": {"minReplicas": 0, "standby": {"replicas": 1}}},
+        "standby.replicas cannot go with minReplicas 0",
+    ),
+    (
+        "standby-cooldown-too-short",
+        {"autoscaling": {"standby": {"replicas": 1, "cooldownSeconds": 5}}},
+        "spec.autoscaling.standby.cooldownSeconds",
+    ),
 ]
 
 

@@ -15,6 +15,7 @@ EXPECTED_RULES = {
     ("llmfleet.dev", "llmdeployments/status"): {"get", "patch"},
     ("apps", "deployments"): MANAGES,
     ("", "services"): MANAGES,
+    ("", "configmaps"): MANAGES,
     ("autoscaling", "horizontalpodautoscalers"): MANAGES,
     ("policy", "poddisruptionbudgets"): MANAGES,
     ("networking.k8s.io", "networkpolicies"): MANAGES,
@@ -30,7 +31,7 @@ EXPECTED_RULES = {
     ("batch", "jobs"): MANAGES,
     ("", "events"): {"create", "patch", "list"},
     ("events.k8s.io", "events"): {"create", "patch"},
-    # The adapter fetchers' token Secrets, created and never read.
+    # The adapter fetchers' and the standby engines' token Secrets, created and never read.
     ("", "secrets"): {"create"},
 }
 

@@ -15,6 +15,7 @@ from llmfleet.reconcile import manager as manager_module
 from llmfleet.reconcile.manager import Manager
 from llmfleet.reconcile.resync import Resyncer
 from llmfleet.reconcile.stallwatch import StallWatch
+from llmfleet.reconcile.standbyloop import StandbyWatch
 from llmfleet.reconcile.workqueue import Backoff
 from llmfleet.reconcile.writegate import GatedApiClient, NotLeadingError, WriteGate
 from llmfleet.render.names import DEPLOYMENT_LABEL
@@ -65,6 +66,7 @@ class Deployments:
     def __init__(self, api: GatedApiClient, journal: Journal, fetch_done: threading.Event) -> None:
         self.api, self.journal, self.fetch_done = api, journal, fetch_done
         self.stalls = StallWatch(8000)  # no LLMDeployment watched: the stall poll queues none
+        self.standby = StandbyWatch(8000)  # nor the standby poll
 
     backoff = Backoff()
 

@@ -153,6 +153,11 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The standby engines' dev-mode fence (spec.autoscaling.standby): a ConfigMap holding the
+# middleware vLLM loads, one per LLMDeployment with standby replicas.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]

@@ -46,9 +46,13 @@ STAND_IN = "stand-in"
 STAND_IN_MODULE = "localcluster.standin"
 STAND_IN_TOKEN_SECONDS = "lab.llmfleet.test/stand-in-token-seconds"
 STAND_IN_WARM_UP_SECONDS = "lab.llmfleet.test/stand-in-warm-up-seconds"
+STAND_IN_SLEEP_SECONDS = "lab.llmfleet.test/stand-in-sleep-seconds"
+STAND_IN_WAKE_SECONDS = "lab.llmfleet.test/stand-in-wake-seconds"
 STAND_IN_SETTINGS = {
     STAND_IN_TOKEN_SECONDS: "LLMFLEET_STANDIN_TOKEN_S",
     STAND_IN_WARM_UP_SECONDS: "LLMFLEET_STANDIN_WARMUP_S",
+    STAND_IN_SLEEP_SECONDS: "LLMFLEET_STANDIN_SLEEP_S",
+    STAND_IN_WAKE_SECONDS: "LLMFLEET_STANDIN_WAKE_S",
 }
 # The container's volumeMounts (mountPath -> emulated directory), as JSON, for the sitecustomize:
 # vLLM is told LoRA paths over its API at run time, where no command line rewrite reaches.

@@ -26,6 +26,17 @@ the real pinned vLLM, on one command line):
   short, as vLLM's abort mode) while the port stays open, `/health` answers 200 and a new
   completion fails with vLLM's 500 ("cannot schedule new futures after shutdown"); then the port
   closes and the process exits 0;
+- sleep mode, under VLLM_SERVER_DEV_MODE=1 with `--enable-sleep-mode` (every dev path 404
+  `{"detail":"Not Found"}` without dev mode), as vLLM 0.26 answered on an H200
+  (bench/gpu/h200-2026-11-27-sleep.jsonl): `POST /sleep?level=&mode=` (level 0-2, default 1;
+  mode abort, wait or keep) and `POST /wake_up` answer 200 with an empty body, `GET
+  /is_sleeping` `{"is_sleeping":...}`; a sleeping engine takes requests on /v1 and answers them
+  after the wake (vLLM pauses its scheduler). Sleeping takes LLMFLEET_STANDIN_SLEEP_S, waking
+  LLMFLEET_STANDIN_WAKE_S (defaults: 10.3 s and 0.69 s, measured, scaled as the warm-up is);
+- the other dev-mode paths vLLM opens on the same port, unauthenticated: `/collective_rpc`
+  (500, no worker method exists here), `/reset_prefix_cache` `{"success":true}`, `/server_info`,
+  `/pause` `{"status":"paused"}` (the scheduler stops), `/is_paused`; the API key does not guard
+  any dev path, as vLLM's does not;
 - a model directory without config.json, or a KV cache too small for one request of
   `--max-model-len`, ends the process at start with exit code 1, as vLLM's start fails.
 
@@ -34,5 +45,6 @@ estimates (no tokenizer), every request runs to max_tokens (finish reason `lengt
 prefix caching, LoRA, sampling parameter or tool call has any effect.
 
 Environment: LLMFLEET_STANDIN_TOKEN_S (seconds per engine step), LLMFLEET_STANDIN_WARMUP_S
-(seconds before the port opens, default 1).
+(seconds before the port opens, default 1), LLMFLEET_STANDIN_SLEEP_S and LLMFLEET_STANDIN_WAKE_S
+(seconds /sleep and /wake_up take).
 """

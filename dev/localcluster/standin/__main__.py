@@ -15,12 +15,20 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+from . import asgi
 from .api import app
 from .config import EngineConfig, StartupError, engine_config
-from .engine import Engine
+from .engine import INSTANT, Engine, SleepTimes
 
 DEFAULT_TOKEN_S = 0.02
 DEFAULT_WARMUP_S = 1.0
+# Sleep and wake scaled as the warm-up is: vLLM 0.26's first token 121.4 s after the container's
+# start on an H100 is 1 s here; its level-1 sleep took 10.3 s and its wake-up 0.69 s on an H200
+# (bench/gpu/h200-2026-11-27-sleep.jsonl).
+MEASURED_FIRST_TOKEN_S = 121.4
+START_SCALE = DEFAULT_WARMUP_S / MEASURED_FIRST_TOKEN_S
+DEFAULT_SLEEP_S = 10.3 * START_SCALE
+DEFAULT_WAKE_S = 0.69 * START_SCALE
 CLEANUP_S = 2.0  # after the drain: responses being written, idle keep-alive connections
 
 log = logging.getLogger("standin")
@@ -31,7 +39,9 @@ def _seconds(name: str, default: float) -> float:
     return float(value) if value else default
 
 
-async def serve(cfg: EngineConfig, token_s: float, warmup_s: float) -> int:
+async def serve(
+    cfg: EngineConfig, token_s: float, warmup_s: float, times: SleepTimes = INSTANT
+) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -41,7 +51,7 @@ async def serve(cfg: EngineConfig, token_s: float, warmup_s: float) -> int:
         await asyncio.wait_for(stop.wait(), warmup_s)
     if stop.is_set():
         return 0
-    engine = Engine(cfg, token_s)
+    engine = Engine(cfg, token_s, times)
     steps = asyncio.create_task(engine.run())
     # A client that goes away cancels its handler, whose requests then leave the engine, as vLLM
     # aborts the requests of a closed connection.
@@ -88,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     try:
         cfg = engine_config(sys.argv[1:] if argv is None else argv)
+        for path in cfg.middleware:
+            asgi.as_aiohttp(asgi.load(path))  # vLLM imports them before it opens the port
     except StartupError as e:
         log.error("%s", e)
         print(f"ValueError: {e}", file=sys.stderr)
@@ -107,7 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     token_s = _seconds("LLMFLEET_STANDIN_TOKEN_S", DEFAULT_TOKEN_S)
     warmup_s = max(0.0, _seconds("LLMFLEET_STANDIN_WARMUP_S", DEFAULT_WARMUP_S))
     warmup_s -= time.monotonic() - started
-    return asyncio.run(serve(cfg, token_s, warmup_s))
+    times = SleepTimes(
+        sleep_s=max(0.0, _seconds("LLMFLEET_STANDIN_SLEEP_S", DEFAULT_SLEEP_S)),
+        wake_s=max(0.0, _seconds("LLMFLEET_STANDIN_WAKE_S", DEFAULT_WAKE_S)),
+    )
+    return asyncio.run(serve(cfg, token_s, warmup_s, times))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import shapes
+from . import asgi, shapes
 from .engine import Engine, Token
 from .metrics import render
 
@@ -24,6 +24,10 @@ METRICS_CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
 # What vLLM 0.32 answers (500) to a generation request while it drains after SIGTERM: its
 # tokenizer's thread pool is already shut down.
 DRAINING_MESSAGE = "cannot schedule new futures after shutdown"
+# vLLM 0.32's PauseMode: what /sleep does with the requests in flight.
+PAUSE_MODES = ("abort", "wait", "keep")
+# The stand-in's own refusal without --enable-sleep-mode (what vLLM does then is not modelled).
+SLEEP_MODE_OFF = "Sleep mode is not enabled. Start the engine with --enable-sleep-mode."
 _WORD = re.compile(r"\w+|[^\w\s]")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -120,6 +124,46 @@ class Api:
         sched = self.engine.sched
         return respond({"server_load": len(sched.running) + len(sched.waiting)})
 
+    async def sleep(self, request: web.Request) -> web.Response:
+        level = _query_int(request, "level", 1, 0, 2)
+        mode = request.query.get("mode", "abort")
+        if mode not in PAUSE_MODES:
+            raise ApiError(400, f"mode: Input should be {_one_of(PAUSE_MODES)}", "mode")
+        if not self.cfg.enable_sleep_mode:
+            raise ApiError(500, SLEEP_MODE_OFF)
+        await self.engine.sleep(level, mode)
+        return web.Response(status=200)  # vLLM 0.26 on an H200: 200, empty body
+
+    async def wake_up(self, request: web.Request) -> web.Response:
+        await self.engine.wake_up()
+        return web.Response(status=200)  # as /sleep: 200, empty body
+
+    async def is_sleeping(self, _: web.Request) -> web.Response:
+        return respond({"is_sleeping": self.engine.sleeping})
+
+    async def collective_rpc(self, request: web.Request) -> web.Response:
+        # The stand-in has no workers: every method is one the workers lack, as vLLM answers
+        # for a method its workers do not implement.
+        body = await request.json() if request.can_read_body else {}
+        method = str((body or {}).get("method", ""))
+        raise ApiError(
+            500,
+            f"Call to collective_rpc method failed: Method {method!r} is not implemented.",
+        )
+
+    async def reset_prefix_cache(self, _: web.Request) -> web.Response:
+        return respond({"success": True})
+
+    async def server_info(self, _: web.Request) -> web.Response:
+        return respond({"vllm_config": f"model={self.cfg.model!r}"})
+
+    async def pause(self, _: web.Request) -> web.Response:
+        self.engine.pause()
+        return respond({"status": "paused"})
+
+    async def is_paused(self, _: web.Request) -> web.Response:
+        return respond({"is_paused": self.engine.paused})
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
         prompt = body.get("prompt", "")
@@ -210,9 +254,43 @@ class Api:
         return response
 
 
+def _query_int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    """FastAPI's `Annotated[int, Query(ge=low, le=high)]`, with vLLM's 400 for a bad value."""
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, f"{name}: Input should be a valid integer", name) from None
+    if not low <= value <= high:
+        raise ApiError(400, f"{name}: Input should be between {low} and {high}", name)
+    return value
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    return ", ".join(f"'{v}'" for v in values[:-1]) + f" or '{values[-1]}'"
+
+
 def app(engine: Engine) -> web.Application:
     api = Api(engine)
-    application = web.Application(middlewares=[api.vllm_like])
+    # vLLM adds --middleware last, so it runs first: before the API key check and the routes.
+    fences = [asgi.as_aiohttp(asgi.load(path)) for path in engine.cfg.middleware]
+    application = web.Application(middlewares=[*fences, api.vllm_like])
+    if engine.cfg.dev_mode:
+        # vLLM registers its dev routers only under VLLM_SERVER_DEV_MODE=1; elsewhere 404.
+        application.add_routes(
+            [
+                web.post("/sleep", api.sleep),
+                web.post("/wake_up", api.wake_up),
+                web.get("/is_sleeping", api.is_sleeping),
+                web.post("/collective_rpc", api.collective_rpc),
+                web.post("/reset_prefix_cache", api.reset_prefix_cache),
+                web.get("/server_info", api.server_info),
+                web.post("/pause", api.pause),
+                web.get("/is_paused", api.is_paused),
+            ]
+        )
     application.add_routes(
         [
             web.get("/health", api.empty),

@@ -72,6 +72,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--api-key", action="append")
     p.add_argument("--shutdown-timeout", type=float, default=0.0)
+    p.add_argument("--enable-sleep-mode", action="store_true")
+    p.add_argument("--middleware", action="append", default=[])
     return p
 
 
@@ -93,6 +95,12 @@ class EngineConfig:
     enable_prefix_caching: bool
     api_keys: tuple[str, ...]
     shutdown_timeout: float
+    # VLLM_SERVER_DEV_MODE=1 opens /sleep, /wake_up and /is_sleeping; --enable-sleep-mode lets
+    # the engine sleep (vLLM's executor refuses otherwise).
+    dev_mode: bool = False
+    enable_sleep_mode: bool = False
+    # --middleware: import paths of ASGI middlewares in front of every route (asgi.py).
+    middleware: tuple[str, ...] = ()
 
     @property
     def model_name(self) -> str:
@@ -150,6 +158,14 @@ def kv_cache_bytes(env: Mapping[str, str], flag: int | None) -> int:
     return flag if flag is not None else UNSET_KV_BYTES
 
 
+def _flag(value: str, name: str) -> bool:
+    """vLLM's reading of a 0/1 variable: bool(int(value))."""
+    try:
+        return bool(int(value))
+    except ValueError as e:
+        raise StartupError(f"{name}={value!r}: {e}") from e
+
+
 def engine_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> EngineConfig:
     """The engine vLLM would start with `argv` (`vllm serve`'s arguments: the model, then its
     flags; or the OpenAI server module's, with --model) and `env`."""
@@ -198,6 +214,9 @@ def engine_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         enable_prefix_caching=args.enable_prefix_caching,
         api_keys=tuple(keys),
         shutdown_timeout=args.shutdown_timeout,
+        dev_mode=_flag(env.get("VLLM_SERVER_DEV_MODE", "0"), "VLLM_SERVER_DEV_MODE"),
+        enable_sleep_mode=args.enable_sleep_mode,
+        middleware=tuple(args.middleware),
     )
     if cfg.num_gpu_blocks < cfg.blocks_per_request:
         raise StartupError(

@@ -35,15 +35,58 @@ class Token:
     finish_reason: str | None  # set on a sequence's last token
 
 
+@dataclass(frozen=True)
+class SleepTimes:
+    """How long /sleep and /wake_up take before they answer."""
+
+    sleep_s: float = 0.0
+    wake_s: float = 0.0
+
+
+INSTANT = SleepTimes()
+
+
 class Engine:
-    def __init__(self, cfg: EngineConfig, token_s: float) -> None:
+    def __init__(self, cfg: EngineConfig, token_s: float, times: SleepTimes = INSTANT) -> None:
         self.cfg = cfg
         self.token_s = token_s
+        self.times = times
         self.sched = Scheduler(cfg.max_num_seqs, cfg.num_gpu_blocks, cfg.block_size)
         self.stats = Stats(cfg)
         self._outputs: dict[int, tuple[asyncio.Queue[Token], int]] = {}
         self._wake = asyncio.Event()
         self.draining = False  # SIGTERM: the requests in flight finish, no new one is taken
+        self.sleep_level: int | None = None  # vLLM sleep mode: None awake, else the level
+        self.paused = False  # vLLM's /pause: the scheduler stops, requests wait
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+
+    @property
+    def sleeping(self) -> bool:
+        return self.sleep_level is not None
+
+    def pause(self) -> None:
+        self.paused = True
+        self._resumed.clear()
+
+    async def sleep(self, level: int, mode: str) -> None:
+        """vLLM's pause then sleep: `abort` ends the requests in flight, `wait` lets them
+        finish first, `keep` holds them until the wake-up. Requests that arrive meanwhile wait."""
+        if mode == "wait":
+            while self.sched.running or self.sched.waiting:
+                await asyncio.sleep(self.token_s)
+        self._resumed.clear()
+        self.sleep_level = level
+        if mode == "abort":
+            self.abort_all()
+        await asyncio.sleep(self.times.sleep_s)
+
+    async def wake_up(self) -> None:
+        await asyncio.sleep(self.times.wake_s)
+        self.sleep_level = None
+        if not self.paused:
+            self._resumed.set()
+            self._wake.set()
 
     def submit(
         self, prompt_tokens: int, max_tokens: int, out: asyncio.Queue[Token], index: int
@@ -67,6 +110,9 @@ class Engine:
 
     async def run(self) -> None:
         while True:
+            if not self._resumed.is_set():
+                await self._resumed.wait()
+                continue
             if self.sched.idle:
                 self._wake.clear()
                 await self._wake.wait()

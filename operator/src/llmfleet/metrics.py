@@ -72,6 +72,16 @@ ENGINE_STALLS = Counter(
     "window (spec.engine.stallDetection)",
     ["namespace", "llmdeployment"],
 )
+STANDBY_ENGINES = Gauge(
+    "llmfleet_standby_engines",
+    "Standby engines (spec.autoscaling.standby) that answer, by state: asleep or awake",
+    ["namespace", "llmdeployment", "state"],
+)
+STANDBY_CALLS = Counter(
+    "llmfleet_standby_transitions",
+    "Standby engines the operator woke (to=awake) or put back to sleep (to=asleep)",
+    ["namespace", "llmdeployment", "to"],
+)
 # Pod creation to Ready: scheduling, image pull, weight download and load, warm-up.
 ENGINE_STARTUP_BUCKETS = (15, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800, 2700, 3600, 7200)
 ENGINE_STARTUP = Histogram(
@@ -87,6 +97,7 @@ STARTUP_OBSERVATION_WINDOW_SECONDS = 900.0
 
 _lock = threading.Lock()
 _stalls: set[tuple[str, str]] = set()  # LLMDeployments with an ENGINE_STALLS series
+_standby: set[tuple[str, str]] = set()  # with STANDBY_ENGINES and STANDBY_CALLS series
 _layouts: dict[tuple[str, str], tuple[str, str, str]] = {}
 _conditions: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
 _decisions: dict[tuple[str, str], tuple[str, str, str, str]] = {}
@@ -257,6 +268,28 @@ def forget(namespace: str, name: str) -> None:
         if key in _stalls:
             _stalls.discard(key)
             ENGINE_STALLS.remove(namespace, name)
+    forget_standby(namespace, name)
+
+
+def set_standby(
+    namespace: str, name: str, *, asleep: int, awake: int, woken: int, slept: int
+) -> None:
+    """The LLMDeployment's standby engines now, and those this reconcile woke or put to sleep."""
+    with _lock:
+        _standby.add((namespace, name))
+        STANDBY_ENGINES.labels(namespace, name, "asleep").set(asleep)
+        STANDBY_ENGINES.labels(namespace, name, "awake").set(awake)
+        STANDBY_CALLS.labels(namespace, name, "awake").inc(woken)
+        STANDBY_CALLS.labels(namespace, name, "asleep").inc(slept)
+
+
+def forget_standby(namespace: str, name: str) -> None:
+    with _lock:
+        if (namespace, name) in _standby:
+            _standby.discard((namespace, name))
+            for state in ("asleep", "awake"):
+                STANDBY_ENGINES.remove(namespace, name, state)
+                STANDBY_CALLS.remove(namespace, name, state)
 
 
 def count_engine_stalls(namespace: str, name: str, pods: int) -> None:

@@ -281,6 +281,8 @@ def _table(item: _Planned) -> str:
             rows.append(("Within SLO", f"up to {q.max_concurrency_within_slo} sequences per pod"))
     if p.lora is not None:
         rows.append(("LoRA", _lora(p)))
+    if p.standby is not None:
+        rows.append(("Standby", _standby(p)))
     if p.cpu_memory_gib is not None:
         rows.append(("Memory request", f"{p.cpu_memory_gib} GiB"))
     if p.node_selector:
@@ -314,6 +316,17 @@ def _lora(p: Plan) -> str:
         f"up to {lora.max_adapters} adapters of rank <= {lora.max_rank} at once: "
         f"{_gib_up(lora.gpu_gib_per_gpu)} of buffers {where}; CPU cache of "
         f"{lora.max_cpu_adapters}: {_gib_up(lora.cpu_gib_per_pod)} per pod"
+    )
+
+
+def _standby(p: Plan) -> str:
+    standby = p.standby
+    assert standby is not None
+    return (
+        f"{standby.replicas} asleep, holding {standby.gpus} GPUs and "
+        f"{_gib_up(standby.host_memory_gib_per_replica)} of host memory each for the offloaded "
+        f"weights; one wakes above {standby.wake_queue_depth} waiting per pod, sleeps again "
+        f"at or below {standby.sleep_queue_depth} for {standby.cooldown_seconds} s"
     )
 
 

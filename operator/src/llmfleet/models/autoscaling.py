@@ -10,6 +10,7 @@ from llmfleet.models.defaults import (
     DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS,
     DEFAULT_WAKE_TIMEOUT_SECONDS,
 )
+from llmfleet.models.standby import StandbySpec
 
 
 class AutoscalingSpec(ApiModel):
@@ -49,6 +50,27 @@ class AutoscalingSpec(ApiModel):
             ),
             holds=lambda a: a.min_replicas is None or a.min_replicas > 0 or a.enabled,
             field="minReplicas",
+        ),
+        CelRule(
+            rule="!has(self.standby) || !has(self.standby.replicas) || "
+            "self.standby.replicas == 0 || self.enabled",
+            message=(
+                "standby.replicas needs the autoscaler, whose queue signal wakes them: set "
+                "enabled to true, or standby.replicas to 0"
+            ),
+            holds=lambda a: a.standby_replicas == 0 or a.enabled,
+            field="standby.replicas",
+        ),
+        CelRule(
+            rule="!has(self.standby) || !has(self.standby.replicas) || "
+            "self.standby.replicas == 0 || !has(self.minReplicas) || self.minReplicas > 0",
+            message=(
+                "standby.replicas cannot go with minReplicas 0: standby engines keep their GPUs "
+                "while idle, which scale to zero exists to free; set minReplicas to at least 1, "
+                "or standby.replicas to 0"
+            ),
+            holds=lambda a: a.standby_replicas == 0 or a.min_replicas != 0,
+            field="standby.replicas",
         ),
     )
 
@@ -121,6 +143,17 @@ class AutoscalingSpec(ApiModel):
             f"{DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS}."
         ),
     )
+    standby: StandbySpec | None = Field(
+        default=None,
+        description=(
+            "Standby engines: started, then put to sleep, and woken on a queue surge before "
+            'the autoscaler\'s new pod could be ready (docs/autoscaling.md, "Standby engines").'
+        ),
+    )
+
+    @property
+    def standby_replicas(self) -> int:
+        return 0 if self.standby is None else self.standby.replicas
 
     @property
     def scales_to_zero(self) -> bool:

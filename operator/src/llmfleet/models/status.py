@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from llmfleet.models.base import ApiModel
+from llmfleet.models.standby import StandbyPlan, StandbyStatus
 from llmfleet.models.startup import StartupPrediction
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -66,6 +67,13 @@ class PlanSummary(ApiModel):
     )
     max_concurrent_sequences: int = Field(
         ge=0, description="Sequences one pod runs at once (vLLM --max-num-seqs)."
+    )
+    standby: StandbyPlan | None = Field(
+        default=None,
+        description=(
+            "spec.autoscaling.standby: the sleeping engines, the GPUs they hold and the host "
+            "memory each holds for its weights; absent without standby replicas."
+        ),
     )
     startup: StartupPrediction | None = Field(
         default=None,
@@ -205,6 +213,13 @@ class LLMDeploymentStatus(ApiModel):
         description=(
             "Per LoRA adapter of spec.adapters, how many engines serve it and why any could "
             "not load it (condition AdaptersReady sums it up); absent without LoRA."
+        ),
+    )
+    standby: StandbyStatus | None = Field(
+        default=None,
+        description=(
+            "spec.autoscaling.standby: the standby engines that answer, asleep and awake; "
+            "absent without standby replicas."
         ),
     )
 

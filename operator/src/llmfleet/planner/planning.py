@@ -58,6 +58,7 @@ from llmfleet.planner.settings import (
     gpu_fit,
 )
 from llmfleet.planner.single_node import plan_single_node
+from llmfleet.planner.standby import plan_standby
 from llmfleet.planner.weights import Weights, resolve_weights
 
 
@@ -77,10 +78,19 @@ def plan(
     )
     planned = _plan(spec, profiles, arch, weights)
     where = f"Architecture from {source}. Weights: {weights.words}, from {weights.source}."
+    standby = plan_standby(
+        spec.autoscaling.standby,
+        tensor_parallel_size=planned.tensor_parallel_size,
+        pipeline_parallel_size=planned.pipeline_parallel_size,
+        gpus_per_replica=planned.gpus_per_replica,
+        weights_gib=planned.weights_gib,
+        target_queue_depth=planned.target_queue_depth,
+    )
     return planned.model_copy(
         update={
             "reason": f"{where} {planned.reason}",
             "weights_format": f"{weights.words} ({weights.source})",
+            "standby": standby,
         }
     )
 

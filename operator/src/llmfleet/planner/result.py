@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from llmfleet.models.base import ApiModel
+from llmfleet.models.standby import StandbyPlan
 from llmfleet.models.startup import StartupPrediction
 from llmfleet.models.status import PlannedStrategy, PlanSummary, Prediction
 from llmfleet.planner.memory import GIB
@@ -153,6 +154,10 @@ class Plan(ApiModel):
     lora: LoraPlan | None = Field(
         default=None, description="LoRA settings and memory; None when LoRA is off."
     )
+    standby: StandbyPlan | None = Field(
+        default=None,
+        description="Standby engines and what they hold asleep; None without standby replicas.",
+    )
 
     @model_serializer(mode="wrap")
     def _without_absent_parts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -161,6 +166,8 @@ class Plan(ApiModel):
         data: dict[str, Any] = handler(self)
         if self.lora is None:
             data.pop("lora", None)
+        if self.standby is None:
+            data.pop("standby", None)
         if self.startup is None:
             data.pop("startup", None)
         return data
@@ -177,5 +184,6 @@ class Plan(ApiModel):
             ),
             kv_cache_tokens_per_replica=self.kv_cache_tokens_per_replica,
             max_concurrent_sequences=self.max_concurrent_sequences,
+            standby=self.standby,
             startup=self.startup,
         )

@@ -18,6 +18,7 @@ from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, weakening_args
+from llmfleet.reconcile import standbyloop
 from llmfleet.reconcile.adapter_status import (
     AdapterReport,
     adapter_report,
@@ -87,6 +88,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         self.kv_cache = EngineKVCache(HTTP_PORT)
         self.adapters = AdapterSync(HTTP_PORT)
         self.stalls = StallWatch(HTTP_PORT)
+        self.standby = standbyloop.StandbyWatch(HTTP_PORT)
         # None: a key of this process's own (one replica outside a cluster, tests).
         self.fetcher_tokens = FetcherTokens(k8s.CoreV1Api(api), fetcher_key)
 
@@ -150,6 +152,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         self.kv_cache.forget(namespace, name)
         self.adapters.forget(namespace, name)
         self.stalls.forget(namespace, name)
+        self.standby.forget(namespace, name)
         self.fetcher_tokens.forget(namespace, name)
 
     def run(
@@ -178,6 +181,8 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             # Before the pods that read it: a missing Secret would hold them in
             # CreateContainerConfigError until the next reconcile.
             self.fetcher_tokens.ensure_secret(owner)
+        if planned.standby is not None:  # the dev-mode fence's token, likewise
+            standbyloop.ensure_token(self.fetcher_tokens, owner)
         for obj in rendered:
             live[ref(obj)] = self.applier.apply(obj, result)
 
@@ -189,7 +194,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             d
             for kind in ENGINE_KINDS
             for d in self.view.by_label(*kind, ns, *mine)
-            if ref(d) != engine_ref and not _is_router(d)
+            if ref(d) != engine_ref and not _is_router(d) and not standbyloop.is_standby(d)
         )
         # The previous layout keeps serving until the new one holds its minimum replicas.
         new_ready = int(((engine or {}).get("status") or {}).get("readyReplicas") or 0)
@@ -234,6 +239,15 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             blockers=blocked,
             adapters=adapters,
             stalled=self._check_stalls(body, spec, planned, pods, busy),
+            standby=standbyloop.reconcile_standby(
+                self.standby,
+                k8s.CoreV1Api(self.api),
+                self.events.emit,
+                body,
+                planned.standby,
+                pods=pods,
+                tokens=self.fetcher_tokens,
+            ),
         )
         new = ready_status(
             old=old_status,

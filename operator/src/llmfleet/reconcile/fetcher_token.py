@@ -9,6 +9,9 @@ serves: the chart grants it `create` on Secrets there, and `get` only on its own
 its own namespace (as it does for its Lease). Every replica and every restart derives the same
 tokens from that key.
 
+Standby engines' dev-mode fence (llmfleet.devfence) takes a token made the same way, of a
+different message (the purpose, "standby"), in a Secret of its own (render.standby).
+
 The key Secret is created by the first replica that finds none; without a namespace for it
 (the operator outside a cluster with --no-leader-election) the key is this process's own, and
 fetchers whose Secret an earlier process created refuse it until the Secret is deleted."""
@@ -54,22 +57,28 @@ class FetcherTokens:
         self._where = where
         self._lock = threading.Lock()
         self._key: bytes | None = None if where is not None else secrets.token_bytes(KEY_BYTES)
-        self._created: set[tuple[str, str, str]] = set()  # owners whose Secret exists
+        # (namespace, name, uid, Secret) of the token Secrets that exist
+        self._created: set[tuple[str, str, str, str]] = set()
 
-    def token(self, namespace: str, name: str) -> BearerToken:
-        digest = hmac.new(self._operator_key(), f"{namespace}/{name}".encode(), hashlib.sha256)
+    def token(self, namespace: str, name: str, purpose: str = "") -> BearerToken:
+        """The token of one LLMDeployment's fetchers (no purpose) or of another of its
+        operator-only endpoints (`purpose`: "standby")."""
+        message = f"{namespace}/{name}" + (f"/{purpose}" if purpose else "")
+        digest = hmac.new(self._operator_key(), message.encode(), hashlib.sha256)
         return BearerToken(digest.hexdigest())
 
-    def ensure_secret(self, owner: Owner) -> None:
-        """Creates the LLMDeployment's token Secret unless it exists; an existing one is kept as
-        it is (the operator may not read it, and wrote it with the same token)."""
-        if (owner.namespace, owner.name, owner.uid) in self._created:
+    def ensure_secret(self, owner: Owner, purpose: str = "", secret_name: str = "") -> None:
+        """Creates the LLMDeployment's token Secret (the fetchers' unless `purpose` and
+        `secret_name` say another) unless it exists; an existing one is kept as it is (the
+        operator may not read it, and wrote it with the same token)."""
+        name = secret_name or fetcher_secret_name(owner.name)
+        if (owner.namespace, owner.name, owner.uid, name) in self._created:
             return
-        token = self.token(owner.namespace, owner.name)
+        token = self.token(owner.namespace, owner.name, purpose)
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": metadata(owner, fetcher_secret_name(owner.name), COMPONENT_ENGINE),
+            "metadata": metadata(owner, name, COMPONENT_ENGINE),
             "type": "Opaque",
             "data": {TOKEN_KEY: base64.b64encode(token.value.encode()).decode()},
         }
@@ -80,10 +89,8 @@ class FetcherTokens:
             metrics_reconcile.count_write("create", "Secret")
         except ApiException as e:
             if e.status != 409:
-                raise _named(
-                    e, f"Secret {owner.namespace}/{fetcher_secret_name(owner.name)}"
-                ) from None
-        self._created.add((owner.namespace, owner.name, owner.uid))
+                raise _named(e, f"Secret {owner.namespace}/{name}") from None
+        self._created.add((owner.namespace, owner.name, owner.uid, name))
 
     def forget(self, namespace: str, name: str) -> None:
         """The LLMDeployment is gone: its Secret goes with it (owner reference), and one of the

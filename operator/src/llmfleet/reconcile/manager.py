@@ -122,6 +122,14 @@ class Manager:
             STALL_POLL_TICK_SECONDS,
         )
 
+        # Standby engines: their queue is read every few seconds (reconcile/standbyloop.py).
+        self._standby_poll = Resyncer(
+            "standby poll",
+            self.deployments.standby.due,
+            self.loops[DEPLOYMENT_LABEL].enqueue_periodic,
+            STALL_POLL_TICK_SECONDS,
+        )
+
         self.writing = False
 
     def start_watching(self) -> None:
@@ -132,6 +140,7 @@ class Manager:
             loop.queue.start()
         self._resync.start()
         self._stall_poll.start()
+        self._standby_poll.start()
         self.batch.start_polling(self.loops[BATCHJOB_LABEL].enqueue_periodic)
         self.writing = True
 
@@ -144,11 +153,13 @@ class Manager:
             self.batch.stop_polling()
             self._resync.stop()
             self._stall_poll.stop()
+            self._standby_poll.stop()
             for loop in self.loops.values():
                 loop.queue.stop()
             ended = [loop.queue.join(end - time.monotonic()) for loop in self.loops.values()]
             ended.append(self._resync.join(end - time.monotonic()))
             ended.append(self._stall_poll.join(end - time.monotonic()))
+            ended.append(self._standby_poll.join(end - time.monotonic()))
             ended.append(self.batch.stop_polling(end - time.monotonic()))
             if not all(ended):
                 log.warning(
@@ -168,6 +179,8 @@ class Manager:
                 dead.append("resync")
             if not self._stall_poll.alive():
                 dead.append("stall poll")
+            if not self._standby_poll.alive():
+                dead.append("standby poll")
             if not self.batch.polling():
                 dead.append("batch poll")
         return dead

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from llmfleet.models.standby import StandbyStatus
 from llmfleet.models.status import Condition, LLMDeploymentStatus, Measured
 from llmfleet.planner import Plan
 from llmfleet.reconcile.adapter_status import AdapterReport
@@ -40,6 +41,8 @@ class Observed:
     adapters: AdapterReport | None = None
     # Stall detection: Degraded's message naming the engines out of service ("" when none).
     stalled: str = ""
+    # Standby engines asleep and awake (None without standby replicas).
+    standby: StandbyStatus | None = None
 
 
 # The conditions about the running children, which an invalid spec leaves as they were.
@@ -246,4 +249,5 @@ def ready_status(
         measured=None if measured is None else Measured(kv_cache_tokens=measured),
         adapters=None if observed.adapters is None else observed.adapters.statuses,
         compile_cache=compile_cache,
+        standby=observed.standby,
     )

@@ -24,6 +24,7 @@ from llmfleet.render.scaledobject import (
     render_scaled_object,
 )
 from llmfleet.render.service import render_service
+from llmfleet.render.standby import render_standby
 
 # Every kind an LLMDeployment renders, in apply order (what others refer to comes first).
 # The operator's view of its children (reconcile/cache.py) lists and watches each of them, and
@@ -35,6 +36,8 @@ MANAGED_KINDS: tuple[tuple[str, str], ...] = (
     # Before the pods it protects exist.
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("v1", "Service"),
+    # The standby engines' dev-mode fence, before the pods that mount it.
+    ("v1", "ConfigMap"),
     ("apps/v1", "Deployment"),
     # Multi-node layouts; an API the cluster may not serve (the view then holds none).
     (LWS_API_VERSION, LWS_KIND),
@@ -76,6 +79,16 @@ def render_fleet(
             fetcher_image=fetcher_image,
         ),
     ]
+    objects.extend(
+        render_standby(
+            owner,
+            spec,
+            plan,
+            default_engine_image,
+            priority_class=engine_priority_class,
+            fetcher_image=fetcher_image,
+        )
+    )
     if network_policy is not None:
         objects.append(render_network_policy(owner, spec, plan, network_policy))
     if spec.autoscaling.scales_to_zero:
