@@ -14,8 +14,7 @@ from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.batchjob import LLMBatchJobSpec
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import plan
-from llmfleet.reconcile.causes import Blocker, newly_blocked
-from llmfleet.reconcile.pod_blockers import blockers, mount_pending
+from llmfleet.reconcile.causes import Blocker, blockers, mount_pending, newly_blocked
 from llmfleet.reconcile.references import batch_references, deployment_references
 from llmfleet.reconcile.status import Observed, ready_status
 
@@ -160,8 +159,7 @@ NOT_A_MISSING_REFERENCE = {
 def test_a_pod_that_waits_for_capacity_or_starts_is_not_blamed_on_a_field(
     pod: dict[str, Any],
 ) -> None:
-    # A GPU shortage is still reported (quoted, pod_blockers), but as capacity, not a field.
-    assert [b.field for b in blockers([pod], DEPLOYMENT_REFS, {}) if b.field] == []
+    assert blockers([pod], DEPLOYMENT_REFS, {}) == []
 
 
 def test_only_a_pod_waiting_for_its_volumes_has_its_mount_events_read() -> None:

@@ -26,12 +26,18 @@ from llmfleet.models.status import status_json
 from llmfleet.planner import Plan, PlanError
 from llmfleet.reconcile.apply import Applier, ApplyResult
 from llmfleet.reconcile.cache import ChildView
-from llmfleet.reconcile.causes import VOLUME_EVENTS, Blocker, Reference, newly_blocked
+from llmfleet.reconcile.causes import (
+    MOUNT_EVENT,
+    Blocker,
+    Reference,
+    blockers,
+    mount_pending,
+    newly_blocked,
+)
 from llmfleet.reconcile.conditions import TRUE, condition, keep_transition_times
 from llmfleet.reconcile.errors import UnavailableError, describe_error, is_refusal, retry_after
 from llmfleet.reconcile.events import EventRecorder
 from llmfleet.reconcile.modelconfig import ModelConfigs
-from llmfleet.reconcile.pod_blockers import blockers, mount_pending
 from llmfleet.reconcile.workqueue import Backoff
 
 log = logging.getLogger(__name__)
@@ -233,18 +239,13 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
             return self.status_model()
 
     def blockers(self, pods: Sequence[dict[str, Any]], refs: Sequence[Reference]) -> list[Blocker]:
-        """Why `pods` cannot run, attributed to `refs`. The volume Events are read only for the
-        first pod waiting for its volumes (a LIST per reason, and only while one waits); of each
-        reason the newest, since the kubelet's older words may be of a cause that went."""
+        """Why `pods` cannot run, attributed to `refs`. The kubelet's FailedMount Events are read
+        only for the first pod waiting for its volumes (one LIST, and only while one waits)."""
         waiting = [p for p in pods if mount_pending(p)][:1]
         said = {
-            p["metadata"]["name"]: [
-                text
-                for reason in VOLUME_EVENTS
-                for text in self.events.said_about(
-                    p["metadata"]["namespace"], p["metadata"]["uid"], reason
-                )[-1:]
-            ]
+            p["metadata"]["name"]: self.events.said_about(
+                p["metadata"]["namespace"], p["metadata"]["uid"], MOUNT_EVENT
+            )
             for p in waiting
         }
         return blockers(pods, refs, said)

@@ -264,8 +264,7 @@ def batch_status(
         running_now = f"{len(running)} of {shards} shards running" + (
             f", {len(preempted)} preempted" if preempted else ""
         )
-        # A preempted shard's pod waits for the GPUs its preemptor holds: Preempted says so.
-        if blockers and not running and not preempted:
+        if blockers and not running:
             message = f"{running_now}, the others cannot start: {describe(blockers)}"
             running_cond = condition("Running", FALSE, blockers[0].reason, message, g)
         else:

@@ -29,6 +29,7 @@ from llmfleet.reconcile.adapters import AdapterSync, Wanted, gates_to_open, lora
 from llmfleet.reconcile.apply import ApplyResult, ref
 from llmfleet.reconcile.base import Reconciler, generation
 from llmfleet.reconcile.cache import ChildView
+from llmfleet.reconcile.causes import blockers
 from llmfleet.reconcile.conditions import find
 from llmfleet.reconcile.fetcher_token import FetcherTokens, KeySecret
 from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
@@ -211,7 +212,8 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
 
         children = self.view.by_label("v1", "Pod", ns, *mine)
         pods = tuple(p for p in children if not _is_router(p))
-        blocked = tuple(self.blockers(children, deployment_references(spec, planned)))
+        # No Event read: no field of an LLMDeployment gives its pods a Secret or ConfigMap volume.
+        blocked = tuple(blockers(children, deployment_references(spec, planned)))
         adapters, busy = self._sync_adapters(
             ns, name, spec, planned, pods=pods, generation=generation(body)
         )

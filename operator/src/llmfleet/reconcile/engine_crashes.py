@@ -37,19 +37,18 @@ class Crash:
 
     def describe(self) -> str:
         said = f": {self.message}" if self.message else ""
-        advice = f"; {a}" if (a := advice_for(f"{self.reason} {self.message}")) else ""
+        advice = (
+            f"; {OUT_OF_MEMORY_ADVICE}"
+            if _OUT_OF_MEMORY.search(f"{self.reason} {self.message}")
+            else ""
+        )
         return (
             f"engine pod {self.pod} keeps exiting (last: {self.reason}, exit code "
             f"{self.exit_code}){said}{advice}"
         )
 
 
-def advice_for(said: str) -> str:
-    """What to change in the spec when what an engine said on exit is running out of memory."""
-    return OUT_OF_MEMORY_ADVICE if _OUT_OF_MEMORY.search(said) else ""
-
-
-def last_words(message: str) -> str:
+def _last_words(message: str) -> str:
     """The last line of a termination message (a log's tail), without its timestamp, so that
     the same failure reads the same on every restart."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
@@ -74,7 +73,7 @@ def crashes(pods: tuple[dict[str, Any], ...]) -> list[Crash]:
                     pod=p["metadata"]["name"],
                     reason=str(last.get("reason") or "Error"),
                     exit_code=int(last.get("exitCode") or 0),
-                    message=last_words(str(last.get("message") or "")),
+                    message=_last_words(str(last.get("message") or "")),
                 )
             )
     return sorted(found, key=lambda c: c.pod)
