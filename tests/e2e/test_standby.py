@@ -75,10 +75,17 @@ def standby_token(core: client.CoreV1Api, namespace: str) -> str:
 
 
 def is_sleeping(ip: str, token: str) -> bool:
+    """Whether the engine at `ip` says it sleeps; False while it does not listen yet (starting).
+    A refusal (401) is raised: the token must open the fence."""
     request = urllib.request.Request(f"http://{ip}:8000/is_sleeping")
     request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=5) as r:
-        return bool(json.load(r)["is_sleeping"])
+    try:
+        with urllib.request.urlopen(request, timeout=5) as r:
+            return bool(json.load(r)["is_sleeping"])
+    except urllib.error.HTTPError:
+        raise
+    except OSError:
+        return False
 
 
 def refused_without_token(ip: str) -> bool:
