@@ -26,9 +26,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from llmfleet.models.catalog import lookup_architecture
-from llmfleet.models.hfconfig import architecture_from_config
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
+from llmfleet.catalog.hfconfig import architecture_from_config
+from llmfleet.catalog.hub import load_config_file
+from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.planner.memory import fit_on_gpu
 from llmfleet.planner.performance import Gpu, pod_model
 
@@ -111,7 +112,7 @@ def hybrid_rows() -> list[dict[str, Any]]:
         if r.get("kind") != "engine":
             continue
         args = r["engine_args"]
-        config = json.loads((DATA / "models" / r["model"] / "config.json").read_text())
+        config = load_config_file(DATA / "models" / r["model"] / "config.json")
         profile = DEFAULT_GPU_PROFILES["h200-141gb"]
         fit = fit_on_gpu(
             architecture_from_config(config),

@@ -31,11 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu_edges import edge_figures, edge_report
-from llmfleet.models.catalog import lookup_architecture
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
+from llmfleet.catalog.hfconfig import (
+    CheckpointWeights,
+    architecture_from_config,
+    checkpoint_weights,
+)
+from llmfleet.catalog.hub import load_config_file
+from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.models.engine import KvCacheDtype
-from llmfleet.models.hfconfig import CheckpointWeights, architecture_from_config, checkpoint_weights
 from llmfleet.models.model_spec import ModelArchitecture, Quantization
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
 from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu
 from llmfleet.planner.lora import LoraSettings, buffer_gib, gpu_buffer_bytes
 from llmfleet.planner.memory import fit_on_gpu
@@ -148,14 +153,14 @@ def _checkpoint(model: str) -> CheckpointWeights | None:
     """The quantized checkpoint a bench/gpu/models config.json declares; None for 16 bits."""
     if model in MODELS:
         return None
-    return checkpoint_weights(json.loads((DATA / "models" / model / "config.json").read_text()))
+    return checkpoint_weights(load_config_file(DATA / "models" / model / "config.json"))
 
 
 def _arch(model: str) -> ModelArchitecture:
     """A catalog model by its folder's name on the GPU machine, or a shape of bench/gpu/models/
     (held-out shapes, checkpoint configs) from its config.json."""
     if model not in MODELS:
-        config = json.loads((DATA / "models" / model / "config.json").read_text())
+        config = load_config_file(DATA / "models" / model / "config.json")
         return architecture_from_config(config)
     arch = lookup_architecture(MODELS[model])
     assert arch is not None
@@ -357,7 +362,7 @@ def two_gpu_choices() -> list[dict[str, Any]]:
     found = []
     for shape, path in TWO_GPU_PLANS.items():
         spec = LLMDeploymentSpec.model_validate(yaml.safe_load(path.read_text())["spec"])
-        config = json.loads((DATA / "models" / shape / "config.json").read_text())
+        config = load_config_file(DATA / "models" / shape / "config.json")
         planned = plan(spec, model_config=config).tensor_parallel_size
         measured = {tp: statistics.mean(saturation[(shape, tp)]) for tp in (1, 2)}
         winner = max(measured, key=lambda tp: measured[tp])

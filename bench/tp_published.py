@@ -17,8 +17,8 @@ import yaml
 
 from bench import allreduce_fit
 from bench.gpu_model import _gpu
+from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.models import LLMDeploymentSpec
-from llmfleet.models.catalog import lookup_architecture
 from llmfleet.models.model_spec import Quantization
 from llmfleet.planner import plan
 from llmfleet.planner.performance import PodModel, pod_model

@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from llmfleet.models.catalog import lookup_architecture
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
+from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.planner.memory import fit_on_gpu
 from llmfleet.planner.performance import Gpu, pod_model
 

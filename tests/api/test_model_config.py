@@ -19,8 +19,8 @@ from localcluster.supervisor import Cluster
 from localcluster.waiting import wait_until
 from manifests import apply, deployments, llmd
 
-from llmfleet.models import lookup_architecture
-from llmfleet.models.hfconfig import architecture_from_config
+from llmfleet.catalog.hfconfig import architecture_from_config
+from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.render.names import DEPLOYMENT_LABEL
 
 pytestmark = pytest.mark.cluster

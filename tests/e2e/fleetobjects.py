@@ -10,8 +10,8 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from localcluster.metricsstack.load import TINY_ARCHITECTURE, TINY_MODEL, tiny_spec
 
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
 from llmfleet.models import LLMDeploymentSpec
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.fleet import MANAGED_KINDS

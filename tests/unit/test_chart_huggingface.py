@@ -7,8 +7,8 @@ import pytest
 from chartrbac import EXPECTED_RULES, RBAC_KINDS, beside_the_operator_rules, granted
 from chartrender import CHART, of_kind, operator_container, render, run_helm
 
+from llmfleet.catalog.hub import DEFAULT_ENDPOINT
 from llmfleet.cli import build_parser
-from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.reconcile.secrets import READ_SECRETS_VALUE
 
 SECRETS = ("", "secrets")

@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 from hubstub import Answer, HubStub, hub_stub
 
-from llmfleet.hubclient import ConfigSource, read_config
-from llmfleet.models.hub import (
+from llmfleet.catalog.hub import (
     ConfigCache,
+    ConfigSource,
     HubDeniedError,
     HubError,
     HubNotFoundError,
     HubUnavailableError,
     NotAConfigError,
     config_url,
+    read_config,
 )
 from llmfleet.models.model_spec import ModelSpec
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.models import LLMDeploymentSpec
-from llmfleet.models.catalog import lookup_architecture
 from llmfleet.models.crd import custom_resource_definition
 from llmfleet.models.resources import LLMDEPLOYMENT
 from llmfleet.planner import Plan, PlanError, plan

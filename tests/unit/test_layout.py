@@ -1,7 +1,8 @@
 """The tree keeps what ships, what helps develop and what verifies apart: imports run
 tests -> dev -> operator, never back (and within tests, e2e -> api, never back: the API tier
 runs without the lab), and the README's layout names every top-level folder. Inside the
-operator the planner stays a lower layer than what reads its Plans, in modules of one job each."""
+operator the planner stays a lower layer than what reads its Plans, in modules of one job each,
+and below it the catalog (what the planner knows of models and GPUs) above the API types."""
 
 from __future__ import annotations
 
@@ -21,15 +22,26 @@ TEST_PACKAGES = {
     p.stem for p in TESTS.iterdir() if (p / "__init__.py").exists() or p.suffix == ".py"
 } | {"unit", "tests"}
 # (folder under operator/src, package it never imports): the planner turns a spec into a Plan
-# and knows nothing of what renders, applies or prints it.
+# and knows nothing of what renders, applies or prints it. Below it, the catalog (models, GPUs,
+# the Hub's config.json) builds on the API types and is used by the planner, never the reverse;
+# the API types are the bottom: they define the CRDs and know no catalog.
+HIGHER_THAN_PLANNER = ("llmfleet.render", "llmfleet.reconcile", "llmfleet.commands")
 LOWER_LAYERS = [
-    ("llmfleet/planner", "llmfleet.render"),
-    ("llmfleet/planner", "llmfleet.reconcile"),
-    ("llmfleet/planner", "llmfleet.commands"),
+    *(("llmfleet/planner", higher) for higher in HIGHER_THAN_PLANNER),
+    *(("llmfleet/catalog", higher) for higher in (*HIGHER_THAN_PLANNER, "llmfleet.planner")),
+    *(
+        ("llmfleet/models", higher)
+        for higher in (*HIGHER_THAN_PLANNER, "llmfleet.planner", "llmfleet.catalog")
+    ),
 ]
 # (folder under operator/src, most lines a module in it may have): past that it holds more
 # than one job, as planning.py and reconcile/status.py did before they were split.
-FOLDER_LINE_LIMITS = [("llmfleet/planner", 300), ("llmfleet/reconcile", 400)]
+FOLDER_LINE_LIMITS = [
+    ("llmfleet/planner", 300),
+    ("llmfleet/reconcile", 400),
+    ("llmfleet/catalog", 400),
+    ("llmfleet/models", 400),
+]
 SIZED = [
     (m, limit) for folder, limit in FOLDER_LINE_LIMITS for m in sorted((SRC / folder).glob("*.py"))
 ]

@@ -14,9 +14,9 @@ import pytest
 from hubstub import Answer, HubStub, hub_stub
 from kubernetes import client as k8s
 
+from llmfleet.catalog.hfconfig import architecture_from_config
 from llmfleet.cli import main
 from llmfleet.models import LLMDeploymentSpec
-from llmfleet.models.hfconfig import architecture_from_config
 from llmfleet.planner import PlanError, plan
 from llmfleet.reconcile.errors import UnavailableError
 from llmfleet.reconcile.modelconfig import ModelConfigs

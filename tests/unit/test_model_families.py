@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.models.hfconfig import (
+from llmfleet.catalog.hfconfig import (
     ModelConfigError,
     architecture_from_config,
     checkpoint_weights,

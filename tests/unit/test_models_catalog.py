@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmfleet.models import ModelArchitecture, ModelSpec, lookup_architecture
-from llmfleet.models.catalog import resolve_architecture
+from llmfleet.catalog.known_models import lookup_architecture, resolve_architecture
+from llmfleet.models import ModelArchitecture, ModelSpec
 
 
 @pytest.mark.parametrize(

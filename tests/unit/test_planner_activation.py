@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmfleet.models import lookup_architecture
+from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.planner.memory import (
     GIB,
     activation_bytes_per_token,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
+from llmfleet.catalog.hfconfig import architecture_from_config
+from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.models import ModelArchitecture
-from llmfleet.models.catalog import lookup_architecture
 from llmfleet.models.deployment import LLMDeploymentSpec
-from llmfleet.models.hfconfig import architecture_from_config
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
 from llmfleet.planner.kv_cache import kv_layout
 from llmfleet.planner.memory import GIB
 from llmfleet.planner.parallelism import tensor_parallel_sizes

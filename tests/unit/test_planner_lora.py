@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.models import LLMDeploymentSpec, ModelArchitecture
-from llmfleet.models.catalog import lookup_architecture
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.lora import (
     LoraSettings,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfile
+from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.cli import main
 from llmfleet.models import LLMDeploymentSpec
-from llmfleet.models.catalog import lookup_architecture
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfile
 from llmfleet.planner import MIN_CONCURRENT_SEQUENCES, Plan, PlanError, plan
 from llmfleet.planner.performance import Gpu, pod_model
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
 from llmfleet.models import LLMDeploymentSpec
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
 from llmfleet.planner import PlanError, plan
 
 CHART_VALUES = Path(__file__).resolve().parents[2] / "charts" / "llmfleet" / "values.yaml"

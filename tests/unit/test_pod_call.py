@@ -253,7 +253,7 @@ def test_a_body_is_posted_as_json_with_the_headers_given(
 
 # Modules that speak HTTP but not to pods, and why they differ from reconcile/podcall.py.
 NOT_POD_CALLS = {
-    "hubclient.py": "the Hub, by name, through the operator's proxy, following redirects",
+    "catalog/hub.py": "the Hub, by name, through the operator's proxy, following redirects",
     "fetcher/hub.py": "the Hub, from the adapter fetcher in the engine pod",
     "health.py": "kopf's liveness endpoint in this very process",
 }

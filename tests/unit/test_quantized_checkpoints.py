@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from llmfleet.catalog.hfconfig import architecture_from_config, checkpoint_weights
 from llmfleet.cli import main
 from llmfleet.models import LLMDeploymentSpec
-from llmfleet.models.hfconfig import architecture_from_config, checkpoint_weights
 from llmfleet.planner import PlanError, plan
 from llmfleet.planner.memory import weights_gib
 from llmfleet.planner.performance import Gpu, pod_model

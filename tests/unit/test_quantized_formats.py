@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from llmfleet.models.hfconfig import architecture_from_config, checkpoint_weights
-from llmfleet.models.hfquant import quant_format
+from llmfleet.catalog.hfconfig import architecture_from_config, checkpoint_weights
+from llmfleet.catalog.hfquant import quant_format
 
 QWEN = json.loads(
     (Path(__file__).parent / "data/hf-configs/Qwen--Qwen2.5-7B-Instruct.json").read_text()

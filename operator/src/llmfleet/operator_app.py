@@ -19,12 +19,12 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from prometheus_client import start_http_server
 
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
+from llmfleet.catalog.hub import DEFAULT_ENDPOINT
 from llmfleet.health import HealthServer, kopf_check
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
-from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
 
 CONNECTIONS = 32
 

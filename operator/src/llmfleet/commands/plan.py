@@ -15,11 +15,18 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from llmfleet.hubclient import ConfigSource, endpoint_from_env, load_config_file
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfiles, parse_gpu_profiles
+from llmfleet.catalog.hub import (
+    Config,
+    ConfigSource,
+    HubDeniedError,
+    HubError,
+    described,
+    endpoint_from_env,
+    load_config_file,
+)
 from llmfleet.models import KIND, LLMDeploymentSpec, field_problems
-from llmfleet.models.hub import Config, HubDeniedError, HubError, described
 from llmfleet.models.model_spec import ModelSpec
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles, parse_gpu_profiles
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import group_args
 from llmfleet.planner.explain import start_phases_words

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmfleet.catalog.hub import DEFAULT_ENDPOINT
 from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE, DEFAULT_FETCHER_IMAGE
-from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy, parse_engine_network_policy
 from llmfleet.models.refs import OBJECT_NAME_PATTERN
 

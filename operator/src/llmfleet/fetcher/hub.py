@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from llmfleet.catalog.hub import TokenStaysHome, endpoint_from_env
 from llmfleet.fetcher.errors import BAD_GATEWAY, FORBIDDEN, NOT_FOUND, FetchError
 from llmfleet.fetcher.files import Budget, destination, require_adapter_config, write
 from llmfleet.fetcher.sources import HubSource
-from llmfleet.hubclient import TokenStaysHome, endpoint_from_env
 
 # A socket read waits at most this long; a whole file takes what its size needs.
 TIMEOUT_SECONDS = 60.0

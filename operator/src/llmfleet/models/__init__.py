@@ -1,4 +1,6 @@
-"""The LLMFleet API: pydantic models that define the CRDs, plus the built-in model catalog.
+"""The LLMFleet API: the pydantic models that define the CRDs, and the generator that turns
+them into CustomResourceDefinitions (crd.py, resources.py). The built-in model catalog, GPU
+profiles and the Hub client that build on these types are in llmfleet.catalog.
 
 Nothing here talks to Kubernetes or does I/O.
 """
@@ -14,7 +16,6 @@ from llmfleet.models.batchjob import (
     SamplingDefaults,
 )
 from llmfleet.models.batchjob_status import LLMBatchJobStatus, ShardStatus
-from llmfleet.models.catalog import CATALOG, lookup_architecture, resolve_architecture
 from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE
 from llmfleet.models.deployment import KIND, LLMDeploymentSpec, Objective, Strategy
 from llmfleet.models.engine import ContainerResources, EngineSpec
@@ -25,7 +26,6 @@ from llmfleet.models.refs import SecretKeyRef, VolumeClaimRef
 from llmfleet.models.status import Condition, LLMDeploymentStatus, PlanSummary
 
 __all__ = [
-    "CATALOG",
     "DEFAULT_BATCH_IMAGE",
     "DEFAULT_ENGINE_IMAGE",
     "KIND",
@@ -56,6 +56,4 @@ __all__ = [
     "VolumeClaimRef",
     "describe_validation_error",
     "field_problems",
-    "lookup_architecture",
-    "resolve_architecture",
 ]

@@ -4,9 +4,9 @@ speed), and the choice among them: by prediction where the GPU has performance c
 
 from __future__ import annotations
 
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
 from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.models.model_spec import ModelArchitecture
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
 from llmfleet.planner.candidates import (
     Evaluated,
     choose_by_prediction,

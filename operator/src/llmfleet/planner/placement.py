@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmfleet.catalog.gpu_profiles import GpuProfile, GpuProfiles
 from llmfleet.models.defaults import DEFAULT_GPUS_PER_NODE
 from llmfleet.models.gpus import GpuSpec
-from llmfleet.models.profiles import GpuProfile, GpuProfiles
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.performance import Gpu
 

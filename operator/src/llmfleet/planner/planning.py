@@ -32,10 +32,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfiles
+from llmfleet.catalog.hub import Config
 from llmfleet.models.deployment import LLMDeploymentSpec
-from llmfleet.models.hub import Config
 from llmfleet.models.model_spec import ModelArchitecture
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.planner.cpu import plan_cpu
 from llmfleet.planner.engine_args import ArgGroup, group_args
 from llmfleet.planner.engine_flags import check_engine_args, pinned_flags

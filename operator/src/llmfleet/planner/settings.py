@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmfleet.models.catalog import CATALOG_NAMES, lookup_architecture
+from llmfleet.catalog.hfconfig import ModelConfigError, architecture_from_config
+from llmfleet.catalog.hub import Config, described, is_repo_id
+from llmfleet.catalog.known_models import CATALOG_NAMES, lookup_architecture
 from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.models.engine import KV_CACHE_DTYPES, KvCacheDtype
-from llmfleet.models.hfconfig import ModelConfigError, architecture_from_config
-from llmfleet.models.hub import Config, described, is_repo_id
 from llmfleet.models.model_spec import ModelArchitecture
 from llmfleet.models.workload import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 from llmfleet.planner.candidates import Workload

@@ -2,7 +2,7 @@
 them with.
 
 A checkpoint that declares a quantized format in config.json (`quantization_config`) is sized
-from its layers as that format stores them (models/hfquant.py); vLLM reads the format itself, so
+from its layers as that format stores them (catalog/hfquant.py); vLLM reads the format itself, so
 nothing is passed for it. `spec.model.quantization` then only has to agree: `none` (the default)
 follows the checkpoint, the format's own name is accepted, anything else is refused naming both.
 Without a config.json (the catalog, spec.model.architecture) the spec's value is taken as given
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmfleet.catalog.hfconfig import CheckpointWeights, ModelConfigError, checkpoint_weights
+from llmfleet.catalog.hfquant import Kernel
+from llmfleet.catalog.hub import Config, described
 from llmfleet.models.deployment import LLMDeploymentSpec
-from llmfleet.models.hfconfig import CheckpointWeights, ModelConfigError, checkpoint_weights
-from llmfleet.models.hfquant import Kernel
-from llmfleet.models.hub import Config, described
 from llmfleet.models.model_spec import Dtype, Quantization
 from llmfleet.planner.errors import PlanError
 

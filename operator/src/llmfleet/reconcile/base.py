@@ -20,8 +20,8 @@ from kubernetes import client as k8s
 from pydantic import BaseModel, ValidationError
 
 from llmfleet import API_GROUP, API_VERSION, metrics_reconcile
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models import describe_validation_error
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import status_json
 from llmfleet.planner import Plan, PlanError
 from llmfleet.reconcile.apply import Applier, ApplyResult

@@ -18,9 +18,9 @@ from typing import Any
 from kubernetes import client as k8s
 
 from llmfleet import metrics_batch
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.batchjob import KIND, LLMBatchJobSpec
 from llmfleet.models.batchjob_status import LLMBatchJobStatus
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.reconcile.apply import ApplyResult
 from llmfleet.reconcile.base import Reconciler, generation

@@ -10,11 +10,11 @@ from kubernetes.client.exceptions import ApiException
 
 from llmfleet import metrics as m
 from llmfleet import metrics_reconcile
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.deployment import KIND
 from llmfleet.models.network_policy import EngineNetworkPolicy
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, weakening_args

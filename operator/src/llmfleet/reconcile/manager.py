@@ -25,13 +25,13 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfiles
+from llmfleet.catalog.hub import DEFAULT_ENDPOINT
 from llmfleet.models import DEFAULT_ENGINE_IMAGE
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.deployment import PLURAL as DEPLOYMENT_PLURAL
-from llmfleet.models.hub import DEFAULT_ENDPOINT
 from llmfleet.models.network_policy import EngineNetworkPolicy
-from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.reconcile.batchjob import BatchJobController
 from llmfleet.reconcile.cache import ChildView
 from llmfleet.reconcile.controller import Controller

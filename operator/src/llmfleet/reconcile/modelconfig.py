@@ -15,16 +15,18 @@ from __future__ import annotations
 
 from kubernetes import client as k8s
 
-from llmfleet.hubclient import ConfigSource, Reader, read_config
-from llmfleet.models.hub import (
+from llmfleet.catalog.hub import (
     DEFAULT_ENDPOINT,
     Config,
     ConfigCache,
+    ConfigSource,
     HubDeniedError,
     HubNotFoundError,
     HubUnavailableError,
     NotAConfigError,
+    Reader,
     described,
+    read_config,
 )
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.planner import PlanError

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from llmfleet.models.hfconfig_layers import Linear, ModelConfigError
+from llmfleet.catalog.hfconfig_layers import Linear, ModelConfigError
 from llmfleet.models.model_spec import Quantization
 
 # What a linear layer's matrix multiply runs as: weights x activations bits. w8a8 runs on the

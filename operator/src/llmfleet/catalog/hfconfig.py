@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmfleet.models.hfconfig_layers import (
+from llmfleet.catalog.hfconfig_layers import (
     Layers,
     Linear,
     ModelConfigError,
@@ -25,7 +25,7 @@ from llmfleet.models.hfconfig_layers import (
     positive_int,
     siglip_parameters,
 )
-from llmfleet.models.hfquant import QuantFormat, quant_format
+from llmfleet.catalog.hfquant import QuantFormat, quant_format
 from llmfleet.models.model_spec import ModelArchitecture
 
 __all__ = [
