@@ -16,12 +16,13 @@ from kubernetes import client as k8s
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.models.refs import SecretKeyRef
 from llmfleet.models.status import Condition
-from llmfleet.reconcile.adapter_status import ADAPTERS_READY, key_unreadable, newly_keyless
-from llmfleet.reconcile.adapters import Wanted
-from llmfleet.reconcile.causes import Blocker
-from llmfleet.reconcile.conditions import TRUE, condition
-from llmfleet.reconcile.modelconfig import ModelConfigs
-from llmfleet.reconcile.secrets import SecretUnreadableError, read_token
+from llmfleet.reconcile.llmdeployment.adapter_status import key_unreadable, newly_keyless
+from llmfleet.reconcile.llmdeployment.adapters import Wanted
+from llmfleet.reconcile.llmdeployment.reasons import ADAPTERS_READY
+from llmfleet.reconcile.machinery.causes import Blocker
+from llmfleet.reconcile.machinery.conditions import TRUE, condition
+from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
+from llmfleet.reconcile.machinery.secrets import SecretUnreadableError, read_token
 
 KEY = "sk-team-a-7f3c"
 REF = SecretKeyRef(name="api-keys", key="key")

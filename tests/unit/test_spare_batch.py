@@ -16,10 +16,16 @@ from prometheus_client import REGISTRY
 from llmfleet import metrics_batch
 from llmfleet.models import LLMBatchJobStatus
 from llmfleet.models.batchjob_status import ShardStatus
-from llmfleet.reconcile.batchstatus import gpu_seconds
-from llmfleet.reconcile.events import EventRecorder
-from llmfleet.reconcile.preemption import preemptor_of
-from llmfleet.reconcile.spare import NOT_FOUND, UNSET, SpareClass, Waiting, waiting_status
+from llmfleet.reconcile.llmbatchjob.batchstatus import gpu_seconds
+from llmfleet.reconcile.llmbatchjob.preemption import preemptor, preemptor_of
+from llmfleet.reconcile.llmbatchjob.spare import (
+    NOT_FOUND,
+    UNSET,
+    SpareClass,
+    Waiting,
+    waiting_status,
+)
+from llmfleet.reconcile.machinery.events import EventRecorder
 
 
 class FakeScheduling:
@@ -106,7 +112,9 @@ def test_the_preemptor_is_looked_up_by_the_victims_uid_and_reason() -> None:
         return SimpleNamespace(items=[event])
 
     recorder._core = SimpleNamespace(list_namespaced_event=list_namespaced_event)  # type: ignore[assignment]
-    assert recorder.preemptor("batch", "uid-victim") == "pod team-a/llama-engine-7f9c on node gpu-3"
+    assert (
+        preemptor(recorder, "batch", "uid-victim") == "pod team-a/llama-engine-7f9c on node gpu-3"
+    )
     assert asked == ["batch involvedObject.uid=uid-victim,reason=Preempted"]
 
 

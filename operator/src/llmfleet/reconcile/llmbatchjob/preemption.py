@@ -5,7 +5,7 @@ condition `DisruptionTarget=True`, reason `PreemptionByScheduler`, message `<sch
 preempting to accommodate a higher priority pod`, which names the scheduler, not the preemptor.
 The preemptor is named only by the Event it posts on the victim: reason `Preempted`, message
 `Preempted by pod <preemptor uid> on node <node>`, with the preemptor as the Event's related
-object (read by `EventRecorder.preemptor`).
+object (read by `preemptor`, the one function here that asks the cluster).
 
 Evictions and drains mark the pod DisruptionTarget too (reasons EvictionByEvictionAPI,
 DeletionByTaintManager, TerminationByKubelet, ...): like a preemption, the Job's podFailurePolicy
@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmfleet.models.status import Condition
-from llmfleet.reconcile.conditions import FALSE, TRUE, condition
+from llmfleet.reconcile.machinery.conditions import FALSE, TRUE, condition
+
+if TYPE_CHECKING:
+    from llmfleet.reconcile.machinery.events import EventRecorder
 
 DISRUPTION_TARGET = "DisruptionTarget"
 BY_SCHEDULER = "PreemptionByScheduler"
@@ -97,6 +100,16 @@ def preemptor_of(event: Mapping[str, Any]) -> str | None:
         where = f" on node {node}" if node else ""
         return f"pod {related.get('namespace') or '?'}/{related['name']}{where}"
     return message.removeprefix("Preempted by ") or None
+
+
+def preemptor(events: EventRecorder, namespace: str, uid: str) -> str | None:
+    """Who preempted the pod `uid`, from the scheduler's Preempted Event on it; None when no such
+    Event can be read (yet, or any more: Events expire)."""
+    for event in events.related(namespace, uid, PREEMPTED_EVENT):
+        who = preemptor_of(event)
+        if who:
+            return who
+    return None
 
 
 def describe(shards: Mapping[int, Preemption], preemptors: Mapping[str, str | None]) -> str:

@@ -6,7 +6,7 @@ written once and only when it changed.
 A Job's pod template is immutable, and so is an LLMBatchJob's spec (CEL), so the Job is applied
 when it is missing and otherwise only observed. A Job deleted before the batch finished is
 created again and resumes from the output files. A Spare job's Job is created only once the
-operator's spare PriorityClass is configured and exists (reconcile/spare.py).
+operator's spare PriorityClass is configured and exists (reconcile/llmbatchjob/spare.py).
 """
 
 from __future__ import annotations
@@ -22,25 +22,14 @@ from llmfleet.models.batchjob import KIND, LLMBatchJobSpec
 from llmfleet.models.batchjob_status import LLMBatchJobStatus
 from llmfleet.models.profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.planner import Plan, PlanError, plan
-from llmfleet.reconcile.apply import ApplyResult
-from llmfleet.reconcile.base import Reconciler, generation
-from llmfleet.reconcile.batchpods import parse_time
-from llmfleet.reconcile.batchstatus import (
-    Scraper,
-    ShardObservation,
-    batch_status,
-    indexes,
-    observe_shards,
-    output_conflict,
-    refused_status,
-)
-from llmfleet.reconcile.cache import ChildView
-from llmfleet.reconcile.conditions import find
-from llmfleet.reconcile.modelconfig import ModelConfigs
-from llmfleet.reconcile.podcall import read_page
-from llmfleet.reconcile.references import batch_references
-from llmfleet.reconcile.resync import Resyncer
-from llmfleet.reconcile.spare import SpareClass, waiting_status
+from llmfleet.reconcile.machinery.apply import ApplyResult
+from llmfleet.reconcile.machinery.base import Reconciler, generation
+from llmfleet.reconcile.machinery.cache import ChildView
+from llmfleet.reconcile.machinery.conditions import find
+from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
+from llmfleet.reconcile.machinery.podcall import read_page
+from llmfleet.reconcile.machinery.references import batch_references
+from llmfleet.reconcile.machinery.resync import Resyncer
 from llmfleet.render.batchjob import (
     BATCHJOB_LABEL,
     BatchOwner,
@@ -50,6 +39,19 @@ from llmfleet.render.batchjob import (
     shard_count,
 )
 from llmfleet.shard_report import METRICS_PORT
+
+from .batchpods import parse_time
+from .batchstatus import (
+    Scraper,
+    ShardObservation,
+    batch_status,
+    indexes,
+    observe_shards,
+    output_conflict,
+    refused_status,
+)
+from .preemption import preemptor
+from .spare import SpareClass, waiting_status
 
 SCRAPE_TIMEOUT_SECONDS = 2.0
 # The runner's page holds a few counters per shard; far larger is not the runner.
@@ -212,7 +214,7 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
             at = parse_time(victim.at)
             recent = at is None or (now - at).total_seconds() < PREEMPTOR_EVENT_SECONDS
             if victim.uid not in known and recent:
-                who = self.events.preemptor(key[0], victim.uid)
+                who = preemptor(self.events, key[0], victim.uid)
                 if who is not None:
                     known[victim.uid] = who
             out[victim.uid] = known.get(victim.uid)

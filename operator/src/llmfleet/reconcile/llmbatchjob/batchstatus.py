@@ -14,10 +14,13 @@ from typing import Any
 from llmfleet.models.batchjob import LLMBatchJobSpec
 from llmfleet.models.batchjob_status import JobPhase, LLMBatchJobStatus, ShardPhase, ShardStatus
 from llmfleet.models.status import PlanSummary
-from llmfleet.reconcile.batchpods import held_seconds, parse_time, runner_end, shard_index
-from llmfleet.reconcile.causes import Blocker, describe
-from llmfleet.reconcile.conditions import FALSE, TRUE, condition, keep_transition_times
-from llmfleet.reconcile.preemption import (
+from llmfleet.reconcile.machinery.causes import Blocker, describe
+from llmfleet.reconcile.machinery.conditions import FALSE, TRUE, condition, keep_transition_times
+from llmfleet.render.batchjob import output_key
+from llmfleet.shard_report import ShardReport, parse_metrics, parse_summary
+
+from .batchpods import held_seconds, parse_time, runner_end, shard_index
+from .preemption import (
     Preemption,
     disruption,
     preempted_condition,
@@ -25,8 +28,6 @@ from llmfleet.reconcile.preemption import (
     preemption,
     still_preempted,
 )
-from llmfleet.render.batchjob import output_key
-from llmfleet.shard_report import ShardReport, parse_metrics, parse_summary
 
 Scraper = Callable[[str], str | None]
 

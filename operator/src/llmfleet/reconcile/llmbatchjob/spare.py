@@ -12,7 +12,7 @@ from kubernetes import client as k8s
 
 from llmfleet.models.batchjob_status import LLMBatchJobStatus
 from llmfleet.models.status import PlanSummary
-from llmfleet.reconcile.conditions import FALSE, condition, keep_transition_times
+from llmfleet.reconcile.machinery.conditions import FALSE, condition, keep_transition_times
 
 log = logging.getLogger(__name__)
 

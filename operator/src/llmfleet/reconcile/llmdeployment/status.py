@@ -11,14 +11,15 @@ from typing import Any
 from llmfleet.models.standby import StandbyStatus
 from llmfleet.models.status import Condition, LLMDeploymentStatus, Measured
 from llmfleet.planner import Plan
-from llmfleet.reconcile.adapter_status import AdapterReport
-from llmfleet.reconcile.autoscaler_status import hpa_blind, scaled_to_zero, scaler_blind
-from llmfleet.reconcile.causes import Blocker, describe
-from llmfleet.reconcile.conditions import FALSE, TRUE, condition, keep_transition_times
-from llmfleet.reconcile.engine_crashes import crashes
-from llmfleet.reconcile.object_fields import condition_status, int_field
-from llmfleet.reconcile.plan_verified import plan_verified
-from llmfleet.reconcile.unschedulable import GPU_SHORTAGE, shortages_in, unschedulable_pods
+from llmfleet.reconcile.machinery.causes import Blocker, describe
+from llmfleet.reconcile.machinery.conditions import FALSE, TRUE, condition, keep_transition_times
+from llmfleet.reconcile.machinery.object_fields import condition_status, int_field
+
+from .adapter_status import AdapterReport
+from .autoscaler_status import hpa_blind, scaled_to_zero, scaler_blind
+from .engine_crashes import crashes
+from .plan_verified import plan_verified
+from .unschedulable import GPU_SHORTAGE, shortages_in, unschedulable_pods
 
 
 @dataclass(frozen=True)
