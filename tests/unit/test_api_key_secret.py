@@ -18,7 +18,6 @@ from llmfleet.models.refs import SecretKeyRef
 from llmfleet.models.status import Condition
 from llmfleet.reconcile.llmdeployment.adapter_status import key_unreadable, newly_keyless
 from llmfleet.reconcile.llmdeployment.adapters import Wanted
-from llmfleet.reconcile.llmdeployment.reasons import ADAPTERS_READY
 from llmfleet.reconcile.machinery.causes import Blocker
 from llmfleet.reconcile.machinery.conditions import TRUE, condition
 from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
@@ -111,7 +110,7 @@ def test_a_key_the_operator_cannot_read_makes_adapters_ready_false_naming_the_fi
 
     c = report.condition
     assert (c.type, c.status, c.reason, c.observed_generation) == (
-        ADAPTERS_READY,
+        "AdaptersReady",
         "False",
         reason,
         4,
@@ -150,7 +149,7 @@ def test_the_key_appears_in_no_log_message_or_repr(
 
 
 def adapters_ready(reason: str, message: str) -> Condition:
-    return condition(ADAPTERS_READY, "False", reason, message, 1)
+    return condition("AdaptersReady", "False", reason, message, 1)
 
 
 FORBIDDEN = adapters_ready("APIKeySecretForbidden", "may not read Secret api-keys")
@@ -168,7 +167,7 @@ KUBELET_SAYS_MISSING = Blocker(
     ("before", "after", "blockers", "announced"),
     [
         pytest.param(
-            [condition(ADAPTERS_READY, TRUE, "AdaptersLoaded", "", 1)],
+            [condition("AdaptersReady", TRUE, "AdaptersLoaded", "", 1)],
             [FORBIDDEN],
             [],
             FORBIDDEN,

@@ -40,6 +40,7 @@ from llmfleet.render.batchjob import (
 )
 from llmfleet.shard_report import METRICS_PORT
 
+from . import reasons as r
 from .batchpods import parse_time
 from .batchstatus import (
     Scraper,
@@ -106,7 +107,7 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
                 f"{planned.reason} An LLMBatchJob runs each shard as one pod on one node; a "
                 "model larger than a node needs fp8 (spec.model.quantization) or larger GPUs, "
                 "or an LLMDeployment (which spans nodes) to send the requests to.",
-                reason="MultiNodeNotSupported",
+                reason=r.MULTI_NODE_NOT_SUPPORTED,
             )
         parallelism(spec, planned)  # refuses more at once than there are shards
         return planned
@@ -172,22 +173,22 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         )
         if result.created:
             self.events.emit(
-                body, "Normal", "Created", f"Job {job_name(name)} with {shards} shard(s)"
+                body, "Normal", r.CREATED_EVENT, f"Job {job_name(name)} with {shards} shard(s)"
             )
         wrote = self.write_status(body, new)
         if wrote:
             metrics_batch.count_status_write(ns, spec.priority, old, new)
         if wrote and blocked:
-            self.announce_blockers(body, _message(old, "Running"), blocked)
+            self.announce_blockers(body, _message(old, r.RUNNING), blocked)
         if wrote and new.preemptions > old.preemptions and new.phase == "Preempted":
-            self.events.emit(body, "Normal", "Preempted", _message(new, "Preempted"))
+            self.events.emit(body, "Normal", r.PREEMPTED_EVENT, _message(new, r.PREEMPTED))
         if wrote and old.phase != new.phase:
             if new.phase == "Complete":
-                self.events.emit(body, "Normal", "Complete", _message(new, "Complete"))
+                self.events.emit(body, "Normal", r.COMPLETE_EVENT, _message(new, r.COMPLETE))
             elif new.phase == "Failed":
-                self.events.emit(body, "Warning", "Failed", _message(new, "Failed"))
+                self.events.emit(body, "Warning", r.FAILED_EVENT, _message(new, r.FAILED))
             elif old.phase == "Preempted" and new.phase == "Running":
-                self.events.emit(body, "Normal", "Resumed", _message(new, "Running"))
+                self.events.emit(body, "Normal", r.RESUMED_EVENT, _message(new, r.RUNNING))
         self._poll(ns, name, new)
         return result
 

@@ -1,4 +1,5 @@
-"""Preempted shard pods, from what Kubernetes writes on them: pure functions, no cluster.
+"""Preempted shard pods, from what Kubernetes writes on them: pure functions, and one read of the
+scheduler's Event through the EventRecorder (`preemptor`).
 
 kube-scheduler (pkg/scheduler/framework/preemption) marks each victim before deleting it with the
 condition `DisruptionTarget=True`, reason `PreemptionByScheduler`, message `<scheduler name>:
@@ -17,9 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from llmfleet.models.status import Condition
-from llmfleet.reconcile.machinery.conditions import FALSE, TRUE, condition
 
 if TYPE_CHECKING:
     from llmfleet.reconcile.machinery.events import EventRecorder
@@ -126,27 +124,3 @@ def describe(shards: Mapping[int, Preemption], preemptors: Mapping[str, str | No
     if len(groups) > NAMED:
         parts.append(f"{len(groups) - NAMED} more preemptor(s)")
     return "; ".join(parts)
-
-
-def preempted_condition(
-    preempted: Mapping[int, Preemption],
-    shards: int,
-    preemptions: int,
-    preemptors: Mapping[str, str | None],
-    generation: int,
-) -> Condition:
-    """Preempted=True while shards wait after a preemption, naming who preempted them."""
-    if preempted:
-        return condition(
-            "Preempted",
-            TRUE,
-            "ShardsPreempted",
-            f"{len(preempted)} of {shards} shard(s) preempted: "
-            f"{describe(preempted, preemptors)}; each resumes from its output when "
-            f"a GPU frees ({preemptions} preemption(s) so far)",
-            generation,
-        )
-    if preemptions:
-        message = f"every preempted shard runs again ({preemptions} preemption(s) so far)"
-        return condition("Preempted", FALSE, "Resumed", message, generation)
-    return condition("Preempted", FALSE, "NotPreempted", "no shard was preempted", generation)

@@ -27,6 +27,7 @@ from llmfleet.reconcile.machinery import podcall
 from llmfleet.render.names import Owner
 from llmfleet.render.standby import STANDBY_GATE, STANDBY_LABEL, standby_name
 
+from . import reasons as r
 from .fetcher_token import FetcherTokens
 from .kvcache import Scraper, scrape, scrape_all
 from .standby import StandbyState, decide
@@ -266,7 +267,7 @@ def reconcile_standby(
         emit(
             body,
             "Normal",
-            "StandbyWoken",
+            r.STANDBY_WOKEN_EVENT,
             f"standby engine pod {pod} woken and in rotation: more than "
             f"{plan.wake_queue_depth} requests waiting per engine",
         )
@@ -274,7 +275,7 @@ def reconcile_standby(
         emit(
             body,
             "Normal",
-            "StandbySlept",
+            r.STANDBY_SLEPT_EVENT,
             f"standby engine pod {pod} out of rotation and asleep: at most "
             f"{plan.sleep_queue_depth} requests waiting per engine for {plan.cooldown_seconds} s",
         )
