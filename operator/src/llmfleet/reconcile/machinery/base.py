@@ -2,9 +2,9 @@
 validated and planned or else refused with its reason in status and a Warning Event, an API
 server's refusal reported once, and status written once, only when it changed.
 
-Each kind (`controller.py`, `batchjob.py`) supplies what differs: its spec and plan, the status of
-a refusal, and what it does with a planned spec. The kind's queue (`loop.py`) runs it: one at a
-time per resource, and again after a failure (`work`).
+Each kind (`llmdeployment/controller.py`, `llmbatchjob/batchjob.py`) supplies what differs: its
+spec and plan, the status of a refusal, and what it does with a planned spec. The kind's queue
+(`loop.py`) runs it: one at a time per resource, and again after a failure (`work`).
 """
 
 from __future__ import annotations
