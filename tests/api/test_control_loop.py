@@ -1,7 +1,7 @@
-"""The operator's one control loop per kind (llmfleet.reconcile.loop), against the API server with
-the operator running under the chart's RBAC: a spec change reaches the children through kopf's
-event and the kind's queue, and the operator writes nothing onto its resources but their status
-(no annotations, no finalizers: the chart grants no `patch` on them)."""
+"""The operator's one control loop per kind (llmfleet.reconcile.machinery.loop), against the API
+server with the operator running under the chart's RBAC: a spec change reaches the children through
+kopf's event and the kind's queue, and the operator writes nothing onto its resources but their
+status (no annotations, no finalizers: the chart grants no `patch` on them)."""
 
 from __future__ import annotations
 

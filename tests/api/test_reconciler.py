@@ -1,6 +1,6 @@
-"""What every kind's reconcile shares (llmfleet.reconcile.base), against the API server: nothing
-is kept for a resource once it is gone, and it is not retried. The controller runs in this test
-(its bookkeeping is what is checked), beside the tier's operator, which reconciles the same
+"""What every kind's reconcile shares (llmfleet.reconcile.machinery.base), against the API server:
+nothing is kept for a resource once it is gone, and it is not retried. The controller runs in this
+test (its bookkeeping is what is checked), beside the tier's operator, which reconciles the same
 objects to the same result.
 (The errors a ResourceQuota causes need the controller manager: tests/e2e/test_reconciler.py.)"""
 
@@ -17,7 +17,7 @@ from manifests import create, custom, delete
 from prometheus_client import REGISTRY
 
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
-from llmfleet.reconcile.batchjob import BatchJobController
+from llmfleet.reconcile.llmbatchjob.batchjob import BatchJobController
 
 pytestmark = pytest.mark.cluster
 

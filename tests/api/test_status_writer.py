@@ -12,7 +12,7 @@ from manifests import create, custom
 
 from llmfleet import API_GROUP, API_VERSION
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
-from llmfleet.reconcile.batchjob import BatchJobController
+from llmfleet.reconcile.llmbatchjob.batchjob import BatchJobController
 
 pytestmark = pytest.mark.cluster
 

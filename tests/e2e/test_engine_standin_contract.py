@@ -40,7 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan
-from llmfleet.reconcile.kvcache import parse_kv_cache_tokens
+from llmfleet.reconcile.llmdeployment.kvcache import parse_kv_cache_tokens
 from llmfleet.render import Owner, render_fleet
 
 STARTUP_TIMEOUT = 300  # real vLLM on 2 shared cores: 35-90 s

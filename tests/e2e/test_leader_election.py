@@ -23,7 +23,7 @@ from localcluster.supervisor import Cluster
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
 from llmfleet.models.deployment import KIND, PLURAL
-from llmfleet.reconcile.leader import LeaderElectionConfig, LeaderElector
+from llmfleet.reconcile.machinery.leader import LeaderElectionConfig, LeaderElector
 
 from .fleetobjects import TINY, children, rendered
 from .harness import Operator, utcnow, wait_until

@@ -1,7 +1,7 @@
-"""What every kind's reconcile shares (llmfleet.reconcile.base), against the real API server: an
-error is counted once however the reconcile started, and nothing is kept for a resource once it
-is gone. The controllers run in this process (their bookkeeping is what is checked), beside the
-session's operator, which reconciles the same objects to the same result. The errors come from a
+"""What every kind's reconcile shares (llmfleet.reconcile.machinery.base), against the real API
+server: an error is counted once however the reconcile started, and nothing is kept for a resource
+once it is gone. The controllers run in this process (their bookkeeping is what is checked), beside
+the session's operator, which reconciles the same objects to the same result. The errors come from a
 ResourceQuota, which the controller manager's quota controller enforces (and the operator runs as
 another process, so this process's metrics are the controllers' alone): not in the API tier,
 which has tests/api/test_reconciler.py."""
@@ -22,8 +22,8 @@ from prometheus_client import REGISTRY
 from llmfleet.models.crd import custom_resource_definition
 from llmfleet.models.deployment import PLURAL
 from llmfleet.models.resources import LLMDEPLOYMENT
-from llmfleet.reconcile.controller import Controller
-from llmfleet.reconcile.resync import Resyncer
+from llmfleet.reconcile.llmdeployment.controller import Controller
+from llmfleet.reconcile.machinery.resync import Resyncer
 
 pytestmark = pytest.mark.cluster
 

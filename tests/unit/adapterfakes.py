@@ -1,11 +1,11 @@
 """vLLM's runtime LoRA API as a fake, and the LoRA engine pods the adapter sync reads: shared by
-the unit tests of reconcile/adapters.py and of what builds on it."""
+the unit tests of reconcile/llmdeployment/adapters.py and of what builds on it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.reconcile.adapters import Endpoint
+from llmfleet.reconcile.llmdeployment.adapters import Endpoint
 from llmfleet.render.names import ADAPTERS_GATE
 
 

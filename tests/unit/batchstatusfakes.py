@@ -1,6 +1,6 @@
 """What an LLMBatchJob's status is computed from, as the API server holds it (its shards' pods,
 its Job), and the status computed from them without a cluster: shared by the unit tests of
-reconcile/batchstatus.py and of the Spare class's preemptions."""
+reconcile/llmbatchjob/batchstatus.py and of the Spare class's preemptions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from llmfleet.models import LLMBatchJobStatus, ShardStatus
 from llmfleet.models.status import PlanSummary, status_json
-from llmfleet.reconcile.batchstatus import batch_status, indexes, observe_shards
+from llmfleet.reconcile.llmbatchjob.batchstatus import batch_status, indexes, observe_shards
 from llmfleet.shard_report import ShardReport
 
 NOW = datetime(2026, 1, 1, 12, 10, tzinfo=UTC)

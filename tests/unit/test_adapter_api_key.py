@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from adapterfakes import pod
 
-from llmfleet.reconcile.adapter_status import adapter_report
-from llmfleet.reconcile.adapters import AdapterSync, Endpoint, HttpEngineApi, Wanted
-from llmfleet.reconcile.secrets import BearerToken
+from llmfleet.reconcile.llmdeployment.adapter_status import adapter_report
+from llmfleet.reconcile.llmdeployment.adapters import AdapterSync, Endpoint, HttpEngineApi, Wanted
+from llmfleet.reconcile.machinery.secrets import BearerToken
 
 KEY = "sk-team-a-7f3c"
 SQL = Wanted("sql", "/adapters/sql")
@@ -157,7 +157,8 @@ def test_an_engine_that_refuses_the_key_says_so_on_every_call(sent: str | None, 
 
 
 def test_the_key_does_not_follow_a_redirect_to_another_address() -> None:
-    # The operator follows no redirect from a pod (reconcile/podcall.py): nothing is sent there.
+    # The operator follows no redirect from a pod (reconcile/machinery/podcall.py): nothing is sent
+    # there.
     with engine() as elsewhere, engine() as e:
         e.redirect_to = f"http://127.0.0.1:{elsewhere.port}"
         listed = HttpEngineApi().adapters(with_key(e.at, KEY))

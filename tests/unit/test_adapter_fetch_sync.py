@@ -10,9 +10,9 @@ from typing import Any
 from adapterfakes import FakeEngines, pod
 
 from llmfleet.fetcher.paths import FETCH_ROOT, fetched_path
-from llmfleet.reconcile.adapters import AdapterSync, EngineOutcome, Wanted
-from llmfleet.reconcile.fetching import NO_FETCHER
-from llmfleet.reconcile.secrets import BearerToken
+from llmfleet.reconcile.llmdeployment.adapters import AdapterSync, EngineOutcome, Wanted
+from llmfleet.reconcile.llmdeployment.fetching import NO_FETCHER
+from llmfleet.reconcile.machinery.secrets import BearerToken
 
 S3 = Wanted("sql", "s3://team/sql")
 REV = Wanted("chat", "org/chat-lora", "v2")

@@ -1,5 +1,6 @@
-"""Converging each engine's LoRA adapters on spec.adapters (reconcile/adapters.py) and what
-status says of them (reconcile/adapter_status.py), against a fake of vLLM's runtime LoRA API."""
+"""Converging each engine's LoRA adapters on spec.adapters (reconcile/llmdeployment/adapters.py) and
+what status says of them (reconcile/llmdeployment/adapter_status.py), against a fake of vLLM's
+runtime LoRA API."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 import pytest
 from adapterfakes import FakeEngines, pod
 
-from llmfleet.reconcile.adapter_status import adapter_report
-from llmfleet.reconcile.adapters import (
+from llmfleet.reconcile.llmdeployment.adapter_status import adapter_report
+from llmfleet.reconcile.llmdeployment.adapters import (
     AdapterSync,
     Endpoint,
     EngineOutcome,
@@ -205,7 +206,7 @@ def test_status_lists_each_adapter_with_its_engines_and_error() -> None:
 
 
 def test_vllm_s_wrapped_worker_error_reads_as_its_inner_reason() -> None:
-    from llmfleet.reconcile.adapters import _why
+    from llmfleet.reconcile.llmdeployment.adapters import _why
 
     text = (
         '{"error":{"message":"Call to add_lora method failed: Worker failed with error \'LoRA '

@@ -8,7 +8,7 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from llmfleet.reconcile.errors import api_error
+from llmfleet.reconcile.machinery.errors import api_error
 
 
 def refused(status: int, reason: str, body: str | None) -> ApiException:

@@ -16,12 +16,12 @@ from kubernetes import client as k8s
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.models.refs import SecretKeyRef
 from llmfleet.models.status import Condition
-from llmfleet.reconcile.adapter_status import ADAPTERS_READY, key_unreadable, newly_keyless
-from llmfleet.reconcile.adapters import Wanted
-from llmfleet.reconcile.causes import Blocker
-from llmfleet.reconcile.conditions import TRUE, condition
-from llmfleet.reconcile.modelconfig import ModelConfigs
-from llmfleet.reconcile.secrets import SecretUnreadableError, read_token
+from llmfleet.reconcile.llmdeployment.adapter_status import key_unreadable, newly_keyless
+from llmfleet.reconcile.llmdeployment.adapters import Wanted
+from llmfleet.reconcile.machinery.causes import Blocker
+from llmfleet.reconcile.machinery.conditions import TRUE, condition
+from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
+from llmfleet.reconcile.machinery.secrets import SecretUnreadableError, read_token
 
 KEY = "sk-team-a-7f3c"
 REF = SecretKeyRef(name="api-keys", key="key")
@@ -110,7 +110,7 @@ def test_a_key_the_operator_cannot_read_makes_adapters_ready_false_naming_the_fi
 
     c = report.condition
     assert (c.type, c.status, c.reason, c.observed_generation) == (
-        ADAPTERS_READY,
+        "AdaptersReady",
         "False",
         reason,
         4,
@@ -149,7 +149,7 @@ def test_the_key_appears_in_no_log_message_or_repr(
 
 
 def adapters_ready(reason: str, message: str) -> Condition:
-    return condition(ADAPTERS_READY, "False", reason, message, 1)
+    return condition("AdaptersReady", "False", reason, message, 1)
 
 
 FORBIDDEN = adapters_ready("APIKeySecretForbidden", "may not read Secret api-keys")
@@ -167,7 +167,7 @@ KUBELET_SAYS_MISSING = Blocker(
     ("before", "after", "blockers", "announced"),
     [
         pytest.param(
-            [condition(ADAPTERS_READY, TRUE, "AdaptersLoaded", "", 1)],
+            [condition("AdaptersReady", TRUE, "AdaptersLoaded", "", 1)],
             [FORBIDDEN],
             [],
             FORBIDDEN,

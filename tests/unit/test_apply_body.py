@@ -1,5 +1,6 @@
-"""Server-side apply bodies carry any text the API server would store (llmfleet.reconcile.apply):
-JSON that a YAML parser reads back to the same object, whatever the characters."""
+"""Server-side apply bodies carry any text the API server would store
+(llmfleet.reconcile.machinery.apply): JSON that a YAML parser reads back to the same object,
+whatever the characters."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmfleet.reconcile.apply import apply_body
+from llmfleet.reconcile.machinery.apply import apply_body
 
 TEXTS = {
     "emoji-beyond-the-bmp": "chat-😀",

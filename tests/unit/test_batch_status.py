@@ -25,7 +25,7 @@ from prometheus_client import generate_latest
 from llmfleet.batch.progress import Progress
 from llmfleet.models import LLMBatchJobSpec, LLMBatchJobStatus, ShardStatus
 from llmfleet.models.status import status_json
-from llmfleet.reconcile.batchstatus import (
+from llmfleet.reconcile.llmbatchjob.batchstatus import (
     batch_status,
     indexes,
     observe_shards,

@@ -9,7 +9,7 @@ from chartrender import CHART, of_kind, operator_container, render, run_helm
 
 from llmfleet.catalog.hub import DEFAULT_ENDPOINT
 from llmfleet.cli import build_parser
-from llmfleet.reconcile.secrets import READ_SECRETS_VALUE
+from llmfleet.reconcile.machinery.secrets import READ_SECRETS_VALUE
 
 SECRETS = ("", "secrets")
 

@@ -30,7 +30,7 @@ from chartrender import (
 )
 from dashboards.promql import VLLM_WAITING
 
-from llmfleet.reconcile.leader import LeaderElectionConfig
+from llmfleet.reconcile.machinery.leader import LeaderElectionConfig
 from llmfleet.reconcile.manager import DRAIN_SECONDS
 from llmfleet.render.autoscaling import QUEUE_METRIC
 

@@ -15,7 +15,7 @@ from llmfleet.cli import main
 from llmfleet.models import LLMBatchJobSpec, LLMDeploymentSpec, describe_validation_error
 from llmfleet.models.status import LLMDeploymentStatus, status_json
 from llmfleet.planner import plan
-from llmfleet.reconcile.status import Observed, ready_status
+from llmfleet.reconcile.llmdeployment.status import Observed, ready_status
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.batchjob import BatchOwner, render_batch_job
 from llmfleet.render.compilecache import CACHE_DIR, compile_cache_location

@@ -1,7 +1,7 @@
-"""One control loop per kind (llmfleet.reconcile.loop, manager, main): kopf's handlers only enqueue,
-an event that changes no generation (the operator's own status write) enqueues nothing, requests
-for one resource from every source fold into one reconcile, a failure is retried by the queue after
-the resource's backoff, and an invalid spec waits for the user's next change."""
+"""One control loop per kind (llmfleet.reconcile.machinery.loop, manager, main): kopf's handlers
+only enqueue, an event that changes no generation (the operator's own status write) enqueues
+nothing, requests for one resource from every source fold into one reconcile, a failure is retried
+by the queue after the resource's backoff, and an invalid spec waits for the user's next change."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from llmfleet import main
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
 from llmfleet.models.deployment import PLURAL
 from llmfleet.planner import Plan
-from llmfleet.reconcile import base
 from llmfleet.reconcile import manager as manager_module
-from llmfleet.reconcile.apply import ApplyResult
-from llmfleet.reconcile.base import MIN_RETRY
-from llmfleet.reconcile.loop import GenerationFilter
+from llmfleet.reconcile.machinery import base
+from llmfleet.reconcile.machinery.apply import ApplyResult
+from llmfleet.reconcile.machinery.base import MIN_RETRY
+from llmfleet.reconcile.machinery.loop import GenerationFilter
+from llmfleet.reconcile.machinery.workqueue import Backoff
 from llmfleet.reconcile.manager import Manager
-from llmfleet.reconcile.workqueue import Backoff
 from llmfleet.render.batchjob import BATCHJOB_LABEL
 from llmfleet.render.names import DEPLOYMENT_LABEL
 

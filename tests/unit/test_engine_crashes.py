@@ -1,5 +1,5 @@
 """An engine that keeps exiting at start shows in status with its last words and, when it ran out
-of memory, what to change (llmfleet.reconcile.engine_crashes.crashes)."""
+of memory, what to change (llmfleet.reconcile.llmdeployment.engine_crashes.crashes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet.reconcile.engine_crashes import OUT_OF_MEMORY_ADVICE, crashes
+from llmfleet.reconcile.llmdeployment.engine_crashes import OUT_OF_MEMORY_ADVICE, crashes
 
 
 def pod(

@@ -32,7 +32,7 @@ from localcluster.standin.metrics import render
 from localcluster.standin.scheduler import Scheduler, Seq
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmfleet.reconcile.kvcache import parse_kv_cache_tokens
+from llmfleet.reconcile.llmdeployment.kvcache import parse_kv_cache_tokens
 
 REPO = Path(__file__).resolve().parents[2]
 # The tiny test model's config.json (dev/dataplane/tiny_model.py), as far as the cache needs it.

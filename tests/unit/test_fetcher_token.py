@@ -1,6 +1,6 @@
-"""The adapter fetchers' token (reconcile/fetcher_token.py): one per LLMDeployment, the same in
-every operator replica and after a restart (derived from the key Secret in the operator's
-namespace, created by whichever replica comes first), written once into a Secret the
+"""The adapter fetchers' token (reconcile/llmdeployment/fetcher_token.py): one per LLMDeployment,
+the same in every operator replica and after a restart (derived from the key Secret in the
+operator's namespace, created by whichever replica comes first), written once into a Secret the
 LLMDeployment owns, and never read back from the namespaces the operator serves."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from llmfleet.reconcile.fetcher_token import FetcherTokens, KeySecret
-from llmfleet.reconcile.fetching import HttpFetcherApi
+from llmfleet.reconcile.llmdeployment.fetcher_token import FetcherTokens, KeySecret
+from llmfleet.reconcile.llmdeployment.fetching import HttpFetcherApi
 from llmfleet.render import Owner
 
 WHERE = KeySecret("llmfleet-system", "fleet-llmfleet-fetcher-key")
@@ -133,7 +133,7 @@ def test_the_operator_sends_the_token_and_reports_the_fetchers_refusal(
         sent.append(headers)
         return status, text
 
-    monkeypatch.setattr("llmfleet.reconcile.fetching.call", call)
+    monkeypatch.setattr("llmfleet.reconcile.llmdeployment.fetching.call", call)
     token = FetcherTokens(FakeCore(), WHERE).token("team-a", "chat")  # type: ignore[arg-type]
 
     why = HttpFetcherApi().fetch("10.0.0.7", token, "s3://team/sql", None)

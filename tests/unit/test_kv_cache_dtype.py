@@ -18,7 +18,7 @@ from llmfleet.models.resources import LLMDEPLOYMENT
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.kv_cache import KV_BLOCK_TOKENS
 from llmfleet.planner.performance import Gpu, pod_model
-from llmfleet.reconcile.plan_verified import plan_verified
+from llmfleet.reconcile.llmdeployment.plan_verified import plan_verified
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # in the catalog
 H100 = {"count": 1, "profile": "h100-80gb"}

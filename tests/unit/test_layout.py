@@ -2,7 +2,9 @@
 tests -> dev -> operator, never back (and within tests, e2e -> api, never back: the API tier
 runs without the lab), and the README's layout names every top-level folder. Inside the
 operator the planner stays a lower layer than what reads its Plans, in modules of one job each,
-and below it the catalog (what the planner knows of models and GPUs) above the API types."""
+and below it the catalog (what the planner knows of models and GPUs) above the API types;
+reconcile/ keeps its rooms by trade (the two kinds apart, the machinery below both), and no
+module imports itself back through others."""
 
 from __future__ import annotations
 
@@ -43,7 +45,18 @@ FOLDER_LINE_LIMITS = [
     ("llmfleet/models", 400),
 ]
 SIZED = [
-    (m, limit) for folder, limit in FOLDER_LINE_LIMITS for m in sorted((SRC / folder).glob("*.py"))
+    (m, limit) for folder, limit in FOLDER_LINE_LIMITS for m in sorted((SRC / folder).rglob("*.py"))
+]
+# reconcile/'s rooms by trade (folder under operator/src, package it never imports): each kind's
+# reconcile knows nothing of the other's, and the machinery they share knows neither, nor the
+# manager that wires them together.
+RECONCILE = "llmfleet/reconcile"
+ROOM_WALLS = [
+    (f"{RECONCILE}/llmdeployment", "llmfleet.reconcile.llmbatchjob"),
+    (f"{RECONCILE}/llmbatchjob", "llmfleet.reconcile.llmdeployment"),
+    (f"{RECONCILE}/machinery", "llmfleet.reconcile.llmdeployment"),
+    (f"{RECONCILE}/machinery", "llmfleet.reconcile.llmbatchjob"),
+    (f"{RECONCILE}/machinery", "llmfleet.reconcile.manager"),
 ]
 # What ships, at the top of the repository: the operator, its chart, the plain CRDs for those who
 # apply them without Helm (`make crds` writes them and the chart's), the images and examples.
@@ -268,17 +281,130 @@ def test_the_supervisor_never_imports_the_metrics_stack(module: str) -> None:
     assert not {n for n in local_imports(module) if n == stack or n.startswith(f"{stack}.")}
 
 
-@pytest.mark.parametrize(("folder", "forbidden"), LOWER_LAYERS, ids=lambda v: v)
-def test_lower_layers_never_import_higher_ones(folder: str, forbidden: str) -> None:
+def importers_of(folder: str, forbidden: str) -> dict[str, list[str]]:
+    """The modules under `folder` that import `forbidden` or anything in it, with what."""
     modules = sorted((SRC / folder).rglob("*.py"))
-    assert modules
+    assert modules, f"{folder} holds no module"
     offenders = {
         str(m.relative_to(SRC)): sorted(
             n for n in imported_modules(m) if n == forbidden or n.startswith(f"{forbidden}.")
         )
         for m in modules
     }
-    assert not {m: names for m, names in offenders.items() if names}
+    return {m: names for m, names in offenders.items() if names}
+
+
+@pytest.mark.parametrize(("folder", "forbidden"), LOWER_LAYERS, ids=lambda v: v)
+def test_lower_layers_never_import_higher_ones(folder: str, forbidden: str) -> None:
+    assert not importers_of(folder, forbidden)
+
+
+@pytest.mark.parametrize(("folder", "forbidden"), ROOM_WALLS, ids=lambda v: v)
+def test_reconciles_rooms_keep_to_their_trade(folder: str, forbidden: str) -> None:
+    assert not importers_of(folder, forbidden)
+
+
+def test_a_newcomer_finds_each_kinds_reconcile_by_its_name() -> None:
+    """reconcile/'s docstring names its rooms, and each room's says what it holds."""
+    rooms = sorted(p.parent.name for p in (SRC / RECONCILE).glob("*/__init__.py"))
+    assert rooms == ["llmbatchjob", "llmdeployment", "machinery"]
+    index = ast.get_docstring(ast.parse((SRC / RECONCILE / "__init__.py").read_text())) or ""
+    assert all(f"`{room}/`" in index for room in rooms), index
+    for room, reconcile in [("llmdeployment", "controller"), ("llmbatchjob", "batchjob")]:
+        said = ast.get_docstring(ast.parse((SRC / RECONCILE / room / "__init__.py").read_text()))
+        assert f"`{reconcile}" in (said or ""), f"{room}/__init__.py does not name {reconcile}"
+        assert (SRC / RECONCILE / room / f"{reconcile}.py").is_file()
+
+
+# --- no import cycle in the operator -------------------------------------------------------------
+
+
+def operator_modules() -> dict[str, Path]:
+    """Every module under operator/src by dotted name (a package by its own name)."""
+    found = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def operator_imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """The import graph of the operator's modules, wherever an import stands (in a function, under
+    TYPE_CHECKING: a cycle for the type checker is one all the same); `from a import b` is an
+    edge to the module a.b when there is one, else to a."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+                module = ".".join(p for p in (base, node.module) if p)
+                found |= {
+                    f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module
+                    for a in node.names
+                }
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other round (Tarjan's strongly connected
+    components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+CYCLES = {
+    "a-chain": ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+    "two-modules-round": ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
+    "three-round-beside-a-chain": (
+        {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}},
+        [["a", "b", "c"]],
+    ),
+}
+
+
+@pytest.mark.parametrize(("graph", "expected"), CYCLES.values(), ids=CYCLES.keys())
+def test_cycles_are_found_where_modules_import_each_other_round(
+    graph: dict[str, set[str]], expected: list[list[str]]
+) -> None:
+    assert cycles(graph) == expected
+
+
+def test_no_operator_module_imports_itself_back_through_others() -> None:
+    modules = operator_modules()
+    graph = operator_imports(modules)
+    assert (
+        "llmfleet.reconcile.llmdeployment.reasons"
+        in graph["llmfleet.reconcile.llmdeployment.status"]
+    )
+    assert not cycles(graph)
 
 
 @pytest.mark.parametrize(

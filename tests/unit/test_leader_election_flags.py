@@ -8,7 +8,7 @@ import pytest
 
 from llmfleet.cli import build_parser
 from llmfleet.commands.run import operator_config
-from llmfleet.reconcile.leader import LeaderElectionConfig
+from llmfleet.reconcile.machinery.leader import LeaderElectionConfig
 
 CHART_ARGS = [
     "--leader-election-namespace=llmfleet-system",

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from llmfleet.reconcile.leader import RELEASE_TRIES, LeaderElectionConfig, LeaderElector
+from llmfleet.reconcile.machinery.leader import RELEASE_TRIES, LeaderElectionConfig, LeaderElector
 
 ME = "op-0_a"
 CFG = LeaderElectionConfig(

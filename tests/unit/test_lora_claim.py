@@ -13,8 +13,8 @@ from stuckpods import unschedulable
 
 from llmfleet.models import LLMBatchJobSpec, LLMDeploymentSpec, field_problems
 from llmfleet.planner import plan
-from llmfleet.reconcile.causes import blockers
-from llmfleet.reconcile.references import deployment_references
+from llmfleet.reconcile.machinery.causes import blockers
+from llmfleet.reconcile.machinery.references import deployment_references
 
 CLAIM = {"claimName": "team-adapters"}
 VOLUME = {

@@ -12,12 +12,12 @@ import pytest
 from kubernetes import client as k8s
 
 from llmfleet.reconcile import manager as manager_module
+from llmfleet.reconcile.llmdeployment.stallwatch import StallWatch
+from llmfleet.reconcile.llmdeployment.standbyloop import StandbyWatch
+from llmfleet.reconcile.machinery.resync import Resyncer
+from llmfleet.reconcile.machinery.workqueue import Backoff
+from llmfleet.reconcile.machinery.writegate import GatedApiClient, NotLeadingError, WriteGate
 from llmfleet.reconcile.manager import Manager
-from llmfleet.reconcile.resync import Resyncer
-from llmfleet.reconcile.stallwatch import StallWatch
-from llmfleet.reconcile.standbyloop import StandbyWatch
-from llmfleet.reconcile.workqueue import Backoff
-from llmfleet.reconcile.writegate import GatedApiClient, NotLeadingError, WriteGate
 from llmfleet.render.names import DEPLOYMENT_LABEL
 
 CALL_TIMEOUT = 0.3

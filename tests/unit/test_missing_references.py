@@ -14,9 +14,9 @@ from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.batchjob import LLMBatchJobSpec
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import plan
-from llmfleet.reconcile.causes import Blocker, blockers, mount_pending, newly_blocked
-from llmfleet.reconcile.references import batch_references, deployment_references
-from llmfleet.reconcile.status import Observed, ready_status
+from llmfleet.reconcile.llmdeployment.status import Observed, ready_status
+from llmfleet.reconcile.machinery.causes import Blocker, blockers, mount_pending, newly_blocked
+from llmfleet.reconcile.machinery.references import batch_references, deployment_references
 
 ARCH = TINY_ARCHITECTURE
 DEPLOYMENT = LLMDeploymentSpec.model_validate(

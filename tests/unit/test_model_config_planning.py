@@ -18,8 +18,8 @@ from llmfleet.catalog.hfconfig import architecture_from_config
 from llmfleet.cli import main
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import PlanError, plan
-from llmfleet.reconcile.errors import UnavailableError
-from llmfleet.reconcile.modelconfig import ModelConfigs
+from llmfleet.reconcile.machinery.errors import UnavailableError
+from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
 
 CONFIG_FILE = Path(__file__).parent / "data/llama-3.1-8b-config.json"
 CONFIG = json.loads(CONFIG_FILE.read_text())

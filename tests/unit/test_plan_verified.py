@@ -9,14 +9,14 @@ import pytest
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.status import LLMDeploymentStatus, status_json
 from llmfleet.planner import plan
-from llmfleet.reconcile import kvcache
-from llmfleet.reconcile.kvcache import (
+from llmfleet.reconcile.llmdeployment import kvcache
+from llmfleet.reconcile.llmdeployment.kvcache import (
     EngineKVCache,
     parse_kv_cache_tokens,
     reporting_engines,
 )
-from llmfleet.reconcile.plan_verified import newly_unverified, plan_verified
-from llmfleet.reconcile.status import Observed, invalid_status, ready_status
+from llmfleet.reconcile.llmdeployment.plan_verified import newly_unverified, plan_verified
+from llmfleet.reconcile.llmdeployment.status import Observed, invalid_status, ready_status
 
 HELP = "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
 TYPE = "# TYPE vllm:cache_config_info gauge\n"

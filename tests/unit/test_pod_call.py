@@ -1,5 +1,5 @@
-"""Every call the operator makes to a pod goes through one client (reconcile/podcall.py): to the
-pod's IP directly whatever HTTP_PROXY says, never to a name, never past a redirect, within a
+"""Every call the operator makes to a pod goes through one client (reconcile/machinery/podcall.py):
+to the pod's IP directly whatever HTTP_PROXY says, never to a name, never past a redirect, within a
 timeout and a size cap. Real HTTP servers on 127.0.0.1 stand in for the pod and for a proxy."""
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
-from llmfleet.reconcile import batchjob, fetching, kvcache, podcall
-from llmfleet.reconcile.adapters import Endpoint, HttpEngineApi
-from llmfleet.reconcile.podcall import PodCallError, call, pod_url, read_page
-from llmfleet.reconcile.secrets import BearerToken
+from llmfleet.reconcile.llmbatchjob import batchjob
+from llmfleet.reconcile.llmdeployment import fetching, kvcache
+from llmfleet.reconcile.llmdeployment.adapters import Endpoint, HttpEngineApi
+from llmfleet.reconcile.machinery import podcall
+from llmfleet.reconcile.machinery.podcall import PodCallError, call, pod_url, read_page
+from llmfleet.reconcile.machinery.secrets import BearerToken
 
 SRC = Path(__file__).resolve().parents[2] / "operator" / "src" / "llmfleet"
 
@@ -251,7 +253,7 @@ def test_a_body_is_posted_as_json_with_the_headers_given(
     assert headers["Authorization"] == "Bearer t"
 
 
-# Modules that speak HTTP but not to pods, and why they differ from reconcile/podcall.py.
+# Modules that speak HTTP but not to pods, and why they differ from reconcile/machinery/podcall.py.
 NOT_POD_CALLS = {
     "catalog/hub.py": "the Hub, by name, through the operator's proxy, following redirects",
     "fetcher/hub.py": "the Hub, from the adapter fetcher in the engine pod",
@@ -274,4 +276,4 @@ def _http_modules() -> set[str]:
 
 
 def test_only_the_pod_client_and_the_hub_clients_speak_http() -> None:
-    assert _http_modules() == {"reconcile/podcall.py", *NOT_POD_CALLS}
+    assert _http_modules() == {"reconcile/machinery/podcall.py", *NOT_POD_CALLS}

@@ -15,13 +15,13 @@ from prometheus_client import REGISTRY
 
 from llmfleet import metrics_reconcile as mr
 from llmfleet.planner import Plan
-from llmfleet.reconcile import apply as apply_module
-from llmfleet.reconcile import base
-from llmfleet.reconcile.apply import Applier, ApplyResult
-from llmfleet.reconcile.base import InvalidSpecError, Reconciler
-from llmfleet.reconcile.batchjob import BatchJobController
-from llmfleet.reconcile.controller import Controller
-from llmfleet.reconcile.events import EventRecorder
+from llmfleet.reconcile.llmbatchjob.batchjob import BatchJobController
+from llmfleet.reconcile.llmdeployment.controller import Controller
+from llmfleet.reconcile.machinery import apply as apply_module
+from llmfleet.reconcile.machinery import base
+from llmfleet.reconcile.machinery.apply import Applier, ApplyResult
+from llmfleet.reconcile.machinery.base import InvalidSpecError, Reconciler
+from llmfleet.reconcile.machinery.events import EventRecorder
 
 NS = "metrics-kind-test"
 

@@ -17,8 +17,8 @@ from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.errors import field_problems
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import plan
-from llmfleet.reconcile.autoscaler_status import scaled_to_zero
-from llmfleet.reconcile.status import Observed, ready_status
+from llmfleet.reconcile.llmdeployment.autoscaler_status import scaled_to_zero
+from llmfleet.reconcile.llmdeployment.status import Observed, ready_status
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.router import hold_args
 from llmfleet.render.scaledobject import demand_query, queue_query

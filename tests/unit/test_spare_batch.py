@@ -16,10 +16,10 @@ from prometheus_client import REGISTRY
 from llmfleet import metrics_batch
 from llmfleet.models import LLMBatchJobStatus
 from llmfleet.models.batchjob_status import ShardStatus
-from llmfleet.reconcile.batchstatus import gpu_seconds
-from llmfleet.reconcile.events import EventRecorder
-from llmfleet.reconcile.preemption import preemptor_of
-from llmfleet.reconcile.spare import NOT_FOUND, UNSET, SpareClass, Waiting, waiting_status
+from llmfleet.reconcile.llmbatchjob.batchstatus import gpu_seconds
+from llmfleet.reconcile.llmbatchjob.preemption import preemptor, preemptor_of
+from llmfleet.reconcile.llmbatchjob.spare import SpareClass, Waiting, waiting_status
+from llmfleet.reconcile.machinery.events import EventRecorder
 
 
 class FakeScheduling:
@@ -39,8 +39,8 @@ class FakeScheduling:
 SPARE_CLASSES = {
     # operator's spare class, what reading it answers -> why a Spare job waits (None: it starts)
     "configured-and-there": ("llmfleet-spare", None, None),
-    "not-configured": ("", None, UNSET),
-    "configured-but-missing": ("llmfleet-spare", 404, NOT_FOUND),
+    "not-configured": ("", None, "SparePriorityClassUnset"),
+    "configured-but-missing": ("llmfleet-spare", 404, "SparePriorityClassNotFound"),
     # The Job controller then says what is wrong; the operator does not guess.
     "not-readable-by-the-operator": ("llmfleet-spare", 403, None),
 }
@@ -64,12 +64,14 @@ def test_a_spare_job_starts_only_with_a_spare_class_that_exists(
 
 
 def test_a_waiting_spare_job_is_pending_and_not_failed() -> None:
-    why = Waiting(UNSET, "spec.priority: Spare needs ... priorityClasses.spare.name ...")
+    why = Waiting(
+        "SparePriorityClassUnset", "spec.priority: Spare needs ... priorityClasses.spare.name ..."
+    )
     st = waiting_status(LLMBatchJobStatus(), 3, PLAN, why)
     conditions = {c.type: (c.status, c.reason) for c in st.conditions}
     assert st.phase == "Pending"
-    assert conditions["Running"] == ("False", UNSET)
-    assert conditions["Failed"] == ("False", UNSET)
+    assert conditions["Running"] == ("False", "SparePriorityClassUnset")
+    assert conditions["Failed"] == ("False", "SparePriorityClassUnset")
     assert next(c for c in st.conditions if c.type == "Running").message == why.message
     assert st.job_name is None
 
@@ -106,7 +108,9 @@ def test_the_preemptor_is_looked_up_by_the_victims_uid_and_reason() -> None:
         return SimpleNamespace(items=[event])
 
     recorder._core = SimpleNamespace(list_namespaced_event=list_namespaced_event)  # type: ignore[assignment]
-    assert recorder.preemptor("batch", "uid-victim") == "pod team-a/llama-engine-7f9c on node gpu-3"
+    assert (
+        preemptor(recorder, "batch", "uid-victim") == "pod team-a/llama-engine-7f9c on node gpu-3"
+    )
     assert asked == ["batch involvedObject.uid=uid-victim,reason=Preempted"]
 
 

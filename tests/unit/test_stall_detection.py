@@ -19,7 +19,7 @@ from llmfleet.models import (
 from llmfleet.models.stall import StallDetection
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import plan
-from llmfleet.reconcile.stall import (
+from llmfleet.reconcile.llmdeployment.stall import (
     Sample,
     Track,
     Verdict,
@@ -27,8 +27,8 @@ from llmfleet.reconcile.stall import (
     parse_sample,
     stall_window,
 )
-from llmfleet.reconcile.stallwatch import StallWatch, opened
-from llmfleet.reconcile.status import Observed, ready_status
+from llmfleet.reconcile.llmdeployment.stallwatch import StallWatch, opened
+from llmfleet.reconcile.llmdeployment.status import Observed, ready_status
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.names import ADAPTERS_GATE, PROGRESS_GATE
 

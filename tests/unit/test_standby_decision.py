@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmfleet.models.standby import StandbyPlan
-from llmfleet.reconcile.standby import StandbyDecision, StandbyState, decide
+from llmfleet.reconcile.llmdeployment.standby import StandbyDecision, StandbyState, decide
 
 PLAN = StandbyPlan(
     replicas=2,

@@ -1,5 +1,5 @@
-"""The standby engines' loop (reconcile/standbyloop.py) against engines that answer as vLLM
-does: which engine it calls, with what, and which readiness gate it turns, in what order."""
+"""The standby engines' loop (reconcile/llmdeployment/standbyloop.py) against engines that answer as
+vLLM does: which engine it calls, with what, and which readiness gate it turns, in what order."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from llmfleet.models.standby import StandbyPlan
-from llmfleet.reconcile.podcall import PodCallError
-from llmfleet.reconcile.standbyloop import StandbyReport, StandbyWatch
+from llmfleet.reconcile.llmdeployment.standbyloop import StandbyReport, StandbyWatch
+from llmfleet.reconcile.machinery.podcall import PodCallError
 from llmfleet.render.standby import STANDBY_GATE
 
 PLAN = StandbyPlan(

@@ -9,7 +9,7 @@ import pytest
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.status import LLMDeploymentStatus, status_json
 from llmfleet.planner import plan
-from llmfleet.reconcile.status import Observed, invalid_status, ready_status
+from llmfleet.reconcile.llmdeployment.status import Observed, invalid_status, ready_status
 
 NEW = LLMDeploymentStatus()  # no status yet
 

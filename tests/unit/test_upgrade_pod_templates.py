@@ -11,8 +11,8 @@ templates under any operator version.
 
 The previous release renders in a subprocess from its own source (`git archive` of the pinned
 commit), with the script below written against its API. LLMBatchJobs are not compared: the
-operator creates a batch Job once and never applies it again (reconcile/batchjob.py), so an
-upgrade cannot restart its pods.
+operator creates a batch Job once and never applies it again (reconcile/llmbatchjob/batchjob.py), so
+an upgrade cannot restart its pods.
 """
 
 from __future__ import annotations

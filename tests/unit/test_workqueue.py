@@ -1,5 +1,6 @@
-"""The queue child events feed (llmfleet.reconcile.workqueue): folding, one reconcile at a time per
-resource, and a backoff per resource that keeps a failing one from holding up the others."""
+"""The queue child events feed (llmfleet.reconcile.machinery.workqueue): folding, one reconcile at a
+time per resource, and a backoff per resource that keeps a failing one from holding up the
+others."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from llmfleet.reconcile.workqueue import Backoff, WorkQueue
+from llmfleet.reconcile.machinery.workqueue import Backoff, WorkQueue
 
 A, B = ("ns", "a"), ("ns", "b")
 

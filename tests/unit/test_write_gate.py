@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from llmfleet.reconcile.leader import LeaderElectionConfig, LeaderElector
-from llmfleet.reconcile.writegate import GatedApiClient, NotLeadingError, WriteGate
+from llmfleet.reconcile.machinery.leader import LeaderElectionConfig, LeaderElector
+from llmfleet.reconcile.machinery.writegate import GatedApiClient, NotLeadingError, WriteGate
 
 ME = "op-0_a"
 # Short, so the test runs in about a second; the relations are the chart's (15/10/2).

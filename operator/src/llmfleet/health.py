@@ -34,7 +34,7 @@ def kopf_check(url: str, since: Callable[[], float | None]) -> Check:
         if started is None:
             return True, "kopf not started"
         try:
-            # Not a pod call (reconcile/podcall.py): kopf's endpoint in this very process.
+            # Not a pod call (reconcile/machinery/podcall.py): kopf's endpoint in this very process.
             with urllib.request.urlopen(url, timeout=5) as r:
                 if r.status == 200:
                     return True, "kopf answers"

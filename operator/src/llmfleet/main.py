@@ -1,7 +1,7 @@
 """kopf's part: it watches the two custom resources, and its handlers only enqueue. Each event goes
-to the kind's control loop (`reconcile/loop.py`), which enqueues the key unless only status or
-metadata changed; the loop's queue reconciles, retries and reports. on.event handlers keep no
-progress or last-handled state in the objects, so kopf writes nothing to them."""
+to the kind's control loop (`reconcile/machinery/loop.py`), which enqueues the key unless only
+status or metadata changed; the loop's queue reconciles, retries and reports. on.event handlers keep
+no progress or last-handled state in the objects, so kopf writes nothing to them."""
 
 from __future__ import annotations
 

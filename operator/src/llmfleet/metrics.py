@@ -128,8 +128,8 @@ def set_planned(namespace: str, name: str, plan: Plan | None) -> None:
 def set_conditions(namespace: str, name: str, conditions: Iterable[Mapping[str, Any]]) -> None:
     """Publish the LLMDeployment's current status conditions (`llmfleet_condition`).
 
-    Called by `reconcile.controller.Controller` with the status just computed, whether or not
-    it was written: when it refuses a spec and when it ran a planned one."""
+    Called by `reconcile.llmdeployment.controller.Controller` with the status just computed, whether
+    or not it was written: when it refuses a spec and when it ran a planned one."""
     current = {
         (str(c.get("type", "")), str(c.get("status", "")), str(c.get("reason") or ""))
         for c in conditions

@@ -2,8 +2,8 @@
 LLMDeployment or LLMBatchJob): reconciles by result, their duration, the errors by resource and
 reason, and every write it makes to the Kubernetes API.
 
-Counted where the work happens: `reconcile.base.Reconciler` counts reconciles and errors, and
-each writer (`Applier`, `Reconciler.write_status`, `EventRecorder`, the Secret and pod-gate
+Counted where the work happens: `reconcile.machinery.base.Reconciler` counts reconciles and errors,
+and each writer (`Applier`, `Reconciler.write_status`, `EventRecorder`, the Secret and pod-gate
 writers) counts its own writes, so a write is counted once whoever asked for it.
 """
 

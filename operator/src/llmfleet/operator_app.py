@@ -29,8 +29,8 @@ from llmfleet.models.network_policy import EngineNetworkPolicy
 CONNECTIONS = 32
 
 if TYPE_CHECKING:
-    from llmfleet.reconcile.fetcher_token import KeySecret
-    from llmfleet.reconcile.leader import LeaderElectionConfig, LeaderElector
+    from llmfleet.reconcile.llmdeployment.fetcher_token import KeySecret
+    from llmfleet.reconcile.machinery.leader import LeaderElectionConfig, LeaderElector
     from llmfleet.reconcile.manager import Manager
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def run_operator(
     metrics = (
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host) if cfg.metrics_port else None
     )
-    from llmfleet.reconcile.writegate import GatedApiClient, WriteGate
+    from llmfleet.reconcile.machinery.writegate import GatedApiClient, WriteGate
 
     main.install(registry)
     conf = api_config(cfg.kubeconfig)
@@ -178,7 +178,7 @@ def _elector(
 ) -> LeaderElector | None:
     if cfg.leader_election is None:
         return None
-    from llmfleet.reconcile.leader import LeaderElector
+    from llmfleet.reconcile.machinery.leader import LeaderElector
 
     return LeaderElector(api, cfg.leader_election, on_lost=on_lost)
 

@@ -16,8 +16,8 @@ from llmfleet.models.refs import OBJECT_NAME_PATTERN
 
 if TYPE_CHECKING:
     from llmfleet.operator_app import OperatorConfig
-    from llmfleet.reconcile.fetcher_token import KeySecret
-    from llmfleet.reconcile.leader import LeaderElectionConfig
+    from llmfleet.reconcile.llmdeployment.fetcher_token import KeySecret
+    from llmfleet.reconcile.machinery.leader import LeaderElectionConfig
 
 # Where Kubernetes mounts the pod's own namespace beside its ServiceAccount token.
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -259,7 +259,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
 
 
 def _fetcher_key(args: argparse.Namespace) -> KeySecret | None:
-    from llmfleet.reconcile.fetcher_token import KeySecret
+    from llmfleet.reconcile.llmdeployment.fetcher_token import KeySecret
 
     namespace = args.leader_election_namespace
     return KeySecret(namespace, args.fetcher_key_secret) if namespace else None
@@ -276,7 +276,7 @@ def _leader_election(args: argparse.Namespace) -> LeaderElectionConfig | None:
     """The Lease settings; a bad combination stops the operator naming the flags."""
     if not args.leader_election:
         return None
-    from llmfleet.reconcile.leader import LeaderElectionConfig, default_identity
+    from llmfleet.reconcile.machinery.leader import LeaderElectionConfig, default_identity
 
     if not args.leader_election_namespace:
         raise SystemExit(

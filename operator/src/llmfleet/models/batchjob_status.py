@@ -1,5 +1,5 @@
 """An LLMBatchJob's status: its progress, conditions and per-shard figures, as the operator
-observes them (reconcile/batchstatus.py)."""
+observes them (reconcile/llmbatchjob/batchstatus.py)."""
 
 from __future__ import annotations
 

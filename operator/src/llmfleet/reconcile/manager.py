@@ -1,6 +1,6 @@
-"""The operator's control loops: one per kind (`loop.py`), each a queue of keys and its workers,
-and what feeds them: the watch-fed view of the children, the resync of every LLMDeployment, the
-poll of running LLMBatchJobs, and kopf's watch of the two kinds (`main.py`, through `heard`).
+"""The operator's control loops: one per kind (`machinery/loop.py`), each a queue of keys and its
+workers, and what feeds them: the watch-fed view of the children, the resync of every LLMDeployment,
+the poll of running LLMBatchJobs, and kopf's watch of the two kinds (`main.py`, through `heard`).
 
 A change to a child (a pod becoming ready, the HPA scaling, a hand edit, a delete) arrives through
 the view and enqueues its owner, named by the child's labels. The queues' workers are the only
@@ -32,14 +32,14 @@ from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.deployment import PLURAL as DEPLOYMENT_PLURAL
 from llmfleet.models.network_policy import EngineNetworkPolicy
-from llmfleet.reconcile.batchjob import BatchJobController
-from llmfleet.reconcile.cache import ChildView
-from llmfleet.reconcile.controller import Controller
-from llmfleet.reconcile.fetcher_token import KeySecret
-from llmfleet.reconcile.loop import KindLoop
-from llmfleet.reconcile.modelconfig import ModelConfigs
-from llmfleet.reconcile.resync import Resyncer
-from llmfleet.reconcile.writegate import GatedApiClient, WriteGate
+from llmfleet.reconcile.llmbatchjob.batchjob import BatchJobController
+from llmfleet.reconcile.llmdeployment.controller import Controller
+from llmfleet.reconcile.llmdeployment.fetcher_token import KeySecret
+from llmfleet.reconcile.machinery.cache import ChildView
+from llmfleet.reconcile.machinery.loop import KindLoop
+from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
+from llmfleet.reconcile.machinery.resync import Resyncer
+from llmfleet.reconcile.machinery.writegate import GatedApiClient, WriteGate
 from llmfleet.render.batchjob import BATCHJOB_LABEL
 from llmfleet.render.names import DEPLOYMENT_LABEL
 
@@ -114,7 +114,8 @@ class Manager:
             resync_seconds,
         )
         # Stall detection: each watched LLMDeployment is queued every third of its window, so its
-        # engines are looked at however quiet its children are (reconcile/stallwatch.py).
+        # engines are looked at however quiet its children are
+        # (reconcile/llmdeployment/stallwatch.py).
         self._stall_poll = Resyncer(
             "stall poll",
             self.deployments.stalls.due,
@@ -122,7 +123,8 @@ class Manager:
             STALL_POLL_TICK_SECONDS,
         )
 
-        # Standby engines: their queue is read every few seconds (reconcile/standbyloop.py).
+        # Standby engines: their queue is read every few seconds
+        # (reconcile/llmdeployment/standbyloop.py).
         self._standby_poll = Resyncer(
             "standby poll",
             self.deployments.standby.due,

@@ -6,8 +6,8 @@ not change the pod template, which would restart every GPU pod (docs/lora.md).
 
 Everything the template says about the fetcher is fixed by the plan, never by spec.adapters:
 the token comes from a Secret named after the LLMDeployment (the operator creates it:
-reconcile.fetcher_token), and the volume's sizeLimit and the fetcher's caps from the model,
-the highest LoRA rank and maxCpuAdapters. Editing the adapter list restarts no GPU pod."""
+reconcile.llmdeployment.fetcher_token), and the volume's sizeLimit and the fetcher's caps from the
+model, the highest LoRA rank and maxCpuAdapters. Editing the adapter list restarts no GPU pod."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ from llmfleet.render.service import render_service
 from llmfleet.render.standby import render_standby
 
 # Every kind an LLMDeployment renders, in apply order (what others refer to comes first).
-# The operator's view of its children (reconcile/cache.py) lists and watches each of them, and
-# pruning reads that view, so the operator's RBAC must allow `list` and `watch` on every one.
+# The operator's view of its children (reconcile/machinery/cache.py) lists and watches each of them,
+# and pruning reads that view, so the operator's RBAC must allow `list` and `watch` on every one.
 MANAGED_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "ServiceAccount"),
     ("rbac.authorization.k8s.io/v1", "Role"),

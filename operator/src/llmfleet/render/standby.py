@@ -1,8 +1,8 @@
 """Standby engines (spec.autoscaling.standby; docs/autoscaling.md, "Standby engines"): a second
 Deployment, `<name>-standby`, of engine pods that run vLLM in sleep mode behind the dev-mode
 fence (llmfleet.devfence), and the ConfigMap that carries the fence into the engine image.
-The operator's loop (reconcile/standbyloop.py) puts them to sleep, wakes them and turns their
-gate."""
+The operator's loop (reconcile/llmdeployment/standbyloop.py) puts them to sleep, wakes them and
+turns their gate."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ written once and only when it changed.
 A Job's pod template is immutable, and so is an LLMBatchJob's spec (CEL), so the Job is applied
 when it is missing and otherwise only observed. A Job deleted before the batch finished is
 created again and resumes from the output files. A Spare job's Job is created only once the
-operator's spare PriorityClass is configured and exists (reconcile/spare.py).
+operator's spare PriorityClass is configured and exists (reconcile/llmbatchjob/spare.py).
 """
 
 from __future__ import annotations
@@ -22,25 +22,14 @@ from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models.batchjob import KIND, LLMBatchJobSpec
 from llmfleet.models.batchjob_status import LLMBatchJobStatus
 from llmfleet.planner import Plan, PlanError, plan
-from llmfleet.reconcile.apply import ApplyResult
-from llmfleet.reconcile.base import Reconciler, generation
-from llmfleet.reconcile.batchpods import parse_time
-from llmfleet.reconcile.batchstatus import (
-    Scraper,
-    ShardObservation,
-    batch_status,
-    indexes,
-    observe_shards,
-    output_conflict,
-    refused_status,
-)
-from llmfleet.reconcile.cache import ChildView
-from llmfleet.reconcile.conditions import find
-from llmfleet.reconcile.modelconfig import ModelConfigs
-from llmfleet.reconcile.podcall import read_page
-from llmfleet.reconcile.references import batch_references
-from llmfleet.reconcile.resync import Resyncer
-from llmfleet.reconcile.spare import SpareClass, waiting_status
+from llmfleet.reconcile.machinery.apply import ApplyResult
+from llmfleet.reconcile.machinery.base import Reconciler, generation
+from llmfleet.reconcile.machinery.cache import ChildView
+from llmfleet.reconcile.machinery.conditions import find
+from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
+from llmfleet.reconcile.machinery.podcall import read_page
+from llmfleet.reconcile.machinery.references import batch_references
+from llmfleet.reconcile.machinery.resync import Resyncer
 from llmfleet.render.batchjob import (
     BATCHJOB_LABEL,
     BatchOwner,
@@ -50,6 +39,20 @@ from llmfleet.render.batchjob import (
     shard_count,
 )
 from llmfleet.shard_report import METRICS_PORT
+
+from . import reasons as r
+from .batchpods import parse_time
+from .batchstatus import (
+    Scraper,
+    ShardObservation,
+    batch_status,
+    indexes,
+    observe_shards,
+    output_conflict,
+    refused_status,
+)
+from .preemption import preemptor
+from .spare import SpareClass, waiting_status
 
 SCRAPE_TIMEOUT_SECONDS = 2.0
 # The runner's page holds a few counters per shard; far larger is not the runner.
@@ -104,7 +107,7 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
                 f"{planned.reason} An LLMBatchJob runs each shard as one pod on one node; a "
                 "model larger than a node needs fp8 (spec.model.quantization) or larger GPUs, "
                 "or an LLMDeployment (which spans nodes) to send the requests to.",
-                reason="MultiNodeNotSupported",
+                reason=r.MULTI_NODE_NOT_SUPPORTED,
             )
         parallelism(spec, planned)  # refuses more at once than there are shards
         return planned
@@ -170,22 +173,22 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         )
         if result.created:
             self.events.emit(
-                body, "Normal", "Created", f"Job {job_name(name)} with {shards} shard(s)"
+                body, "Normal", r.CREATED_EVENT, f"Job {job_name(name)} with {shards} shard(s)"
             )
         wrote = self.write_status(body, new)
         if wrote:
             metrics_batch.count_status_write(ns, spec.priority, old, new)
         if wrote and blocked:
-            self.announce_blockers(body, _message(old, "Running"), blocked)
+            self.announce_blockers(body, _message(old, r.RUNNING), blocked)
         if wrote and new.preemptions > old.preemptions and new.phase == "Preempted":
-            self.events.emit(body, "Normal", "Preempted", _message(new, "Preempted"))
+            self.events.emit(body, "Normal", r.PREEMPTED_EVENT, _message(new, r.PREEMPTED))
         if wrote and old.phase != new.phase:
             if new.phase == "Complete":
-                self.events.emit(body, "Normal", "Complete", _message(new, "Complete"))
+                self.events.emit(body, "Normal", r.COMPLETE_EVENT, _message(new, r.COMPLETE))
             elif new.phase == "Failed":
-                self.events.emit(body, "Warning", "Failed", _message(new, "Failed"))
+                self.events.emit(body, "Warning", r.FAILED_EVENT, _message(new, r.FAILED))
             elif old.phase == "Preempted" and new.phase == "Running":
-                self.events.emit(body, "Normal", "Resumed", _message(new, "Running"))
+                self.events.emit(body, "Normal", r.RESUMED_EVENT, _message(new, r.RUNNING))
         self._poll(ns, name, new)
         return result
 
@@ -212,7 +215,7 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
             at = parse_time(victim.at)
             recent = at is None or (now - at).total_seconds() < PREEMPTOR_EVENT_SECONDS
             if victim.uid not in known and recent:
-                who = self.events.preemptor(key[0], victim.uid)
+                who = preemptor(self.events, key[0], victim.uid)
                 if who is not None:
                     known[victim.uid] = who
             out[victim.uid] = known.get(victim.uid)

@@ -19,7 +19,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmfleet.reconcile.podcall import read_page
+from llmfleet.reconcile.machinery.podcall import read_page
 
 log = logging.getLogger(__name__)
 

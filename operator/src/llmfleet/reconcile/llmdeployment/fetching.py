@@ -1,7 +1,8 @@
 """The operator's side of the adapter fetcher (llmfleet.fetcher, a container beside each
 single-node LoRA engine): asking it to copy an s3://, gs:// or revisioned Hub adapter into the
 pod before vLLM loads it, and to drop the copies no adapter needs any more. Every call carries
-the LLMDeployment's fetcher token (reconcile.fetcher_token): the fetcher answers nobody else."""
+the LLMDeployment's fetcher token (reconcile.llmdeployment.fetcher_token): the fetcher answers
+nobody else."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from llmfleet.fetcher.paths import FETCHER_PORT
-from llmfleet.reconcile.podcall import call, pod_url
-from llmfleet.reconcile.secrets import BearerToken
+from llmfleet.reconcile.machinery.podcall import call, pod_url
+from llmfleet.reconcile.machinery.secrets import BearerToken
 from llmfleet.render.fetcher import FETCHER_CONTAINER, fetcher_secret_name
 
 log = logging.getLogger(__name__)

@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llmfleet.fetcher.paths import FETCH_ROOT, fetched_path, needs_fetch
-from llmfleet.reconcile.fetching import NO_FETCHER, FetcherApi, HttpFetcherApi, has_fetcher
-from llmfleet.reconcile.podcall import call, pod_url
-from llmfleet.reconcile.references import API_KEY_FIELD
-from llmfleet.reconcile.secrets import BearerToken
+from llmfleet.reconcile.machinery.podcall import call, pod_url
+from llmfleet.reconcile.machinery.references import API_KEY_FIELD
+from llmfleet.reconcile.machinery.secrets import BearerToken
 from llmfleet.render.names import ADAPTERS_GATE
+
+from .fetching import NO_FETCHER, FetcherApi, HttpFetcherApi, has_fetcher
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,11 @@ from llmfleet.models.batchjob import LLMBatchJobSpec
 from llmfleet.models.gpus import GpuSpec
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.planner import Plan
-from llmfleet.reconcile.causes import CLAIM, CONFIGMAP, IMAGE, NODES, SECRET, Reference
 from llmfleet.render.batchjob import CONTAINER as BATCH_CONTAINER
 from llmfleet.render.fetcher import runs_fetcher
 from llmfleet.render.names import ENGINE_CONTAINER
+
+from .causes import CLAIM, CONFIGMAP, IMAGE, NODES, SECRET, Reference
 
 # The engines' API key, which the operator also reads itself for their LoRA API: what it says
 # when it cannot shares these words with what the kubelet's refusal is attributed to.

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from llmfleet.models.status import Condition
-from llmfleet.reconcile.conditions import FALSE, TRUE, UNKNOWN, condition
-from llmfleet.reconcile.object_fields import condition_status, int_field
+from llmfleet.reconcile.machinery.conditions import FALSE, TRUE, UNKNOWN, condition
+from llmfleet.reconcile.machinery.object_fields import condition_status, int_field
 from llmfleet.render.autoscaling import QUEUE_METRIC
+
+from . import reasons as r
 
 
 def hpa_blind(hpa: dict[str, Any] | None) -> str | None:
@@ -54,9 +56,9 @@ def scaled_to_zero(
             "",
         )
         return condition(
-            "ScaledToZero",
+            r.SCALED_TO_ZERO,
             UNKNOWN,
-            "ScalerNotReady",
+            r.SCALER_NOT_READY,
             f"KEDA cannot scale: {message}",
             generation,
         )
@@ -64,25 +66,25 @@ def scaled_to_zero(
         since = (scaled_object.get("status") or {}).get("lastActiveTime")
         last = f" since {since}" if since else ""
         return condition(
-            "ScaledToZero",
+            r.SCALED_TO_ZERO,
             TRUE,
-            "Idle",
+            r.IDLE,
             f"no request{last} for {idle} s: 0 engine pods, 0 GPUs; the next request starts one",
             generation,
         )
     if ready == 0:
         return condition(
-            "ScaledToZero",
+            r.SCALED_TO_ZERO,
             FALSE,
-            "Waking",
+            r.WAKING,
             f"a request arrived: {desired} engine pod(s) starting; the router holds requests "
             "until one is ready",
             generation,
         )
     return condition(
-        "ScaledToZero",
+        r.SCALED_TO_ZERO,
         FALSE,
-        "Serving",
+        r.SERVING,
         f"{ready} engine pod(s) serving; scales to zero after {idle} s without a request",
         generation,
     )

@@ -39,7 +39,8 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from llmfleet.metrics import LEADER, LEADER_TRANSITIONS
-from llmfleet.reconcile.writegate import WriteGate
+
+from .writegate import WriteGate
 
 log = logging.getLogger(__name__)
 

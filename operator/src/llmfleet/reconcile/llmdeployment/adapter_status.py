@@ -6,14 +6,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmfleet.models.status import AdapterStatus, Condition
-from llmfleet.reconcile.adapters import EngineOutcome, Wanted
-from llmfleet.reconcile.causes import Blocker
-from llmfleet.reconcile.conditions import FALSE, TRUE, UNKNOWN, condition, find
-from llmfleet.reconcile.references import API_KEY_FIELD, API_KEY_STEM
-from llmfleet.reconcile.secrets import SecretUnreadableError
+from llmfleet.reconcile.machinery.causes import Blocker
+from llmfleet.reconcile.machinery.conditions import FALSE, TRUE, UNKNOWN, condition, find
+from llmfleet.reconcile.machinery.references import API_KEY_FIELD, API_KEY_STEM
+from llmfleet.reconcile.machinery.secrets import SecretUnreadableError
 from llmfleet.render.names import ADAPTERS_GATE
 
-ADAPTERS_READY = "AdaptersReady"
+from . import reasons as r
+from .adapters import EngineOutcome, Wanted
+
 # How a refusal reads in status when vLLM's own words do not name the field to change.
 _HINTS = (
     ("max_lora_rank", "raise spec.engine.lora.maxRank"),
@@ -58,27 +59,27 @@ def adapter_report(
     if failed:
         others = len(wanted) - len(failed)
         cond = condition(
-            ADAPTERS_READY,
+            r.ADAPTERS_READY,
             FALSE,
-            "AdapterLoadFailed",
+            r.ADAPTER_LOAD_FAILED,
             "; ".join(failed) + f"; the other {others} adapter(s) serve",
             g,
         )
     elif total == 0:
         cond = condition(
-            ADAPTERS_READY,
+            r.ADAPTERS_READY,
             UNKNOWN,
-            "NoEngine",
+            r.NO_ENGINE,
             f"no engine answers yet; its {len(wanted)} adapter(s) load when one does",
             g,
         )
     elif loading:
-        cond = condition(ADAPTERS_READY, FALSE, "AdaptersLoading", "; ".join(loading), g)
+        cond = condition(r.ADAPTERS_READY, FALSE, r.ADAPTERS_LOADING, "; ".join(loading), g)
     else:
         cond = condition(
-            ADAPTERS_READY,
+            r.ADAPTERS_READY,
             TRUE,
-            "AdaptersLoaded",
+            r.ADAPTERS_LOADED,
             f"{len(wanted)} adapter(s) loaded on each of {total} engine(s)",
             g,
         )
@@ -96,10 +97,12 @@ def key_unreadable(
         f"it loads and unloads no adapter, and new engines stay out of service (readiness gate "
         f"{ADAPTERS_GATE}), until it can read it"
     )
-    error = f"not loaded: the operator cannot read {API_KEY_FIELD} (condition {ADAPTERS_READY})"
+    error = f"not loaded: the operator cannot read {API_KEY_FIELD} (condition {r.ADAPTERS_READY})"
     return AdapterReport(
         statuses=tuple(AdapterStatus(name=w.name, engines=0, of=0, error=error) for w in wanted),
-        condition=condition(ADAPTERS_READY, FALSE, API_KEY_STEM + problem.why, message, generation),
+        condition=condition(
+            r.ADAPTERS_READY, FALSE, API_KEY_STEM + problem.why, message, generation
+        ),
     )
 
 
@@ -109,7 +112,7 @@ def newly_keyless(
     """AdaptersReady when it turns to saying that the key cannot be read (the moment for one
     Warning Event), else None: a resync while it stays so says nothing again, and a missing
     Secret that also keeps the pods from starting has its Event from `blockers` already."""
-    before, after = find(old, ADAPTERS_READY), find(new, ADAPTERS_READY)
+    before, after = find(old, r.ADAPTERS_READY), find(new, r.ADAPTERS_READY)
     if after is None or not after.reason.startswith(API_KEY_STEM):
         return None
     if any(b.field == API_KEY_FIELD for b in blockers):

@@ -31,7 +31,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet import metrics_reconcile
-from llmfleet.reconcile.secrets import BearerToken
+from llmfleet.reconcile.machinery.secrets import BearerToken
 from llmfleet.render import Owner
 from llmfleet.render.fetcher import TOKEN_KEY, fetcher_secret_name
 from llmfleet.render.names import COMPONENT_ENGINE, metadata

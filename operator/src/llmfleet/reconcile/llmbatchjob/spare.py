@@ -12,12 +12,12 @@ from kubernetes import client as k8s
 
 from llmfleet.models.batchjob_status import LLMBatchJobStatus
 from llmfleet.models.status import PlanSummary
-from llmfleet.reconcile.conditions import FALSE, condition, keep_transition_times
+from llmfleet.reconcile.machinery.conditions import FALSE, condition, keep_transition_times
+
+from . import reasons as r
 
 log = logging.getLogger(__name__)
 
-UNSET = "SparePriorityClassUnset"
-NOT_FOUND = "SparePriorityClassNotFound"
 CHART_VALUE = "priorityClasses.spare.name"
 
 
@@ -39,14 +39,14 @@ class SpareClass:
         """Why a Spare job cannot start now, or None."""
         if not self.name:
             return Waiting(
-                UNSET,
+                r.SPARE_CLASS_UNSET,
                 "spec.priority: Spare needs the operator's spare PriorityClass, and this operator "
                 f"has none: install the chart with {CHART_VALUE} set (the operator's "
                 "--spare-priority-class); the job starts then, unchanged",
             )
         if self._exists() is False:
             return Waiting(
-                NOT_FOUND,
+                r.SPARE_CLASS_NOT_FOUND,
                 f"spec.priority: Spare runs at PriorityClass {self.name} ({CHART_VALUE}), which "
                 "does not exist: install the chart with priorityClasses.create=true, or create "
                 "the class; the job starts then, unchanged",
@@ -74,10 +74,10 @@ def waiting_status(
 ) -> LLMBatchJobStatus:
     """Pending, not failed: nothing in the spec is wrong."""
     conds = [
-        condition("Running", FALSE, why.reason, why.message, generation),
-        condition("Preempted", FALSE, "NotPreempted", "no shard was preempted", generation),
-        condition("Complete", FALSE, why.reason, "the job has not started", generation),
-        condition("Failed", FALSE, why.reason, "the job has not started", generation),
+        condition(r.RUNNING, FALSE, why.reason, why.message, generation),
+        condition(r.PREEMPTED, FALSE, r.NOT_PREEMPTED, "no shard was preempted", generation),
+        condition(r.COMPLETE, FALSE, why.reason, "the job has not started", generation),
+        condition(r.FAILED, FALSE, why.reason, "the job has not started", generation),
     ]
     return old.model_copy(
         update={

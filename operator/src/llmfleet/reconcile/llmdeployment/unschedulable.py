@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from llmfleet.reconcile.conditions import FALSE
+from llmfleet.reconcile.machinery.conditions import FALSE
 
 
 def unschedulable_pods(pods: tuple[dict[str, Any], ...]) -> list[tuple[str, str]]:

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from llmfleet.reconcile.base import Reconciler
-from llmfleet.reconcile.workqueue import Key, WorkQueue
+from .base import Reconciler
+from .workqueue import Key, WorkQueue
 
 DELETED = "DELETED"
 

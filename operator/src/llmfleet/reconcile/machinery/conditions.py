@@ -10,6 +10,8 @@ from llmfleet.models.status import Condition, ConditionStatus
 TRUE: ConditionStatus = "True"
 FALSE: ConditionStatus = "False"
 UNKNOWN: ConditionStatus = "Unknown"
+# The one condition type every kind writes: the shared reconcile reports refusals in it.
+DEGRADED = "Degraded"
 
 
 def now() -> datetime:

@@ -1,11 +1,12 @@
-"""Preempted shard pods, from what Kubernetes writes on them: pure functions, no cluster.
+"""Preempted shard pods, from what Kubernetes writes on them: pure functions, and one read of the
+scheduler's Event through the EventRecorder (`preemptor`).
 
 kube-scheduler (pkg/scheduler/framework/preemption) marks each victim before deleting it with the
 condition `DisruptionTarget=True`, reason `PreemptionByScheduler`, message `<scheduler name>:
 preempting to accommodate a higher priority pod`, which names the scheduler, not the preemptor.
 The preemptor is named only by the Event it posts on the victim: reason `Preempted`, message
 `Preempted by pod <preemptor uid> on node <node>`, with the preemptor as the Event's related
-object (read by `EventRecorder.preemptor`).
+object (read by `preemptor`, the one function here that asks the cluster).
 
 Evictions and drains mark the pod DisruptionTarget too (reasons EvictionByEvictionAPI,
 DeletionByTaintManager, TerminationByKubelet, ...): like a preemption, the Job's podFailurePolicy
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmfleet.models.status import Condition
-from llmfleet.reconcile.conditions import FALSE, TRUE, condition
+if TYPE_CHECKING:
+    from llmfleet.reconcile.machinery.events import EventRecorder
 
 DISRUPTION_TARGET = "DisruptionTarget"
 BY_SCHEDULER = "PreemptionByScheduler"
@@ -99,6 +100,16 @@ def preemptor_of(event: Mapping[str, Any]) -> str | None:
     return message.removeprefix("Preempted by ") or None
 
 
+def preemptor(events: EventRecorder, namespace: str, uid: str) -> str | None:
+    """Who preempted the pod `uid`, from the scheduler's Preempted Event on it; None when no such
+    Event can be read (yet, or any more: Events expire)."""
+    for event in events.related(namespace, uid, PREEMPTED_EVENT):
+        who = preemptor_of(event)
+        if who:
+            return who
+    return None
+
+
 def describe(shards: Mapping[int, Preemption], preemptors: Mapping[str, str | None]) -> str:
     """`shard 0 by pod a/b on node n; shards 1, 2 by default-scheduler: ...`: who preempted which
     shards, the preemptor where its Event was read, else the scheduler's condition message."""
@@ -113,27 +124,3 @@ def describe(shards: Mapping[int, Preemption], preemptors: Mapping[str, str | No
     if len(groups) > NAMED:
         parts.append(f"{len(groups) - NAMED} more preemptor(s)")
     return "; ".join(parts)
-
-
-def preempted_condition(
-    preempted: Mapping[int, Preemption],
-    shards: int,
-    preemptions: int,
-    preemptors: Mapping[str, str | None],
-    generation: int,
-) -> Condition:
-    """Preempted=True while shards wait after a preemption, naming who preempted them."""
-    if preempted:
-        return condition(
-            "Preempted",
-            TRUE,
-            "ShardsPreempted",
-            f"{len(preempted)} of {shards} shard(s) preempted: "
-            f"{describe(preempted, preemptors)}; each resumes from its output when "
-            f"a GPU frees ({preemptions} preemption(s) so far)",
-            generation,
-        )
-    if preemptions:
-        message = f"every preempted shard runs again ({preemptions} preemption(s) so far)"
-        return condition("Preempted", FALSE, "Resumed", message, generation)
-    return condition("Preempted", FALSE, "NotPreempted", "no shard was preempted", generation)

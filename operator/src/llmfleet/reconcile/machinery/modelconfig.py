@@ -30,8 +30,9 @@ from llmfleet.catalog.hub import (
 )
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.planner import PlanError
-from llmfleet.reconcile.errors import UnavailableError
-from llmfleet.reconcile.secrets import SecretUnreadableError, read_token
+
+from .errors import UnavailableError
+from .secrets import SecretUnreadableError, read_token
 
 UNAVAILABLE = "ModelConfigUnavailable"
 DENIED = "ModelConfigDenied"

@@ -23,12 +23,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmfleet import metrics as m
 from llmfleet import metrics_reconcile
 from llmfleet.models.standby import StandbyPlan, StandbyStatus
-from llmfleet.reconcile import podcall
-from llmfleet.reconcile.fetcher_token import FetcherTokens
-from llmfleet.reconcile.kvcache import Scraper, scrape, scrape_all
-from llmfleet.reconcile.standby import StandbyState, decide
+from llmfleet.reconcile.machinery import podcall
 from llmfleet.render.names import Owner
 from llmfleet.render.standby import STANDBY_GATE, STANDBY_LABEL, standby_name
+
+from . import reasons as r
+from .fetcher_token import FetcherTokens
+from .kvcache import Scraper, scrape, scrape_all
+from .standby import StandbyState, decide
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +225,7 @@ class StandbyWatch:
             self._due.pop((namespace, name), None)
 
 
-STANDBY_PURPOSE = "standby"  # the token's purpose (reconcile.fetcher_token)
+STANDBY_PURPOSE = "standby"  # the token's purpose (reconcile.llmdeployment.fetcher_token)
 Emit = Callable[[dict[str, Any], str, str, str], None]
 
 
@@ -265,7 +267,7 @@ def reconcile_standby(
         emit(
             body,
             "Normal",
-            "StandbyWoken",
+            r.STANDBY_WOKEN_EVENT,
             f"standby engine pod {pod} woken and in rotation: more than "
             f"{plan.wake_queue_depth} requests waiting per engine",
         )
@@ -273,7 +275,7 @@ def reconcile_standby(
         emit(
             body,
             "Normal",
-            "StandbySlept",
+            r.STANDBY_SLEPT_EVENT,
             f"standby engine pod {pod} out of rotation and asleep: at most "
             f"{plan.sleep_queue_depth} requests waiting per engine for {plan.cooldown_seconds} s",
         )

@@ -16,9 +16,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet import metrics_reconcile
-from llmfleet.reconcile.kvcache import Scraper, scrape, scrape_all
-from llmfleet.reconcile.stall import Track, Verdict, judge, parse_sample
 from llmfleet.render.names import PROGRESS_GATE
+
+from .kvcache import Scraper, scrape, scrape_all
+from .stall import Track, Verdict, judge, parse_sample
 
 # Never poll faster than this, whatever the window: each poll is a reconcile.
 MIN_POLL_SECONDS = 2.0

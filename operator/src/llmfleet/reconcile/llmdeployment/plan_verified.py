@@ -4,7 +4,9 @@ turning False deserves a Warning Event."""
 from __future__ import annotations
 
 from llmfleet.models.status import Condition, LLMDeploymentStatus
-from llmfleet.reconcile.conditions import FALSE, TRUE, UNKNOWN, condition, find
+from llmfleet.reconcile.machinery.conditions import FALSE, TRUE, UNKNOWN, condition, find
+
+from . import reasons as r
 
 # How far the KV cache an engine allocated may be from the planner's figure for PlanVerified.
 KV_TOLERANCE = 0.10
@@ -15,9 +17,9 @@ def plan_verified(measured: int | None, planned: int, generation: int) -> Condit
     kvCacheTokensPerReplica within KV_TOLERANCE? Unknown until an engine has reported."""
     if measured is None:
         return condition(
-            "PlanVerified",
+            r.PLAN_VERIFIED,
             UNKNOWN,
-            "NoEngineReported",
+            r.NO_ENGINE_REPORTED,
             "no ready engine of the current layout has reported its KV cache yet "
             "(vllm:cache_config_info)",
             generation,
@@ -29,16 +31,16 @@ def plan_verified(measured: int | None, planned: int, generation: int) -> Condit
     )
     if abs(deviation) <= KV_TOLERANCE:
         return condition(
-            "PlanVerified",
+            r.PLAN_VERIFIED,
             TRUE,
-            "KVCacheMatchesPlan",
+            r.KV_CACHE_MATCHES_PLAN,
             f"{numbers}, within {KV_TOLERANCE:.0%}",
             generation,
         )
     return condition(
-        "PlanVerified",
+        r.PLAN_VERIFIED,
         FALSE,
-        "KVCacheDiffersFromPlan",
+        r.KV_CACHE_DIFFERS_FROM_PLAN,
         f"{numbers}, more than {KV_TOLERANCE:.0%} off: the plan's memory figures "
         "(spec.gpus.memoryGiB, engine.gpuMemoryUtilization, engine.kvCacheDtype, "
         "engine.extraArgs) do not describe what the engine found",
@@ -49,8 +51,8 @@ def plan_verified(measured: int | None, planned: int, generation: int) -> Condit
 def newly_unverified(old: LLMDeploymentStatus, new: LLMDeploymentStatus) -> str | None:
     """PlanVerified's message when it turns False from `old` to `new` status (the moment for one
     Warning Event), else None: a resync while it stays False says nothing again."""
-    before = find(old.conditions, "PlanVerified")
-    after = find(new.conditions, "PlanVerified")
+    before = find(old.conditions, r.PLAN_VERIFIED)
+    after = find(new.conditions, r.PLAN_VERIFIED)
     if after is not None and after.status == FALSE and (before is None or before.status != FALSE):
         return after.message
     return None

@@ -10,8 +10,8 @@ from typing import Any
 from kubernetes import client as k8s
 
 from llmfleet import FIELD_MANAGER, metrics_reconcile
-from llmfleet.reconcile.conditions import now
-from llmfleet.reconcile.preemption import PREEMPTED_EVENT, preemptor_of
+
+from .conditions import now
 
 log = logging.getLogger(__name__)
 COMPONENT = FIELD_MANAGER
@@ -79,23 +79,19 @@ class EventRecorder:
             return []
         return list(found.items)
 
-    def preemptor(self, namespace: str, uid: str) -> str | None:
-        """Who preempted the pod `uid`, from the scheduler's Preempted Event on it (the only
-        place that names the preemptor); None when no such Event can be read (yet, or any
-        more: Events expire)."""
-        for event in self._events(namespace, uid, PREEMPTED_EVENT):
-            related = event.related
-            who = preemptor_of(
-                {
-                    "message": event.message,
-                    "related": {"namespace": related.namespace, "name": related.name}
-                    if related is not None
-                    else {},
-                }
-            )
-            if who:
-                return who
-        return None
+    def related(self, namespace: str, uid: str, reason: str) -> list[dict[str, Any]]:
+        """The Events `reason` on the object `uid`, each as its message and the object it names
+        as related (`{"namespace", "name"}`, empty when it names none); none when they cannot be
+        read. Made for the scheduler's Preempted Event, the only place that names a preemptor."""
+        return [
+            {
+                "message": event.message,
+                "related": {"namespace": event.related.namespace, "name": event.related.name}
+                if event.related is not None
+                else {},
+            }
+            for event in self._events(namespace, uid, reason)
+        ]
 
     def namespace_terminating(self, namespace: str) -> bool:
         """Whether `namespace` is being deleted. Asked with a dry-run Event, which the API

@@ -2,9 +2,9 @@
 validated and planned or else refused with its reason in status and a Warning Event, an API
 server's refusal reported once, and status written once, only when it changed.
 
-Each kind (`controller.py`, `batchjob.py`) supplies what differs: its spec and plan, the status of
-a refusal, and what it does with a planned spec. The kind's queue (`loop.py`) runs it: one at a
-time per resource, and again after a failure (`work`).
+Each kind (`llmdeployment/controller.py`, `llmbatchjob/batchjob.py`) supplies what differs: its
+spec and plan, the status of a refusal, and what it does with a planned spec. The kind's queue
+(`loop.py`) runs it: one at a time per resource, and again after a failure (`work`).
 """
 
 from __future__ import annotations
@@ -24,24 +24,17 @@ from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfiles
 from llmfleet.models import describe_validation_error
 from llmfleet.models.status import status_json
 from llmfleet.planner import Plan, PlanError
-from llmfleet.reconcile.apply import Applier, ApplyResult
-from llmfleet.reconcile.cache import ChildView
-from llmfleet.reconcile.causes import (
-    MOUNT_EVENT,
-    Blocker,
-    Reference,
-    blockers,
-    mount_pending,
-    newly_blocked,
-)
-from llmfleet.reconcile.conditions import TRUE, condition, keep_transition_times
-from llmfleet.reconcile.errors import UnavailableError, describe_error, is_refusal, retry_after
-from llmfleet.reconcile.events import EventRecorder
-from llmfleet.reconcile.modelconfig import ModelConfigs
-from llmfleet.reconcile.workqueue import Backoff
+
+from .apply import Applier, ApplyResult
+from .cache import ChildView
+from .causes import MOUNT_EVENT, Blocker, Reference, blockers, mount_pending, newly_blocked
+from .conditions import DEGRADED, TRUE, condition, keep_transition_times
+from .errors import UnavailableError, describe_error, is_refusal, retry_after
+from .events import EventRecorder
+from .modelconfig import ModelConfigs
+from .workqueue import Backoff
 
 log = logging.getLogger(__name__)
-DEGRADED = "Degraded"
 APPLY_REFUSED = "ApplyRefused"
 RECONCILE_FAILING = "ReconcileFailing"
 # Transient failures (the API server busy, restarting, a conflict) stay out of status until they

@@ -1,5 +1,6 @@
 """An LLMBatchJob's status from what the cluster shows: pure functions from its Job and pods (and
-what the shards report) to the typed status, so that it can be tested without a cluster."""
+what the shards report) to the typed status, so that it can be tested without a cluster. Its
+conditions are computed in `batchconditions`, one function each."""
 
 from __future__ import annotations
 
@@ -14,19 +15,21 @@ from typing import Any
 from llmfleet.models.batchjob import LLMBatchJobSpec
 from llmfleet.models.batchjob_status import JobPhase, LLMBatchJobStatus, ShardPhase, ShardStatus
 from llmfleet.models.status import PlanSummary
-from llmfleet.reconcile.batchpods import held_seconds, parse_time, runner_end, shard_index
-from llmfleet.reconcile.causes import Blocker, describe
-from llmfleet.reconcile.conditions import FALSE, TRUE, condition, keep_transition_times
-from llmfleet.reconcile.preemption import (
+from llmfleet.reconcile.machinery.causes import Blocker
+from llmfleet.reconcile.machinery.conditions import TRUE, keep_transition_times
+from llmfleet.render.batchjob import output_key
+from llmfleet.shard_report import ShardReport, parse_metrics, parse_summary
+
+from . import batchconditions as conditions
+from .batchconditions import JobView
+from .batchpods import held_seconds, parse_time, runner_end, shard_index
+from .preemption import (
     Preemption,
     disruption,
-    preempted_condition,
     preempted_now,
     preemption,
     still_preempted,
 )
-from llmfleet.render.batchjob import output_key
-from llmfleet.shard_report import ShardReport, parse_metrics, parse_summary
 
 Scraper = Callable[[str], str | None]
 
@@ -238,47 +241,30 @@ def batch_status(
     phase: JobPhase
     if complete:
         phase = "Complete"
-        conds = [
-            condition(
-                "Complete", TRUE, "AllLinesAnswered", f"every line has a record: {counts}", g
-            ),
-            condition("Running", FALSE, "Finished", "the job completed", g),
-            condition("Failed", FALSE, "Complete", "no shard failed", g),
-            condition("Preempted", FALSE, "Finished", "the job completed", g),
-        ]
     elif failed_cond:
         phase = "Failed"
-        errors = sorted({f"shard {o.index}: {o.error}" for o in observed if o.error})
-        message = "; ".join(errors) or str(failed_cond.get("message") or "")
-        reason = str(failed_cond.get("reason") or "JobFailed")
-        conds = [
-            condition("Failed", TRUE, reason, f"{message} ({counts})", g),
-            condition("Running", FALSE, "Finished", "the job failed", g),
-            condition("Complete", FALSE, "Failed", "the job failed", g),
-            condition("Preempted", FALSE, "Finished", "the job failed", g),
-        ]
     else:
         phase = "Preempted" if preempted else "Running" if running else "Pending"
-        restarts = sum(o.restarts for o in observed)
-        extra = f", {restarts} shard restart(s)" if restarts else ""
-        running_now = f"{len(running)} of {shards} shards running" + (
-            f", {len(preempted)} preempted" if preempted else ""
-        )
-        if blockers and not running:
-            message = f"{running_now}, the others cannot start: {describe(blockers)}"
-            running_cond = condition("Running", FALSE, blockers[0].reason, message, g)
-        else:
-            reason = "ShardsRunning" if running else "ShardsStarting"
-            if preempted and not running:
-                reason = "ShardsPreempted"
-            message = f"{running_now}: {counts}{extra}"
-            running_cond = condition("Running", TRUE if running else FALSE, reason, message, g)
-        conds = [
-            running_cond,
-            preempted_condition(preempted, shards, preemptions, preemptors or {}, g),
-            condition("Complete", FALSE, "InProgress", f"{counts}", g),
-            condition("Failed", FALSE, "InProgress", "no shard failed for good", g),
-        ]
+    view = JobView(
+        generation=g,
+        shards=shards,
+        counts=counts,
+        complete=complete is not None,
+        failed=failed_cond,
+        running=len(running),
+        preempted=preempted,
+        preemptions=preemptions,
+        preemptors=preemptors or {},
+        restarts=sum(o.restarts for o in observed),
+        errors=sorted({f"shard {o.index}: {o.error}" for o in observed if o.error}),
+        blockers=blockers,
+    )
+    conds = [
+        conditions.complete(view),
+        conditions.failed(view),
+        conditions.running(view),
+        conditions.preempted(view),
+    ]
     return LLMBatchJobStatus(
         observed_generation=g,
         conditions=keep_transition_times(conds, old.conditions),
@@ -333,11 +319,7 @@ def batch_status(
 def refused_status(
     old: LLMBatchJobStatus, generation: int, reason: str, message: str
 ) -> LLMBatchJobStatus:
-    conds = [
-        condition("Failed", TRUE, reason, message, generation),
-        condition("Running", FALSE, reason, "the job cannot run as specified", generation),
-        condition("Complete", FALSE, reason, "the job cannot run as specified", generation),
-    ]
+    conds = conditions.refused(reason, message, generation)
     return old.model_copy(
         update={
             "observed_generation": generation,

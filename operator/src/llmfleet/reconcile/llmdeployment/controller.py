@@ -18,37 +18,18 @@ from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, weakening_args
-from llmfleet.reconcile import standbyloop
-from llmfleet.reconcile.adapter_status import (
-    AdapterReport,
-    adapter_report,
-    key_unreadable,
-    newly_keyless,
-)
-from llmfleet.reconcile.adapters import AdapterSync, Wanted, gates_to_open, lora_engines
-from llmfleet.reconcile.apply import ApplyResult, ref
-from llmfleet.reconcile.base import Reconciler, generation
-from llmfleet.reconcile.cache import ChildView
-from llmfleet.reconcile.causes import blockers
-from llmfleet.reconcile.conditions import find
-from llmfleet.reconcile.fetcher_token import FetcherTokens, KeySecret
-from llmfleet.reconcile.kvcache import EngineKVCache, reporting_engines
-from llmfleet.reconcile.modelconfig import ModelConfigs
-from llmfleet.reconcile.plan_verified import newly_unverified
-from llmfleet.reconcile.references import deployment_references
-from llmfleet.reconcile.secrets import SecretUnreadableError, read_token
-from llmfleet.reconcile.stall import stall_window
-from llmfleet.reconcile.stallwatch import StallReport, StallWatch, opened, restart, turn_gates
-from llmfleet.reconcile.status import Observed, invalid_status, ready_status
+from llmfleet.reconcile.machinery.apply import ApplyResult, ref
+from llmfleet.reconcile.machinery.base import Reconciler, generation
+from llmfleet.reconcile.machinery.cache import ChildView
+from llmfleet.reconcile.machinery.causes import blockers
+from llmfleet.reconcile.machinery.conditions import find
+from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
+from llmfleet.reconcile.machinery.references import deployment_references
+from llmfleet.reconcile.machinery.secrets import SecretUnreadableError, read_token
 from llmfleet.render import Owner, engine_deployment_name, render_fleet
 from llmfleet.render.compilecache import compile_cache_location
 from llmfleet.render.fetcher import runs_fetcher
-from llmfleet.render.leaderworkerset import (
-    ENGINE_KINDS,
-    LWS_API_VERSION,
-    LWS_KIND,
-    engine_kind,
-)
+from llmfleet.render.leaderworkerset import ENGINE_KINDS, LWS_API_VERSION, LWS_KIND, engine_kind
 from llmfleet.render.names import (
     ADAPTERS_GATE,
     DEPLOYMENT_LABEL,
@@ -59,6 +40,17 @@ from llmfleet.render.names import (
 from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_name, router_url
 from llmfleet.render.scaledobject import KEDA_API_VERSION, SCALED_OBJECT_KIND, keda_hpa_name
 from llmfleet.render.service import endpoint_url
+
+from . import reasons as r
+from . import standbyloop
+from .adapter_status import AdapterReport, adapter_report, key_unreadable, newly_keyless
+from .adapters import AdapterSync, Wanted, gates_to_open, lora_engines
+from .fetcher_token import FetcherTokens, KeySecret
+from .kvcache import EngineKVCache, reporting_engines
+from .plan_verified import newly_unverified
+from .stall import stall_window
+from .stallwatch import StallReport, StallWatch, opened, restart, turn_gates
+from .status import Observed, invalid_status, ready_status
 
 
 class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
@@ -103,7 +95,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
                 f"({LWS_API_VERSION}), which this cluster does not serve: install "
                 "LeaderWorkerSet (sigs.k8s.io/lws; see the chart's README), or give the model "
                 "GPUs that one node holds (spec.gpus).",
-                reason="LeaderWorkerSetMissing",
+                reason=r.LWS_MISSING,
             )
         if spec.autoscaling.scales_to_zero:
             self._check_scale_to_zero()
@@ -119,7 +111,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
                 f"({KEDA_API_VERSION}) this cluster does not serve: install KEDA 2.16 or later "
                 "(helm install keda kedacore/keda --namespace keda --create-namespace; see the "
                 "chart's README), or set minReplicas to at least 1",
-                reason="KEDAMissing",
+                reason=r.KEDA_MISSING,
             )
         if not self.keda_prometheus_url:
             raise PlanError(
@@ -128,7 +120,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
                 "operator was given no Prometheus URL: set the chart value "
                 "keda.prometheusUrl (the operator's --keda-prometheus-url), or set minReplicas "
                 "to at least 1",
-                reason="KEDAPrometheusUnset",
+                reason=r.KEDA_PROMETHEUS_UNSET,
             )
 
     def refused_status(
@@ -264,9 +256,9 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         wrote = self.write_status(body, new)
         if wrote and unverified is not None:
             # Once, when PlanVerified turns False; not on every resync while it stays so.
-            self.events.emit(body, "Warning", "PlanNotVerified", unverified)
+            self.events.emit(body, "Warning", r.PLAN_NOT_VERIFIED_EVENT, unverified)
         if wrote and blocked:
-            degraded = find(old_status.conditions, "Degraded")
+            degraded = find(old_status.conditions, r.DEGRADED)
             self.announce_blockers(body, degraded.message if degraded else "", blocked)
         keyless = newly_keyless(old_status.conditions, new.conditions, blocked) if wrote else None
         if keyless is not None:
@@ -339,7 +331,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             self.events.emit(
                 body,
                 "Warning",
-                "EngineStalled",
+                r.ENGINE_STALLED_EVENT,
                 f"engine pod {pod} has requests running and counted no token for {window}: out of "
                 f"service (readiness gate {PROGRESS_GATE} False) until it does, restarted if it "
                 f"does not within {window}",
@@ -351,7 +343,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             self.events.emit(
                 body,
                 "Warning",
-                "EngineRestarted",
+                r.ENGINE_RESTARTED_EVENT,
                 f"engine pod {pod} counted no token for another {window} out of service: deleted",
             )
         return report.degraded()
@@ -365,14 +357,14 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         result: ApplyResult,
     ) -> None:
         if old_status.plan != planned.summary():
-            self.events.emit(body, "Normal", "Planned", planned.reason)
+            self.events.emit(body, "Normal", r.PLANNED_EVENT, planned.reason)
         weakened = weakening_args(spec.engine.extra_args)
         if weakened and old_status.observed_generation != generation(body):
             # Once per spec: allowed, but whoever runs the cluster should know.
             self.events.emit(
                 body,
                 "Warning",
-                "EndpointWeakened",
+                r.ENDPOINT_WEAKENED_EVENT,
                 f"{EXTRA_ARGS_FIELD}: " + "; ".join(weakened),
             )
         if result.writes:
@@ -385,7 +377,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
                 )
                 if items
             ]
-            self.events.emit(body, "Normal", "Applied", "; ".join(parts))
+            self.events.emit(body, "Normal", r.APPLIED_EVENT, "; ".join(parts))
 
 
 def _publish_conditions(namespace: str, name: str, status: LLMDeploymentStatus) -> None:
