@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from llmfleet.models.profiles import DEFAULT_GPU_PROFILES
 from llmfleet.reconcile import manager as manager_module
 from llmfleet.reconcile.manager import Manager
 from llmfleet.reconcile.resync import Resyncer
@@ -19,6 +20,7 @@ from llmfleet.reconcile.standbyloop import StandbyWatch
 from llmfleet.reconcile.workqueue import Backoff
 from llmfleet.reconcile.writegate import GatedApiClient, NotLeadingError, WriteGate
 from llmfleet.render.names import DEPLOYMENT_LABEL
+from llmfleet.settings import OperatorSettings
 
 CALL_TIMEOUT = 0.3
 DRAIN = 0.3
@@ -116,7 +118,7 @@ def writing_manager(
         lambda *a, **k: Deployments(api, journal, fetch_done),
     )
     monkeypatch.setattr(manager_module, "BatchJobController", lambda *a, **k: Batch())
-    running = Manager(api, resync_seconds=0.05)
+    running = Manager(api, OperatorSettings(resync_seconds=0.05), DEFAULT_GPU_PROFILES, None)
     running.start_writing()
     return running
 
