@@ -8,23 +8,18 @@ objects travels as one `FleetDefaults` (`OperatorSettings.fleet`)."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from llmfleet import setting_values as values
 from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE, DEFAULT_FETCHER_IMAGE
 from llmfleet.models.hub import DEFAULT_ENDPOINT
-from llmfleet.models.network_policy import EngineNetworkPolicy, parse_engine_network_policy
-from llmfleet.models.refs import OBJECT_NAME_PATTERN
+from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.render.fleet_defaults import FleetDefaults
 
-# Where Kubernetes mounts the pod's own namespace beside its ServiceAccount token.
-NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 _KEY = "llmfleet.setting"
 # Where docs/operator.md holds the table `markdown_table` writes.
 TABLE_START = "<!-- settings-table: generated from operator/src/llmfleet/settings.py -->\n"
@@ -64,7 +59,7 @@ class Setting:
         if self.repeatable:
             text += "; the flag repeats, the variable is comma-separated"
         if self.switch:
-            text += f"; the variable is one of {', '.join(TRUE + FALSE)}"
+            text += f"; the variable is one of {', '.join(values.TRUE + values.FALSE)}"
         return text
 
     def show(self, default: Any) -> str:
@@ -79,65 +74,6 @@ class Setting:
 
 def _about(flag: str, env: str, help: str, **how: Any) -> dict[str, Setting]:
     return {_KEY: Setting(flag, env, help, **how)}
-
-
-def _priority_class(text: str) -> str:
-    """A PriorityClass name (a DNS subdomain) or nothing."""
-    if text and (len(text) > 253 or not re.fullmatch(OBJECT_NAME_PATTERN, text)):
-        raise argparse.ArgumentTypeError(
-            f"not a PriorityClass name: {text!r} (lower-case letters, digits, '-' and '.')"
-        )
-    return text
-
-
-def _http_url(example: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        """An http(s) URL or nothing."""
-        if text and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", text):
-            raise argparse.ArgumentTypeError(
-                f"not an http:// or https:// URL: {text!r} (e.g. {example})"
-            )
-        return text.rstrip("/")
-
-    return parse
-
-
-def _or_default(parse: Callable[[str], str]) -> Callable[[str], str | None]:
-    """Empty means the default, as if not given."""
-    return lambda text: parse(text) or None
-
-
-def _network_policy(text: str) -> EngineNetworkPolicy | None:
-    try:
-        return parse_engine_network_policy(text)
-    except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
-        raise argparse.ArgumentTypeError(
-            'not a valid engine NetworkPolicy (JSON {"scrapers": [...], "operator": [...], '
-            f'"clients": [...]}}, each a list of NetworkPolicyPeers): {e}'
-        ) from None
-
-
-def _number(kind: type[int] | type[float]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            return kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-
-    return parse
-
-
-def _log_level(text: str) -> str:
-    if text.upper() not in LOG_LEVELS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(LOG_LEVELS)}")
-    return text.upper()
-
-
-def _in_cluster_namespace() -> str:
-    try:
-        return NAMESPACE_FILE.read_text().strip()
-    except OSError:
-        return ""
 
 
 @dataclass(frozen=True)
@@ -168,7 +104,7 @@ class OperatorSettings:
             "--metrics-port",
             "LLMFLEET_METRICS_PORT",
             "port of the Prometheus metrics endpoint; 0 disables it",
-            parse=_number(int),
+            parse=values.number(int),
         ),
     )
     metrics_host: str = field(
@@ -180,7 +116,11 @@ class OperatorSettings:
     log_level: str = field(
         default="INFO",
         metadata=_about(
-            "--log-level", "LLMFLEET_LOG_LEVEL", "log level", parse=_log_level, choices=LOG_LEVELS
+            "--log-level",
+            "LLMFLEET_LOG_LEVEL",
+            "log level",
+            parse=values.log_level,
+            choices=values.LOG_LEVELS,
         ),
     )
     leader_election: bool = field(
@@ -200,7 +140,7 @@ class OperatorSettings:
             "POD_NAMESPACE",
             "namespace of the leader Lease",
             shown_default="the pod's own namespace",
-            fallback=_in_cluster_namespace,
+            fallback=values.in_cluster_namespace,
         ),
     )
     leader_election_id: str = field(
@@ -218,7 +158,7 @@ class OperatorSettings:
             "LLMFLEET_LEASE_DURATION",
             "seconds a leader that stopped renewing keeps the Lease; a standby takes over that "
             "long after the last renewal it saw",
-            parse=_number(float),
+            parse=values.number(float),
         ),
     )
     renew_deadline: float = field(
@@ -229,7 +169,7 @@ class OperatorSettings:
             "seconds after its last renewal began that the leader stops writing, gives up the "
             "Lease and exits; below --lease-duration by more than --retry-period (one API "
             "call's timeout)",
-            parse=_number(float),
+            parse=values.number(float),
         ),
     )
     retry_period: float = field(
@@ -239,7 +179,7 @@ class OperatorSettings:
             "LLMFLEET_RETRY_PERIOD",
             "seconds between tries to acquire or renew the Lease, and the timeout of each of "
             "the leader's writes",
-            parse=_number(float),
+            parse=values.number(float),
         ),
     )
     resync_seconds: float = field(
@@ -248,7 +188,7 @@ class OperatorSettings:
             "--resync-seconds",
             "LLMFLEET_RESYNC_SECONDS",
             "how often every resource is re-checked for drift",
-            parse=_number(float),
+            parse=values.number(float),
         ),
     )
     gpu_profiles: Path | None = field(
@@ -267,7 +207,7 @@ class OperatorSettings:
             "--default-engine-image",
             "LLMFLEET_DEFAULT_ENGINE_IMAGE",
             "vLLM image of LLMDeployments whose spec.engine.image is unset",
-            parse=_or_default(str),
+            parse=values.or_default(str),
         ),
     )
     adapter_fetcher_image: str = field(
@@ -278,7 +218,7 @@ class OperatorSettings:
             "image of the adapter fetcher beside LoRA engines, which copies s3://, gs:// and "
             "revisioned Hub adapters for them: the operator's image under the fetcher's own "
             "version, which changes only when the fetcher does",
-            parse=_or_default(str),
+            parse=values.or_default(str),
         ),
     )
     fetcher_key_secret: str = field(
@@ -299,7 +239,7 @@ class OperatorSettings:
             "JSON {scrapers, operator, clients: [NetworkPolicyPeer]}: render a NetworkPolicy "
             "per LLMDeployment that admits only its router, these scrapers and the operator to "
             "the engines",
-            parse=_network_policy,
+            parse=values.network_policy,
             shown_default="none",
         ),
     )
@@ -310,7 +250,7 @@ class OperatorSettings:
             "LLMFLEET_KEDA_PROMETHEUS_URL",
             "URL of the Prometheus that scrapes the engines and routers, which KEDA queries to "
             "scale LLMDeployments with autoscaling.minReplicas 0 to zero and back",
-            parse=_http_url("http://prometheus-operated.monitoring.svc:9090"),
+            parse=values.http_url("http://prometheus-operated.monitoring.svc:9090"),
             shown_default="none, and such LLMDeployments are refused",
         ),
     )
@@ -321,7 +261,7 @@ class OperatorSettings:
             "HF_ENDPOINT",
             "Hugging Face Hub, or a mirror of it, to read config.json from for models neither "
             "spec.model.architecture nor the built-in catalog describes",
-            parse=_or_default(_http_url(DEFAULT_ENDPOINT)),
+            parse=values.or_default(values.http_url(DEFAULT_ENDPOINT)),
         ),
     )
     spare_priority_class: str = field(
@@ -330,7 +270,7 @@ class OperatorSettings:
             "--spare-priority-class",
             "LLMFLEET_SPARE_PRIORITY_CLASS",
             "PriorityClass of the pods of LLMBatchJobs with spec.priority Spare",
-            parse=_priority_class,
+            parse=values.priority_class,
             shown_default="none, and such jobs wait, reported",
         ),
     )
@@ -340,7 +280,7 @@ class OperatorSettings:
             "--engine-priority-class",
             "LLMFLEET_ENGINE_PRIORITY_CLASS",
             "PriorityClass of LLMDeployments' engine pods; changing it restarts every engine once",
-            parse=_priority_class,
+            parse=values.priority_class,
             shown_default="none, the cluster's default priority",
         ),
     )
@@ -381,13 +321,7 @@ def from_environment(how: Setting, environ: Mapping[str, str]) -> Any:
     try:
         if how.repeatable:
             return tuple(how.parse(part) for part in text.split(",") if part)
-        if how.switch:
-            if text.lower() not in TRUE + FALSE:
-                raise argparse.ArgumentTypeError(
-                    f"{text!r} is not one of {', '.join(TRUE + FALSE)}"
-                )
-            return text.lower() in TRUE
-        return how.parse(text)
+        return values.switch(text) if how.switch else how.parse(text)
     except argparse.ArgumentTypeError as e:
         raise SystemExit(f"llmfleet run: env {how.env} ({how.flag}): {e}") from None
 
