@@ -86,6 +86,10 @@ engine-flags: vllm ## Regenerate the planner's table of vLLM's flags (planner/vl
 dashboards: venv ## Generate the Grafana dashboards (charts/llmfleet/dashboards) from code
 	PYTHONPATH=dev $(PY) -m dashboards --output-dir charts/llmfleet/dashboards
 
+.PHONY: settings-table
+settings-table: venv ## Rewrite the table of the operator's settings (docs/operator.md) from their definition (llmfleet/settings.py)
+	$(PY) -m llmfleet.settings docs/operator.md
+
 .PHONY: lint
 lint: venv ## ruff (lint + format check) and mypy --strict
 	cd operator && ../$(VENV)/bin/ruff check src ../tests ../dev ../bench

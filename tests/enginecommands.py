@@ -19,6 +19,9 @@ from llmfleet.planner import PlanError, plan
 from llmfleet.planner.engine_flags import UNKNOWN_REASON, VALUE_REASON
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.engine import ENGINE_COMMAND
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 REPO = Path(__file__).resolve().parents[1]
 OWNER = Owner("fleet", "team-a", "0a1b2c3d-uid")
@@ -61,7 +64,7 @@ def engine_commands(objects: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 
 def rendered(spec: LLMDeploymentSpec) -> dict[str, list[str]]:
-    return engine_commands(render_fleet(OWNER, spec, plan(spec)))
+    return engine_commands(render_fleet(OWNER, spec, plan(spec), FLEET))
 
 
 def example_commands() -> dict[str, list[str]]:

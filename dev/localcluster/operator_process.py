@@ -33,8 +33,10 @@ OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
 CRDS = ("llmdeployments.llmfleet.dev", "llmbatchjobs.llmfleet.dev")
 # Flags of the chart's operator container that the process takes as the chart renders them (the
-# others it sets itself: loopback endpoints, the resync period, the profiles' file).
+# others it sets itself: loopback endpoints, the log level, the resync period, the profiles' file).
 CHART_FLAGS = (
+    "--default-engine-image=",
+    "--adapter-fetcher-image=",
     "--engine-network-policy=",
     "--keda-prometheus-url=",
     "--hf-endpoint=",

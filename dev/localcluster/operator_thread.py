@@ -15,8 +15,9 @@ from typing import Any
 import kopf
 
 from llmfleet.cli import build_parser
-from llmfleet.commands.run import operator_config
+from llmfleet.commands.run import settings_from_args
 from llmfleet.operator_app import api_client, run_operator
+from llmfleet.settings import OperatorSettings
 
 from .operator_process import Operator
 from .waiting import wait_until
@@ -51,7 +52,10 @@ class ThreadOperator(Operator):
         self._stop = threading.Event()
         self._capture_log()
         self._thread = threading.Thread(
-            target=self._run, args=(operator_config(args), self._stop), name=self.name, daemon=True
+            target=self._run,
+            args=(settings_from_args(args), self._stop),
+            name=self.name,
+            daemon=True,
         )
         self._thread.start()
         wait_until(self._serving_metrics, timeout=30, what="operator metrics endpoint")
@@ -80,7 +84,7 @@ class ThreadOperator(Operator):
         """Running, and not restarted since `start`."""
         return self.running() and self.restarts == self._restarts_at_start
 
-    def _run(self, cfg: Any, stop: threading.Event) -> None:
+    def _run(self, cfg: OperatorSettings, stop: threading.Event) -> None:
         while True:
             self._this_run = this_run = threading.Event()
             if stop.is_set():  # (also after the assignment: `stop` sets the flag it finds)

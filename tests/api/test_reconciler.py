@@ -18,6 +18,9 @@ from prometheus_client import REGISTRY
 
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
 from llmfleet.reconcile.llmbatchjob.batchjob import BatchJobController
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 pytestmark = pytest.mark.cluster
 
@@ -34,7 +37,7 @@ def test_a_batch_job_that_is_gone_is_no_longer_polled(
     api: client.ApiClient, namespace: str
 ) -> None:
     create(api, namespace, custom("LLMBatchJob", "tiny", BATCH_SPEC))
-    controller = BatchJobController(api, scraper=lambda _ip: None)
+    controller = BatchJobController(api, FLEET, scraper=lambda _ip: None)
     try:
         # The tier's own operator reconciles the same job: where its status write lands between
         # this reconcile's read and write, this one gets a 409 and is retried from a fresh read,
@@ -86,7 +89,7 @@ def test_a_batch_job_reconcile_counts_under_its_kind_and_its_writes_once(
     jobs = counted("llmfleet_api_writes_total", verb="create", kind="Job")
     before = {r: counted("llmfleet_reconcile_total", kind=kind, result=r) for r in results}
     create(api, namespace, custom("LLMBatchJob", "counted", BATCH_SPEC))
-    controller = BatchJobController(api, scraper=lambda _ip: None)
+    controller = BatchJobController(api, FLEET, scraper=lambda _ip: None)
     try:
         # Where the tier's operator writes the job's status between this reconcile's read and
         # write, this one gets a 409 (counted as a Conflict error) and runs again from a fresh

@@ -13,6 +13,9 @@ from manifests import create, custom
 from llmfleet import API_GROUP, API_VERSION
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
 from llmfleet.reconcile.llmbatchjob.batchjob import BatchJobController
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 pytestmark = pytest.mark.cluster
 
@@ -37,8 +40,8 @@ def test_a_stale_writer_cannot_overwrite_a_newer_status(
     api: client.ApiClient, namespace: str
 ) -> None:
     create(api, namespace, custom("LLMBatchJob", "stale", SPEC))
-    old_leader = BatchJobController(api, scraper=lambda _ip: None)
-    new_leader = BatchJobController(api, scraper=lambda _ip: None)
+    old_leader = BatchJobController(api, FLEET, scraper=lambda _ip: None)
+    new_leader = BatchJobController(api, FLEET, scraper=lambda _ip: None)
     try:
         read_before = old_leader.fetch(namespace, "stale")
         assert read_before is not None

@@ -16,6 +16,9 @@ from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.fleet import MANAGED_KINDS
 from llmfleet.render.names import MANAGED_BY
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 # The tiny model on a CPU engine: kwok runs its pods, so twenty of them fit anywhere.
 TINY = tiny_spec(
@@ -35,7 +38,7 @@ def rendered(name: str, namespace: str, uid: str) -> set[str]:
     owner = Owner(name=name, namespace=namespace, uid=uid)
     return {
         f"{o['kind']}/{o['metadata']['name']}"
-        for o in render_fleet(owner, spec, plan(spec, DEFAULT_GPU_PROFILES))
+        for o in render_fleet(owner, spec, plan(spec, DEFAULT_GPU_PROFILES), FLEET)
     }
 
 

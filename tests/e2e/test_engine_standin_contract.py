@@ -42,6 +42,9 @@ from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan
 from llmfleet.reconcile.llmdeployment.kvcache import parse_kv_cache_tokens
 from llmfleet.render import Owner, render_fleet
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 STARTUP_TIMEOUT = 300  # real vLLM on 2 shared cores: 35-90 s
 IPS = {"vllm": f"127.{100 + CLUSTER_INDEX}.0.1", "stand-in": f"127.{100 + CLUSTER_INDEX}.0.2"}
@@ -62,7 +65,7 @@ def operator_argv() -> tuple[list[str], list[str]]:
 
     body = tiny_llmd("contract", max_num_seqs=MAX_NUM_SEQS, enabled=False)
     spec = LLMDeploymentSpec.model_validate(body["spec"])
-    for obj in render_fleet(Owner("contract", "default", "1"), spec, plan(spec)):
+    for obj in render_fleet(Owner("contract", "default", "1"), spec, plan(spec), FLEET):
         if obj["kind"] == "Deployment":
             (container,) = obj["spec"]["template"]["spec"]["containers"]
             return list(container["command"]), list(container["args"])

@@ -24,6 +24,9 @@ from llmfleet.models.deployment import PLURAL
 from llmfleet.models.resources import LLMDEPLOYMENT
 from llmfleet.reconcile.llmdeployment.controller import Controller
 from llmfleet.reconcile.machinery.resync import Resyncer
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 pytestmark = pytest.mark.cluster
 
@@ -91,7 +94,7 @@ def test_a_refused_apply_is_counted_once_per_reconcile(
 ) -> None:
     refuse_deployments(api, namespace)
     create(api, namespace, custom("LLMDeployment", "chat", CHAT_SPEC))
-    controller = Controller(api)
+    controller = Controller(api, FLEET)
     before = errors(namespace)
     resync_once(controller, namespace)
     resync_once(controller, namespace)
@@ -104,7 +107,7 @@ def test_nothing_is_kept_for_a_resource_once_it_is_gone(
 ) -> None:
     refuse_deployments(api, namespace)
     create(api, namespace, custom("LLMDeployment", "chat", CHAT_SPEC))
-    controller = Controller(api)
+    controller = Controller(api, FLEET)
     with pytest.raises(ApiException):
         controller.reconcile(namespace, "chat")
     assert set(controller._refusals) == {(namespace, "chat")}

@@ -12,6 +12,9 @@ import yaml
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 OWNER = Owner(name="chat", namespace="team-a", uid="1234")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -43,7 +46,7 @@ def with_lora(body: dict[str, Any], **lora: Any) -> LLMDeploymentSpec:
 def engine_pod_templates(spec: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
     """Every engine pod template: a Deployment's, a LeaderWorkerSet's leader and worker."""
     out = {}
-    for obj in render_fleet(OWNER, spec, plan(spec)):
+    for obj in render_fleet(OWNER, spec, plan(spec), FLEET):
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] == "LeaderWorkerSet":
             group = obj["spec"]["leaderWorkerTemplate"]

@@ -24,6 +24,9 @@ from llmfleet.render.batchjob import (
     parallelism,
     render_batch_job,
 )
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 REPO = Path(__file__).resolve().parents[2]
 OWNER = BatchOwner(name="nightly", namespace="team", uid="u-1")
@@ -43,7 +46,7 @@ def spec(**over: Any) -> dict[str, Any]:
 
 def job(**over: Any) -> dict[str, Any]:
     s = LLMBatchJobSpec.model_validate(spec(**over))
-    return render_batch_job(OWNER, s, plan(s.deployment_spec()))
+    return render_batch_job(OWNER, s, plan(s.deployment_spec()), FLEET)
 
 
 def container(j: dict[str, Any]) -> dict[str, Any]:
@@ -122,11 +125,12 @@ def test_configuration_errors_fail_the_job_at_once_and_disruptions_do_not_count(
 
 
 SPARE_CLASS = "llmfleet-spare"
+SPARE_FLEET = OperatorSettings(spare_priority_class=SPARE_CLASS).fleet
 
 
 def spare_job(**over: Any) -> dict[str, Any]:
     s = LLMBatchJobSpec.model_validate(spec(priority="Spare", **over))
-    return render_batch_job(OWNER, s, plan(s.deployment_spec()), spare_priority_class=SPARE_CLASS)
+    return render_batch_job(OWNER, s, plan(s.deployment_spec()), SPARE_FLEET)
 
 
 def test_spare_shards_run_at_the_spare_class_and_differ_from_normal_in_nothing_else() -> None:
@@ -143,7 +147,7 @@ def test_a_normal_job_sets_no_priority_class_even_where_the_operator_has_one(
     over: dict[str, Any],
 ) -> None:
     s = LLMBatchJobSpec.model_validate(spec(**over))
-    j = render_batch_job(OWNER, s, plan(s.deployment_spec()), spare_priority_class=SPARE_CLASS)
+    j = render_batch_job(OWNER, s, plan(s.deployment_spec()), SPARE_FLEET)
     assert "priorityClassName" not in j["spec"]["template"]["spec"]
     assert j == job()
 
@@ -151,7 +155,7 @@ def test_a_normal_job_sets_no_priority_class_even_where_the_operator_has_one(
 def test_a_spare_job_cannot_render_without_a_spare_class() -> None:
     s = LLMBatchJobSpec.model_validate(spec(priority="Spare"))
     with pytest.raises(SpareClassUnsetError, match=r"spec\.priority Spare"):
-        render_batch_job(OWNER, s, plan(s.deployment_spec()))
+        render_batch_job(OWNER, s, plan(s.deployment_spec()), FLEET)
 
 
 GRACE = {

@@ -9,6 +9,7 @@ from chartrender import CHART, of_kind, operator_container, render, run_helm
 
 from llmfleet.catalog.hub import DEFAULT_ENDPOINT
 from llmfleet.cli import build_parser
+from llmfleet.commands.run import settings_from_args
 from llmfleet.reconcile.machinery.secrets import READ_SECRETS_VALUE
 
 SECRETS = ("", "secrets")
@@ -21,9 +22,9 @@ def test_the_operator_reads_config_json_from_the_hub_unless_an_endpoint_is_given
     assert not [a for a in default if a.startswith("--hf-endpoint")]
     assert "--hf-endpoint=http://hub.internal:8080" in mirrored
     run = ["run", "--leader-election-namespace=x"]
-    assert build_parser().parse_args([*run]).hf_endpoint == DEFAULT_ENDPOINT
+    assert settings_from_args(build_parser().parse_args(run), {}).hf_endpoint == DEFAULT_ENDPOINT
     parsed = build_parser().parse_args([*run, *[a for a in mirrored if a.startswith("--hf")]])
-    assert parsed.hf_endpoint == "http://hub.internal:8080"
+    assert settings_from_args(parsed, {}).hf_endpoint == "http://hub.internal:8080"
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from chartrbac import granted, is_priority_class_rbac
 from chartrender import of_kind, operator_container, refusal, render
 
 from llmfleet.cli import build_parser
-from llmfleet.commands.run import operator_config
+from llmfleet.commands.run import settings_from_args
 
 RUN = ["run", "--leader-election-namespace=x"]
 
@@ -82,12 +82,12 @@ def test_the_classes_render_and_the_operator_is_told_their_names(
 
 def test_the_flags_the_chart_passes_reach_the_operators_configuration() -> None:
     passed = flags(render("priorityClasses.online.assignToEngines=true"))
-    cfg = operator_config(build_parser().parse_args([*RUN, *passed]))
+    cfg = settings_from_args(build_parser().parse_args([*RUN, *passed]))
     assert (cfg.spare_priority_class, cfg.engine_priority_class) == (
         "llmfleet-spare",
         "llmfleet-online",
     )
-    unset = operator_config(build_parser().parse_args(RUN))
+    unset = settings_from_args(build_parser().parse_args(RUN))
     assert (unset.spare_priority_class, unset.engine_priority_class) == ("", "")
 
 

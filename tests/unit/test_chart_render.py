@@ -30,9 +30,12 @@ from chartrender import (
 )
 from dashboards.promql import VLLM_WAITING
 
+from llmfleet.cli import build_parser
+from llmfleet.commands.run import settings_from_args
 from llmfleet.reconcile.machinery.leader import LeaderElectionConfig
 from llmfleet.reconcile.manager import DRAIN_SECONDS
 from llmfleet.render.autoscaling import QUEUE_METRIC
+from llmfleet.settings import OperatorSettings
 
 MONITORING_API = "monitoring.coreos.com/v1"
 MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
@@ -101,13 +104,19 @@ def test_renders_a_hardened_operator_deployment(set_args: tuple[str, ...]) -> No
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": 9090}
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["LLMFLEET_DEFAULT_ENGINE_IMAGE"] == "vllm/vllm-openai:v0.32.0"
+    settings = operator_settings(container)
+    assert settings.default_engine_image == "vllm/vllm-openai:v0.32.0"
     # LoRA engines' adapter fetcher: its own name and version, not the operator's tag.
     fetcher_version = chart_annotations()["llmfleet.dev/adapter-fetcher-version"]
-    assert env["LLMFLEET_ADAPTER_FETCHER_IMAGE"] == (
+    assert settings.adapter_fetcher_image == (
         f"docker.io/llmfleet/adapter-fetcher:{fetcher_version}"
     )
+
+
+def operator_settings(container: dict[str, Any]) -> OperatorSettings:
+    """The settings `llmfleet run` takes from the container's flags alone (the chart passes every
+    setting as a flag)."""
+    return settings_from_args(build_parser().parse_args(["run", *container["args"]]), environ={})
 
 
 def chart_annotations() -> dict[str, str]:
@@ -137,9 +146,9 @@ FETCHER_IMAGE_CASES = {
 def test_the_adapter_fetcher_image_follows_its_own_values(
     set_args: tuple[str, ...], image: str
 ) -> None:
-    env = {e["name"]: e.get("value") for e in operator_container(render(*set_args))["env"]}
+    settings = operator_settings(operator_container(render(*set_args)))
     version = chart_annotations()["llmfleet.dev/adapter-fetcher-version"]
-    assert env["LLMFLEET_ADAPTER_FETCHER_IMAGE"] == image.format(version=version)
+    assert settings.adapter_fetcher_image == image.format(version=version)
 
 
 @pytest.mark.parametrize(

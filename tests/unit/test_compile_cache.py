@@ -19,6 +19,9 @@ from llmfleet.reconcile.llmdeployment.status import Observed, ready_status
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.batchjob import BatchOwner, render_batch_job
 from llmfleet.render.compilecache import CACHE_DIR, compile_cache_location
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 OWNER = Owner("chat", "ml", "uid-1")
 H100 = {"count": 1, "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"}
@@ -43,7 +46,7 @@ def engine_envs(body: dict[str, Any]) -> list[dict[str, str]]:
     """The vLLM container's plain environment of every engine pod template rendered for `body`."""
     s = LLMDeploymentSpec.model_validate(body)
     templates = []
-    for obj in render_fleet(OWNER, s, plan(s)):
+    for obj in render_fleet(OWNER, s, plan(s), FLEET):
         if obj["kind"] == "Deployment" and obj["metadata"]["name"].startswith("chat-tp"):
             templates.append(obj["spec"]["template"])
         elif obj["kind"] == "LeaderWorkerSet":
@@ -66,7 +69,7 @@ def volume_of(body: dict[str, Any], path: str) -> dict[str, Any]:
     s = LLMDeploymentSpec.model_validate(body)
     (engine,) = [
         o
-        for o in render_fleet(OWNER, s, plan(s))
+        for o in render_fleet(OWNER, s, plan(s), FLEET)
         if o["kind"] == "Deployment" and o["metadata"]["name"].startswith("chat-tp")
     ]
     pod = engine["spec"]["template"]["spec"]
@@ -160,7 +163,7 @@ def batch_env(**over: Any) -> dict[str, str]:
         **over,
     }
     s = LLMBatchJobSpec.model_validate(body)
-    job = render_batch_job(BatchOwner("b", "ml", "uid-2"), s, plan(s.deployment_spec()))
+    job = render_batch_job(BatchOwner("b", "ml", "uid-2"), s, plan(s.deployment_spec()), FLEET)
     (container,) = job["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e["value"] for e in container["env"] if "value" in e}
 

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client as k8s
 
 from llmfleet import main
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
 from llmfleet.models.deployment import PLURAL
 from llmfleet.planner import Plan
@@ -27,6 +28,7 @@ from llmfleet.reconcile.machinery.workqueue import Backoff
 from llmfleet.reconcile.manager import Manager
 from llmfleet.render.batchjob import BATCHJOB_LABEL
 from llmfleet.render.names import DEPLOYMENT_LABEL
+from llmfleet.settings import OperatorSettings
 
 NS = "loop-test"
 KEY = (NS, "chat")
@@ -90,7 +92,7 @@ def fleet(monkeypatch: pytest.MonkeyPatch, store: Store) -> Iterator[Manager]:
     reconcile's work on a planned spec is each test's `run`."""
     monkeypatch.setattr(manager_module.ChildView, "of_children", View)
     monkeypatch.setattr(base, "Applier", lambda _api, _view: store)
-    running = Manager(k8s.ApiClient())
+    running = Manager(k8s.ApiClient(), OperatorSettings(), DEFAULT_GPU_PROFILES, None)
     for reconciler in (running.deployments, running.batch):
         reconciler.events = QuietEvents()  # type: ignore[assignment]
     planned: Plan = object()  # type: ignore[assignment]

@@ -13,6 +13,7 @@ from examplepods import EXAMPLES, engine_pod_templates
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
+from llmfleet.settings import OperatorSettings
 
 ONLINE = "llmfleet-online"
 
@@ -20,7 +21,7 @@ ONLINE = "llmfleet-online"
 def templates(doc: dict[str, Any], **kw: Any) -> dict[str, dict[str, Any]]:
     spec = LLMDeploymentSpec.model_validate(doc["spec"])
     owner = Owner(doc["metadata"]["name"], "team-a", "uid-1")
-    return engine_pod_templates(render_fleet(owner, spec, plan(spec), **kw))
+    return engine_pod_templates(render_fleet(owner, spec, plan(spec), OperatorSettings(**kw).fleet))
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES), ids=str)

@@ -18,6 +18,7 @@ from llmfleet.planner import plan
 from llmfleet.reconcile.machinery.causes import blockers
 from llmfleet.reconcile.machinery.references import deployment_references
 from llmfleet.render import render_fleet
+from llmfleet.settings import OperatorSettings
 
 IMAGE = "registry.example/llmfleet/operator@sha256:" + "a" * 64
 STORE = {"endpoint": "https://minio.storage:9000", "region": "eu-west-1", "secretRef": "s3-keys"}
@@ -30,7 +31,9 @@ def fetcher(template: dict[str, Any]) -> dict[str, Any] | None:
 
 def templates(spec: LLMDeploymentSpec, image: str = IMAGE) -> dict[str, dict[str, Any]]:
     out = {}
-    for obj in render_fleet(OWNER, spec, plan(spec), fetcher_image=image):
+    for obj in render_fleet(
+        OWNER, spec, plan(spec), OperatorSettings(adapter_fetcher_image=image).fleet
+    ):
         if obj["kind"] == "Deployment" and not obj["metadata"]["name"].endswith("-router"):
             out[obj["metadata"]["name"]] = obj["spec"]["template"]
     return out
@@ -123,7 +126,9 @@ def test_only_the_operator_may_reach_the_fetcher_through_the_network_policy() ->
     spec = with_lora(LAYOUTS["multi-pod"])
     (netpol,) = [
         o
-        for o in render_fleet(OWNER, spec, plan(spec), network_policy=policy)
+        for o in render_fleet(
+            OWNER, spec, plan(spec), OperatorSettings(engine_network_policy=policy).fleet
+        )
         if o["kind"] == "NetworkPolicy"
     ]
     rules = netpol["spec"]["ingress"]

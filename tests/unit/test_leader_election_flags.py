@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from llmfleet.cli import build_parser
-from llmfleet.commands.run import operator_config
+from llmfleet.commands.run import settings_from_args
+from llmfleet.operator_app import leader_election
 from llmfleet.reconcile.machinery.leader import LeaderElectionConfig
 
 CHART_ARGS = [
@@ -20,7 +21,7 @@ CHART_ARGS = [
 
 
 def election(*args: str) -> LeaderElectionConfig | None:
-    return operator_config(build_parser().parse_args(["run", *args])).leader_election
+    return leader_election(settings_from_args(build_parser().parse_args(["run", *args])))
 
 
 def test_the_charts_flags_campaign_for_the_releases_lease(monkeypatch: pytest.MonkeyPatch) -> None:

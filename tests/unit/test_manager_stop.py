@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
 from llmfleet.reconcile import manager as manager_module
 from llmfleet.reconcile.llmdeployment.stallwatch import StallWatch
 from llmfleet.reconcile.llmdeployment.standbyloop import StandbyWatch
@@ -19,6 +20,7 @@ from llmfleet.reconcile.machinery.workqueue import Backoff
 from llmfleet.reconcile.machinery.writegate import GatedApiClient, NotLeadingError, WriteGate
 from llmfleet.reconcile.manager import Manager
 from llmfleet.render.names import DEPLOYMENT_LABEL
+from llmfleet.settings import OperatorSettings
 
 CALL_TIMEOUT = 0.3
 DRAIN = 0.3
@@ -116,7 +118,7 @@ def writing_manager(
         lambda *a, **k: Deployments(api, journal, fetch_done),
     )
     monkeypatch.setattr(manager_module, "BatchJobController", lambda *a, **k: Batch())
-    running = Manager(api, resync_seconds=0.05)
+    running = Manager(api, OperatorSettings(resync_seconds=0.05), DEFAULT_GPU_PROFILES, None)
     running.start_writing()
     return running
 

@@ -11,6 +11,9 @@ from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.deployment import MAX_NAME_LENGTH
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 ACCEPTED = {
     "hugging-face-org-and-name": "meta-llama/Llama-3.1-70B-Instruct",
@@ -53,7 +56,7 @@ def test_every_child_of_the_longest_name_allowed_is_a_valid_service_name() -> No
         }
     )
     owner = Owner(name="n" * MAX_NAME_LENGTH, namespace="ns", uid="u")
-    names = {o["metadata"]["name"] for o in render_fleet(owner, spec, plan(spec))}
+    names = {o["metadata"]["name"] for o in render_fleet(owner, spec, plan(spec), FLEET)}
     assert f"{owner.name}-router" in names
     for name in names:
         assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name)

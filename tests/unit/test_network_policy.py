@@ -10,11 +10,14 @@ import pytest
 from chartrender import operator_container, operator_deployment, render
 
 from llmfleet.cli import build_parser
-from llmfleet.commands.run import operator_config
+from llmfleet.commands.run import settings_from_args
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.network_policy import EngineNetworkPolicy, parse_engine_network_policy
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 OWNER = Owner(name="chat", namespace="team-a", uid="1234")
 H100 = {"count": 8, "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"}
@@ -36,7 +39,7 @@ def spec(**overrides: Any) -> LLMDeploymentSpec:
 
 
 def children(s: LLMDeploymentSpec, policy: EngineNetworkPolicy | None) -> list[dict[str, Any]]:
-    return render_fleet(OWNER, s, plan(s), network_policy=policy)
+    return render_fleet(OWNER, s, plan(s), OperatorSettings(engine_network_policy=policy).fleet)
 
 
 def network_policy(s: LLMDeploymentSpec, policy: EngineNetworkPolicy) -> dict[str, Any]:
@@ -76,7 +79,7 @@ def test_the_policy_guards_this_deployments_engines_and_not_its_router() -> None
     assert selects(selector, pod_labels(s, "engine"))
     assert not selects(selector, pod_labels(s, "router"))
     other = Owner(name="other", namespace="team-a", uid="5678")
-    other_engines = render_fleet(other, s, plan(s))
+    other_engines = render_fleet(other, s, plan(s), FLEET)
     assert not any(
         selects(selector, o["spec"]["template"]["metadata"]["labels"])
         for o in other_engines
@@ -148,7 +151,7 @@ def test_a_bad_flag_value_stops_the_operator_naming_the_flag(
 def test_an_empty_flag_means_no_policy() -> None:
     assert parse_engine_network_policy("") is None
     assert (
-        operator_config(
+        settings_from_args(
             build_parser().parse_args(["run", "--no-leader-election"])
         ).engine_network_policy
         is None
@@ -158,7 +161,7 @@ def test_an_empty_flag_means_no_policy() -> None:
 def chart_policy(*set_args: str) -> EngineNetworkPolicy | None:
     docs = render(*set_args)
     args = operator_container(docs)["args"]
-    cfg = operator_config(build_parser().parse_args(["run", *args]))
+    cfg = settings_from_args(build_parser().parse_args(["run", *args]))
     return cfg.engine_network_policy
 
 
@@ -172,7 +175,7 @@ def test_the_chart_admits_its_own_operator_pods_and_the_configured_scrapers() ->
         "engine.networkPolicy.clients[0].podSelector.matchLabels.role=frontend",
     )
     args = operator_container(docs)["args"]
-    policy = operator_config(build_parser().parse_args(["run", *args])).engine_network_policy
+    policy = settings_from_args(build_parser().parse_args(["run", *args])).engine_network_policy
     assert policy is not None
     (operator,) = policy.operator
     pod = operator_deployment(docs)["spec"]["template"]["metadata"]

@@ -22,6 +22,9 @@ from llmfleet.planner.startup import (
     predict_phases,
 )
 from llmfleet.render import Owner, render_fleet
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = json.loads((REPO / "bench/gpu/start-phases.json").read_text())
@@ -175,7 +178,7 @@ def test_a_model_at_a_path_in_the_container_is_not_downloaded() -> None:
 def probes(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     s = LLMDeploymentSpec.model_validate(manifest["spec"])
     p = plan(s)
-    objects = render_fleet(Owner(name="m", namespace="ns", uid="u"), s, p)
+    objects = render_fleet(Owner(name="m", namespace="ns", uid="u"), s, p, FLEET)
     return [
         (where, c["startupProbe"])
         for where, template in engine_pod_templates(objects).items()

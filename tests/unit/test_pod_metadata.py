@@ -18,6 +18,9 @@ from llmfleet.models.resources import LLMDEPLOYMENT
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.batchjob import BatchOwner, render_batch_job
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -38,7 +41,7 @@ def with_engine(body: dict[str, Any], **engine: Any) -> dict[str, Any]:
 def pod_templates(body: dict[str, Any]) -> list[dict[str, Any]]:
     s = LLMDeploymentSpec.model_validate(body)
     out = []
-    for obj in render_fleet(OWNER, s, plan(s)):
+    for obj in render_fleet(OWNER, s, plan(s), FLEET):
         if obj["kind"] == "LeaderWorkerSet":
             group = obj["spec"]["leaderWorkerTemplate"]
             out += [group["leaderTemplate"], group["workerTemplate"]]
@@ -124,7 +127,7 @@ def test_they_reach_every_engine_pod_beside_the_operators_own(name: str) -> None
 def test_they_stay_off_the_objects_and_their_selectors() -> None:
     body = example("llama-3.1-70b-8xh100.yaml")
     s = LLMDeploymentSpec.model_validate(with_engine(body, podLabels=MESH))
-    for obj in render_fleet(OWNER, s, plan(s)):
+    for obj in render_fleet(OWNER, s, plan(s), FLEET):
         assert not set(MESH) & set(obj["metadata"]["labels"]), obj["kind"]
         assert "cost-center" not in str(obj.get("spec", {}).get("selector", {}))
 
@@ -138,7 +141,9 @@ def test_unset_or_empty_renders_the_pods_as_before(empty: dict[str, Any]) -> Non
 def test_a_batch_jobs_pods_get_them_too() -> None:
     batch = yaml.safe_load((EXAMPLES / "batch-tiny-local.yaml").read_text())["spec"]
     s = LLMBatchJobSpec.model_validate(with_engine(batch, podLabels=MESH, podAnnotations=NOTES))
-    job = render_batch_job(BatchOwner("nightly", "team", "u-1"), s, plan(s.deployment_spec()))
+    job = render_batch_job(
+        BatchOwner("nightly", "team", "u-1"), s, plan(s.deployment_spec()), FLEET
+    )
     meta = job["spec"]["template"]["metadata"]
     assert MESH.items() <= meta["labels"].items()
     assert NOTES.items() <= meta["annotations"].items()
@@ -154,7 +159,7 @@ def test_every_key_the_operator_sets_on_a_pod_is_refused_to_users(name: str) -> 
             BatchOwner("b", "ns", "u"),
             s,
             plan(s.deployment_spec()),
-            spare_priority_class="llmfleet-spare",  # the chart's, for a Spare example
+            OperatorSettings(spare_priority_class="llmfleet-spare").fleet,  # the chart's
         )
         templates = [job["spec"]["template"]]
     else:

@@ -22,6 +22,9 @@ from llmfleet.reconcile.machinery import base
 from llmfleet.reconcile.machinery.apply import Applier, ApplyResult
 from llmfleet.reconcile.machinery.base import InvalidSpecError, Reconciler
 from llmfleet.reconcile.machinery.events import EventRecorder
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 NS = "metrics-kind-test"
 
@@ -92,8 +95,8 @@ RUNS: dict[str, Callable[..., ApplyResult]] = {
     "error": conflict,
 }
 KINDS: dict[str, Callable[..., Reconciler[Any, Any]]] = {
-    "LLMDeployment": lambda: Controller(k8s.ApiClient(), view=FakeView()),  # type: ignore[arg-type]
-    "LLMBatchJob": lambda: BatchJobController(k8s.ApiClient(), view=FakeView()),  # type: ignore[arg-type]
+    "LLMDeployment": lambda: Controller(k8s.ApiClient(), FLEET, view=FakeView()),  # type: ignore[arg-type]
+    "LLMBatchJob": lambda: BatchJobController(k8s.ApiClient(), FLEET, view=FakeView()),  # type: ignore[arg-type]
 }
 
 

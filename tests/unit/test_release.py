@@ -22,6 +22,9 @@ from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.batchjob import BatchOwner, render_batch_job
 from llmfleet.render.names import VERSION_LABEL
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 REPO = Path(__file__).resolve().parents[2]
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?$")
@@ -102,8 +105,10 @@ def fleet(body: dict[str, Any]) -> list[dict[str, Any]]:
         Owner("chat", "team-a", "u-1"),
         s,
         plan(s),
-        network_policy=EngineNetworkPolicy(),
-        keda_prometheus_url="http://prometheus.monitoring.svc:9090",
+        OperatorSettings(
+            engine_network_policy=EngineNetworkPolicy(),
+            keda_prometheus_url="http://prometheus.monitoring.svc:9090",
+        ).fleet,
     )
 
 
@@ -140,6 +145,8 @@ def test_engine_deployment_service_and_hpa_carry_the_version() -> None:
 def test_a_batch_job_carries_the_version_but_its_pods_do_not() -> None:
     batch = yaml.safe_load((REPO / "examples/batch-tiny-local.yaml").read_text())
     s = LLMBatchJobSpec.model_validate(batch["spec"])
-    job = render_batch_job(BatchOwner("nightly", "team", "u-1"), s, plan(s.deployment_spec()))
+    job = render_batch_job(
+        BatchOwner("nightly", "team", "u-1"), s, plan(s.deployment_spec()), FLEET
+    )
     assert job["metadata"]["labels"][VERSION_LABEL] == __version__
     assert VERSION_LABEL not in without_metadata(job)

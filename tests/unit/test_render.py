@@ -11,6 +11,9 @@ from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.names import ENGINE_NAME_SUFFIX_PATTERN
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 OWNER = Owner(name="chat", namespace="team-a", uid="1234")
 # Every fleet that can have more than one pod gets the vLLM Router (tests/unit/test_router_*.py).
@@ -28,7 +31,9 @@ def spec(**overrides: Any) -> LLMDeploymentSpec:
 
 
 def rendered(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
-    return {f"{o['kind']}/{o['metadata']['name']}": o for o in render_fleet(OWNER, s, plan(s))}
+    return {
+        f"{o['kind']}/{o['metadata']['name']}": o for o in render_fleet(OWNER, s, plan(s), FLEET)
+    }
 
 
 def engine(s: LLMDeploymentSpec) -> dict[str, Any]:
@@ -83,8 +88,8 @@ def test_children_rendered_for_each_layout(overrides: dict[str, Any], expected: 
 
 def test_render_is_deterministic_and_every_child_is_owned_and_labelled() -> None:
     s = spec()
-    assert render_fleet(OWNER, s, plan(s)) == render_fleet(OWNER, s, plan(s))
-    for obj in render_fleet(OWNER, s, plan(s)):
+    assert render_fleet(OWNER, s, plan(s), FLEET) == render_fleet(OWNER, s, plan(s), FLEET)
+    for obj in render_fleet(OWNER, s, plan(s), FLEET):
         (ref,) = obj["metadata"]["ownerReferences"]
         assert ref == {
             "apiVersion": "llmfleet.dev/v1alpha1",

@@ -18,6 +18,7 @@ from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.names import MAX_GROUPED_NAME, engine_deployment_name
 from llmfleet.render.router import router_args
+from llmfleet.settings import OperatorSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-405b-2x8xh100.yaml"
 OWNER = Owner(name="llama-405b", namespace="ml", uid="u-1")
@@ -31,7 +32,8 @@ def spec(**overrides: Any) -> LLMDeploymentSpec:
 
 def children(s: LLMDeploymentSpec, owner: Owner = OWNER, **kw: Any) -> dict[str, dict[str, Any]]:
     return {
-        f"{o['kind']}/{o['metadata']['name']}": o for o in render_fleet(owner, s, plan(s), **kw)
+        f"{o['kind']}/{o['metadata']['name']}": o
+        for o in render_fleet(owner, s, plan(s), OperatorSettings(**kw).fleet)
     }
 
 
@@ -147,7 +149,7 @@ def test_the_network_policy_guards_workers_and_lets_a_group_talk_within() -> Non
     s = spec()
     (np,) = [
         o
-        for o in children(s, network_policy=EngineNetworkPolicy()).values()
+        for o in children(s, engine_network_policy=EngineNetworkPolicy()).values()
         if o["kind"] == "NetworkPolicy"
     ]
     selector = np["spec"]["podSelector"]

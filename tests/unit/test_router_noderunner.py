@@ -14,6 +14,9 @@ from localcluster.noderunner import router
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 SPEC = LLMDeploymentSpec.model_validate(
     {
@@ -26,7 +29,7 @@ SPEC = LLMDeploymentSpec.model_validate(
 def pod_of(component: str) -> dict[str, Any]:
     (dep,) = [
         o
-        for o in render_fleet(Owner("chat", "team-a", "1"), SPEC, plan(SPEC))
+        for o in render_fleet(Owner("chat", "team-a", "1"), SPEC, plan(SPEC), FLEET)
         if o["kind"] == "Deployment"
         and o["metadata"]["labels"]["app.kubernetes.io/component"] == component
     ]

@@ -18,6 +18,9 @@ from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.fleet import MANAGED_KINDS
 from llmfleet.render.router import router_enabled, router_url
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 OWNER = Owner(name="chat", namespace="team-a", uid="1234")
 H100 = {"count": 8, "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"}
@@ -33,7 +36,7 @@ def spec(**overrides: Any) -> LLMDeploymentSpec:
 def router_objects(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
     return {
         o["kind"]: o
-        for o in render_fleet(OWNER, s, plan(s))
+        for o in render_fleet(OWNER, s, plan(s), FLEET)
         if o["metadata"]["labels"]["app.kubernetes.io/component"] == "router"
     }
 
@@ -41,7 +44,7 @@ def router_objects(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
 def engine_pod(s: LLMDeploymentSpec) -> dict[str, Any]:
     (dep,) = [
         o
-        for o in render_fleet(OWNER, s, plan(s))
+        for o in render_fleet(OWNER, s, plan(s), FLEET)
         if o["kind"] == "Deployment"
         and o["metadata"]["labels"]["app.kubernetes.io/component"] == "engine"
     ]
@@ -183,7 +186,9 @@ def test_router_role_reads_pods_in_its_namespace_and_nothing_else() -> None:
 def test_router_service_is_the_endpoint_and_the_engine_service_stays() -> None:
     s = spec()
     services = {
-        o["metadata"]["name"]: o for o in render_fleet(OWNER, s, plan(s)) if o["kind"] == "Service"
+        o["metadata"]["name"]: o
+        for o in render_fleet(OWNER, s, plan(s), FLEET)
+        if o["kind"] == "Service"
     }
     assert set(services) == {"chat", "chat-router"}
     assert services["chat-router"]["spec"]["selector"] == {
@@ -242,20 +247,20 @@ def test_replicas_image_and_resources_come_from_the_spec() -> None:
 
 def test_router_children_are_owned_labelled_and_deterministic() -> None:
     s = spec()
-    assert render_fleet(OWNER, s, plan(s)) == render_fleet(OWNER, s, plan(s))
+    assert render_fleet(OWNER, s, plan(s), FLEET) == render_fleet(OWNER, s, plan(s), FLEET)
     for obj in router_objects(s).values():
         assert obj["metadata"]["ownerReferences"][0]["uid"] == "1234"
         assert obj["metadata"]["labels"]["app.kubernetes.io/component"] == "router"
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "llmfleet"
         assert obj["metadata"]["name"] == "chat-router"
-    kinds = [o["kind"] for o in render_fleet(OWNER, s, plan(s))]
+    kinds = [o["kind"] for o in render_fleet(OWNER, s, plan(s), FLEET)]
     # What others refer to is applied first: the account and its Role before the pods.
     assert kinds.index("RoleBinding") < kinds.index("Deployment")
 
 
 def test_every_rendered_kind_is_pruned() -> None:
     s = spec(router={"enabled": True})
-    rendered = {(o["apiVersion"], o["kind"]) for o in render_fleet(OWNER, s, plan(s))}
+    rendered = {(o["apiVersion"], o["kind"]) for o in render_fleet(OWNER, s, plan(s), FLEET)}
     assert rendered <= set(MANAGED_KINDS)
 
 

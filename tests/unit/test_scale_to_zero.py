@@ -12,7 +12,7 @@ from cliargs import flag
 from pydantic import ValidationError
 
 from llmfleet.cli import build_parser
-from llmfleet.commands.run import operator_config
+from llmfleet.commands.run import settings_from_args
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.errors import field_problems
 from llmfleet.models.status import LLMDeploymentStatus
@@ -22,6 +22,7 @@ from llmfleet.reconcile.llmdeployment.status import Observed, ready_status
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.router import hold_args
 from llmfleet.render.scaledobject import demand_query, queue_query
+from llmfleet.settings import OperatorSettings
 
 OWNER = Owner(name="chat", namespace="team-a", uid="1234")
 PROMETHEUS = "http://prometheus.monitoring.svc:9090"
@@ -42,7 +43,9 @@ def spec(autoscaling: dict[str, Any], **more: Any) -> LLMDeploymentSpec:
 def kinds(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
     return {
         f"{o['kind']}/{o['metadata']['name']}": o
-        for o in render_fleet(OWNER, s, plan(s), keda_prometheus_url=PROMETHEUS)
+        for o in render_fleet(
+            OWNER, s, plan(s), OperatorSettings(keda_prometheus_url=PROMETHEUS).fleet
+        )
     }
 
 
@@ -319,7 +322,9 @@ def test_the_chart_value_reaches_the_operator_as_its_flag() -> None:
     ]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     (url_arg,) = [a for a in args if a.startswith("--keda-prometheus-url=")]
-    assert operator_config(parse(url_arg, "--no-leader-election")).keda_prometheus_url == PROMETHEUS
+    assert (
+        settings_from_args(parse(url_arg, "--no-leader-election")).keda_prometheus_url == PROMETHEUS
+    )
     (default,) = [d for d in render() if d["kind"] == "Deployment"]
     assert not [
         a

@@ -19,6 +19,7 @@ from llmfleet.models.network_policy import parse_engine_network_policy
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.batchjob import BatchOwner, render_batch_job
+from llmfleet.settings import OperatorSettings
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -69,11 +70,19 @@ def rendered_for(path: Path) -> list[dict[str, Any]]:
         batch = LLMBatchJobSpec.model_validate(doc["spec"])
         owner = BatchOwner(name="job", namespace="team", uid="u-1")
         job = render_batch_job(
-            owner, batch, plan(batch.deployment_spec()), spare_priority_class="spare"
+            owner,
+            batch,
+            plan(batch.deployment_spec()),
+            OperatorSettings(spare_priority_class="spare").fleet,
         )
         return [job]
     spec = LLMDeploymentSpec.model_validate(doc["spec"])
-    return render_fleet(Owner("llmd", "team", "u-2"), spec, plan(spec), network_policy=POLICY)
+    return render_fleet(
+        Owner("llmd", "team", "u-2"),
+        spec,
+        plan(spec),
+        OperatorSettings(engine_network_policy=POLICY).fleet,
+    )
 
 
 def test_every_rendered_port_is_documented_and_every_documented_port_rendered() -> None:

@@ -31,6 +31,9 @@ from llmfleet.reconcile.llmdeployment.stallwatch import StallWatch, opened
 from llmfleet.reconcile.llmdeployment.status import Observed, ready_status
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.names import ADAPTERS_GATE, PROGRESS_GATE
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 WINDOW = 30.0
 H100 = {"count": 1, "memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"}
@@ -231,7 +234,7 @@ def test_the_engine_pods_carry_the_progress_gate_when_on(
     owner = Owner(name="chat", namespace="team-a", uid="1")
     (dep,) = [
         o
-        for o in render_fleet(owner, spec, plan(spec))
+        for o in render_fleet(owner, spec, plan(spec), FLEET)
         if o["kind"] == "Deployment"
         and o["metadata"]["labels"]["app.kubernetes.io/component"] == "engine"
     ]

@@ -15,6 +15,9 @@ from llmfleet.planner.engine_flags import pinned_flags
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.names import PROGRESS_GATE
 from llmfleet.render.standby import STANDBY_GATE, render_standby
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 OWNER = Owner(name="chat", namespace="team-a", uid="1234")
 H100 = {"count": 2, "memoryGiB": 80, "product": "NVIDIA-H100-80GB-HBM3"}
@@ -31,7 +34,7 @@ def spec(standby: int = 1, **engine: Any) -> LLMDeploymentSpec:
 
 
 def standby(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
-    return {o["kind"]: o for o in render_standby(OWNER, s, plan(s))}
+    return {o["kind"]: o for o in render_standby(OWNER, s, plan(s), FLEET)}
 
 
 def vllm(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -45,7 +48,7 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 
 def test_no_standby_replicas_render_nothing() -> None:
-    assert render_standby(OWNER, spec(standby=0), plan(spec(standby=0))) == []
+    assert render_standby(OWNER, spec(standby=0), plan(spec(standby=0)), FLEET) == []
 
 
 def test_the_standby_deployment_runs_the_asked_replicas_as_engines_the_e2e_test_selects() -> None:
@@ -69,7 +72,7 @@ def test_neither_the_serving_deployment_nor_its_hpa_counts_a_standby_pod() -> No
     standby_labels = standby(s)["Deployment"]["spec"]["template"]["metadata"]["labels"]
     (serving,) = [
         o
-        for o in render_fleet(OWNER, s, plan(s))
+        for o in render_fleet(OWNER, s, plan(s), FLEET)
         if o["kind"] == "Deployment" and o["metadata"]["name"] == "chat-tp1"
     ]
     assert not matches(serving["spec"]["selector"]["matchLabels"], standby_labels)

@@ -20,6 +20,9 @@ from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan
 from llmfleet.render import Owner
 from llmfleet.render.standby import render_standby
+from llmfleet.settings import OperatorSettings
+
+FLEET = OperatorSettings().fleet
 
 TINY = {
     "num_hidden_layers": 2,
@@ -42,7 +45,7 @@ def rendered_standby() -> tuple[list[str], dict[str, str]]:
             "autoscaling": {"standby": {"replicas": 1}},
         }
     )
-    objects = {o["kind"]: o for o in render_standby(Owner("chat", "ns", "uid"), s, plan(s))}
+    objects = {o["kind"]: o for o in render_standby(Owner("chat", "ns", "uid"), s, plan(s), FLEET)}
     (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
     return container["args"][1:], objects["ConfigMap"]["data"]
 

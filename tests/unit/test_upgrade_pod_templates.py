@@ -39,7 +39,9 @@ from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.fetcher import FETCHER_CONTAINER
 from llmfleet.render.names import VERSION_LABEL
+from llmfleet.settings import OperatorSettings
 
+FLEET = OperatorSettings().fleet
 REPO = Path(__file__).resolve().parents[2]
 # The previous release, 0.1.0 (CHANGELOG.md). Move it to the release before this one at each
 # release, and check the script below against that commit's API.
@@ -73,7 +75,7 @@ json.dump(out, sys.stdout)
 def current(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     spec = LLMDeploymentSpec.model_validate(doc["spec"])
     owner = Owner(doc["metadata"]["name"], NAMESPACE, UID)
-    return engine_pod_templates(render_fleet(owner, spec, plan(spec)))
+    return engine_pod_templates(render_fleet(owner, spec, plan(spec), FLEET))
 
 
 def previous_source(tmp: Path) -> Path:
@@ -206,12 +208,13 @@ llmfleet.__version__ = sys.argv[1]
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
+from llmfleet.settings import OperatorSettings
 
 out = {"source": llmfleet.__file__, "examples": {}}
 for name, doc in json.load(sys.stdin).items():
     spec = LLMDeploymentSpec.model_validate(doc["spec"])
     owner = Owner(doc["metadata"]["name"], sys.argv[2], sys.argv[3])
-    out["examples"][name] = render_fleet(owner, spec, plan(spec))
+    out["examples"][name] = render_fleet(owner, spec, plan(spec), OperatorSettings().fleet)
 json.dump(out, sys.stdout)
 """
 SOURCE = Path(llmfleet.__file__).resolve().parents[1]

@@ -10,8 +10,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import kopf
@@ -20,11 +18,8 @@ from kubernetes import config as k8s_config
 from prometheus_client import start_http_server
 
 from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, parse_gpu_profiles
-from llmfleet.catalog.hub import DEFAULT_ENDPOINT
 from llmfleet.health import HealthServer, kopf_check
-from llmfleet.models import DEFAULT_ENGINE_IMAGE
-from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
-from llmfleet.models.network_policy import EngineNetworkPolicy
+from llmfleet.settings import OperatorSettings
 
 CONNECTIONS = 32
 
@@ -34,29 +29,6 @@ if TYPE_CHECKING:
     from llmfleet.reconcile.manager import Manager
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class OperatorConfig:
-    namespaces: tuple[str, ...] = ()
-    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
-    metrics_host: str = "0.0.0.0"
-    metrics_port: int = 9090
-    # None: this process writes from the start (one replica, outside a cluster, tests).
-    leader_election: LeaderElectionConfig | None = None
-    resync_seconds: float = 60.0
-    gpu_profiles_path: Path | None = None
-    kubeconfig: str | None = None
-    default_engine_image: str = DEFAULT_ENGINE_IMAGE
-    engine_network_policy: EngineNetworkPolicy | None = None
-    keda_prometheus_url: str = ""
-    hf_endpoint: str = DEFAULT_ENDPOINT
-    # PriorityClasses; "": none set (the cluster's default priority), and no Spare job starts.
-    engine_priority_class: str = ""
-    spare_priority_class: str = ""
-    fetcher_image: str = DEFAULT_FETCHER_IMAGE
-    # The operator's key for the adapter fetchers' tokens; None: one of this process's own.
-    fetcher_key: KeySecret | None = None
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -78,33 +50,55 @@ def api_config(kubeconfig: str | None) -> k8s.Configuration:
     return conf
 
 
-def manager(cfg: OperatorConfig, api: k8s.ApiClient) -> Manager:
+def leader_election(cfg: OperatorSettings) -> LeaderElectionConfig | None:
+    """The Lease's settings; None: this process writes from the start (one replica, outside a
+    cluster, tests). A bad combination stops the operator naming the flags."""
+    if not cfg.leader_election:
+        return None
+    from llmfleet.reconcile.machinery.leader import LeaderElectionConfig, default_identity
+
+    if not cfg.leader_election_namespace:
+        raise SystemExit(
+            "llmfleet run: --leader-election-namespace is needed outside a pod (or env "
+            "POD_NAMESPACE), or run a single replica with --no-leader-election"
+        )
+    try:
+        return LeaderElectionConfig(
+            namespace=cfg.leader_election_namespace,
+            name=cfg.leader_election_id,
+            identity=default_identity(os.environ.get("POD_NAME") or os.uname().nodename),
+            lease_duration=cfg.lease_duration,
+            renew_deadline=cfg.renew_deadline,
+            retry_period=cfg.retry_period,
+        )
+    except ValueError as e:
+        raise SystemExit(
+            f"llmfleet run: --lease-duration, --renew-deadline, --retry-period: {e}"
+        ) from None
+
+
+def fetcher_key(cfg: OperatorSettings) -> KeySecret | None:
+    """The operator's key for the adapter fetchers' tokens; None: one of this process's own."""
+    from llmfleet.reconcile.llmdeployment.fetcher_token import KeySecret
+
+    namespace = cfg.leader_election_namespace
+    return KeySecret(namespace, cfg.fetcher_key_secret) if namespace else None
+
+
+def manager(cfg: OperatorSettings, api: k8s.ApiClient) -> Manager:
     """The control loops that kopf's handlers feed, as `cfg` describes them."""
     from llmfleet.reconcile.manager import Manager
 
     profiles = (
-        parse_gpu_profiles(cfg.gpu_profiles_path.read_text())
-        if cfg.gpu_profiles_path
+        parse_gpu_profiles(cfg.gpu_profiles.read_text())
+        if cfg.gpu_profiles
         else DEFAULT_GPU_PROFILES
     )
-    return Manager(
-        api,
-        profiles,
-        default_engine_image=cfg.default_engine_image,
-        network_policy=cfg.engine_network_policy,
-        keda_prometheus_url=cfg.keda_prometheus_url,
-        hf_endpoint=cfg.hf_endpoint,
-        engine_priority_class=cfg.engine_priority_class,
-        fetcher_image=cfg.fetcher_image,
-        fetcher_key=cfg.fetcher_key,
-        spare_priority_class=cfg.spare_priority_class,
-        namespaces=cfg.namespaces,
-        resync_seconds=cfg.resync_seconds,
-    )
+    return Manager(api, cfg, profiles, fetcher_key(cfg))
 
 
 def run_operator(
-    cfg: OperatorConfig,
+    cfg: OperatorSettings,
     stop: threading.Event | None = None,
     registry: kopf.OperatorRegistry | None = None,
 ) -> None:
@@ -115,6 +109,7 @@ def run_operator(
     thread and endpoint it started."""
     from llmfleet import main
 
+    election = leader_election(cfg)
     metrics = (
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host) if cfg.metrics_port else None
     )
@@ -123,7 +118,7 @@ def run_operator(
     main.install(registry)
     conf = api_config(cfg.kubeconfig)
     # The Lease's calls on a client of their own; every other write passes the elector's gate.
-    elector = _elector(cfg, k8s.ApiClient(conf), stop.set if stop else _lost)
+    elector = _elector(election, k8s.ApiClient(conf), stop.set if stop else _lost)
     running = manager(
         cfg, GatedApiClient(conf, elector.gate if elector else WriteGate.always_open())
     )
@@ -131,9 +126,9 @@ def run_operator(
     kopf_url = f"http://127.0.0.1:{_free_port()}/healthz"
     kopf_started: list[float] = []
     health = None
-    if cfg.liveness_endpoint:
+    if cfg.liveness:
         health = HealthServer(
-            cfg.liveness_endpoint,
+            cfg.liveness,
             [
                 *([elector.healthy] if elector else []),
                 lambda: _loops(running),
@@ -174,13 +169,13 @@ def run_operator(
 
 
 def _elector(
-    cfg: OperatorConfig, api: k8s.ApiClient, on_lost: Callable[[], None]
+    election: LeaderElectionConfig | None, api: k8s.ApiClient, on_lost: Callable[[], None]
 ) -> LeaderElector | None:
-    if cfg.leader_election is None:
+    if election is None:
         return None
     from llmfleet.reconcile.machinery.leader import LeaderElector
 
-    return LeaderElector(api, cfg.leader_election, on_lost=on_lost)
+    return LeaderElector(api, election, on_lost=on_lost)
 
 
 def _lost() -> None:

@@ -20,18 +20,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client as k8s
 
-from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfiles
-from llmfleet.catalog.hub import DEFAULT_ENDPOINT
-from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.catalog.gpu_profiles import GpuProfiles
 from llmfleet.models.batchjob import PLURAL as BATCH_PLURAL
-from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.deployment import PLURAL as DEPLOYMENT_PLURAL
-from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.reconcile.llmbatchjob.batchjob import BatchJobController
 from llmfleet.reconcile.llmdeployment.controller import Controller
 from llmfleet.reconcile.llmdeployment.fetcher_token import KeySecret
@@ -42,6 +38,7 @@ from llmfleet.reconcile.machinery.resync import Resyncer
 from llmfleet.reconcile.machinery.writegate import GatedApiClient, WriteGate
 from llmfleet.render.batchjob import BATCHJOB_LABEL
 from llmfleet.render.names import DEPLOYMENT_LABEL
+from llmfleet.settings import OperatorSettings
 
 # Reconciles of different resources run side by side; most of their time is spent waiting on the
 # API server, so a few threads keep 2 CPUs busy without queueing behind one slow resource.
@@ -60,42 +57,28 @@ class Manager:
     def __init__(
         self,
         api: k8s.ApiClient,
-        profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
-        *,
-        default_engine_image: str = DEFAULT_ENGINE_IMAGE,
-        network_policy: EngineNetworkPolicy | None = None,
-        keda_prometheus_url: str = "",
-        namespaces: Sequence[str] = (),
-        resync_seconds: float = 60.0,
-        hf_endpoint: str = DEFAULT_ENDPOINT,
-        engine_priority_class: str = "",
-        fetcher_image: str = DEFAULT_FETCHER_IMAGE,
-        fetcher_key: KeySecret | None = None,
-        spare_priority_class: str = "",
+        settings: OperatorSettings,
+        profiles: GpuProfiles,
+        fetcher_key: KeySecret | None,
     ) -> None:
-        """`api`: the writers' client; a `GatedApiClient` puts every write through its gate."""
+        """`api`: the writers' client; a `GatedApiClient` puts every write through its gate.
+        `fetcher_key`: the operator's key for the adapter fetchers' tokens (None: one of this
+        process's own)."""
+        namespaces = settings.namespaces
         self.gate = api.gate if isinstance(api, GatedApiClient) else WriteGate.always_open()
         self.view = ChildView.of_children(api, self._changed, namespaces)
         # One cache of config.json for both kinds: a model read for one is read for all.
-        model_configs = ModelConfigs(api, hf_endpoint)
+        model_configs = ModelConfigs(api, settings.hf_endpoint)
         self.deployments = Controller(
             api,
+            settings.fleet,
             profiles,
-            default_engine_image,
             view=self.view,
-            network_policy=network_policy,
-            keda_prometheus_url=keda_prometheus_url,
             model_configs=model_configs,
-            engine_priority_class=engine_priority_class,
-            fetcher_image=fetcher_image,
             fetcher_key=fetcher_key,
         )
         self.batch = BatchJobController(
-            api,
-            profiles,
-            view=self.view,
-            model_configs=model_configs,
-            spare_priority_class=spare_priority_class,
+            api, settings.fleet, profiles, view=self.view, model_configs=model_configs
         )
         # By the label that names a child's owner, and by the plural kopf names the kind by.
         self.loops = {
@@ -111,7 +94,7 @@ class Manager:
             "resync",
             lambda: self.deployments.names(namespaces),
             self.loops[DEPLOYMENT_LABEL].enqueue_periodic,
-            resync_seconds,
+            settings.resync_seconds,
         )
         # Stall detection: each watched LLMDeployment is queued every third of its window, so its
         # engines are looked at however quiet its children are

@@ -22,6 +22,7 @@ from llmfleet import __version__
 from llmfleet.models.batchjob import DEFAULT_BATCH_IMAGE, KIND, ClaimPath, LLMBatchJobSpec
 from llmfleet.planner import Plan, PlanError
 from llmfleet.render.compilecache import compile_cache_env
+from llmfleet.render.fleet_defaults import FleetDefaults
 from llmfleet.render.modelpod import (
     cache_and_tmp,
     model_env,
@@ -201,10 +202,12 @@ class SpareClassUnsetError(ValueError):
 
 
 def render_batch_job(
-    owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan, *, spare_priority_class: str = ""
+    owner: BatchOwner, spec: LLMBatchJobSpec, plan: Plan, fleet: FleetDefaults
 ) -> dict[str, Any]:
-    """The Job; `spare_priority_class` (the operator's --spare-priority-class) is the class a
-    Spare job's pods run at, and such a job cannot render without one."""
+    """The Job; `fleet.spare_priority_class` (the operator's --spare-priority-class) is the class
+    a Spare job's pods run at, and such a job cannot render without one. The image is not the
+    fleet's engine image (`image` says why)."""
+    spare_priority_class = fleet.spare_priority_class
     if spec.priority == "Spare" and not spare_priority_class:
         raise SpareClassUnsetError("spec.priority Spare needs a spare PriorityClass")
     shards = shard_count(spec, plan)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
+from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.adapters import ADAPTERS_MOUNT_PATH
-from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.models.stall import stall_watched
 from llmfleet.planner import Plan
 from llmfleet.render.compilecache import compile_cache_env
 from llmfleet.render.fetcher import fetch_volume, fetcher_container, runs_fetcher
+from llmfleet.render.fleet_defaults import FleetDefaults
 from llmfleet.render.modelpod import (
     cache_and_tmp,
     model_env,
@@ -118,18 +118,15 @@ def engine_pod_template(
     owner: Owner,
     spec: LLMDeploymentSpec,
     plan: Plan,
-    default_image: str = DEFAULT_ENGINE_IMAGE,
+    fleet: FleetDefaults,
     *,
     launcher_args: tuple[str, ...] = (),
     worker: bool = False,
-    priority_class: str = "",
-    fetcher_image: str = DEFAULT_FETCHER_IMAGE,
 ) -> dict[str, Any]:
     """The pod of one engine: a serving one (the OpenAI API on HTTP_PORT, probed, drained), or a
     multi-node replica's headless `worker` (no API, so no probes, ports or scrape annotations).
-    `launcher_args` are the multi-node launcher's flags; `priority_class` its PriorityClass
-    ("": none, the cluster's default priority); `fetcher_image` runs the adapter fetcher beside
-    a LoRA engine."""
+    `launcher_args` are the multi-node launcher's flags; `fleet` gives the image when the spec
+    names none, the PriorityClass and the adapter fetcher's image."""
     serving = not worker
     component = COMPONENT_ENGINE_WORKER if worker else COMPONENT_ENGINE
     layout = layout_id(plan)
@@ -146,7 +143,7 @@ def engine_pod_template(
             "--shutdown-timeout",
             str(SHUTDOWN_TIMEOUT_SECONDS),
         ]
-    image = spec.engine.image or default_image
+    image = spec.engine.image or fleet.engine_image
     container: dict[str, Any] = {
         "name": ENGINE_CONTAINER,
         "image": image,
@@ -170,7 +167,7 @@ def engine_pod_template(
     containers = [container]
     if runs_fetcher(plan):
         containers.append(
-            fetcher_container(owner.name, spec, plan, container["env"], fetcher_image)
+            fetcher_container(owner.name, spec, plan, container["env"], fleet.fetcher_image)
         )
     pod_spec: dict[str, Any] = {
         "containers": containers,
@@ -190,9 +187,9 @@ def engine_pod_template(
     if gates:
         pod_spec["readinessGates"] = gates
     pod_spec.update(node_placement(plan))
-    if priority_class:
+    if fleet.engine_priority_class:
         # Opt-in: setting it changes the template, so every running engine restarts once.
-        pod_spec["priorityClassName"] = priority_class
+        pod_spec["priorityClassName"] = fleet.engine_priority_class
     annotations = (
         {
             "prometheus.io/scrape": "true",
@@ -209,12 +206,9 @@ def render_engine(
     owner: Owner,
     spec: LLMDeploymentSpec,
     plan: Plan,
-    default_image: str = DEFAULT_ENGINE_IMAGE,
-    *,
-    priority_class: str = "",
-    fetcher_image: str = DEFAULT_FETCHER_IMAGE,
+    fleet: FleetDefaults,
 ) -> dict[str, Any]:
-    """The engine Deployment; `default_image` runs it when spec.engine.image is unset."""
+    """The engine Deployment."""
     name = engine_deployment_name(owner.name, plan)
     layout = layout_id(plan)
     deployment_spec: dict[str, Any] = {
@@ -224,14 +218,7 @@ def render_engine(
             "type": "RollingUpdate",
             "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
         },
-        "template": engine_pod_template(
-            owner,
-            spec,
-            plan,
-            default_image,
-            priority_class=priority_class,
-            fetcher_image=fetcher_image,
-        ),
+        "template": engine_pod_template(owner, spec, plan, fleet),
     }
     if not spec.autoscaling.enabled:
         # With an HPA the HPA owns replicas; rendering them would fight it on every apply.

@@ -17,7 +17,6 @@ from typing import Any
 from llmfleet.fetcher.paths import FETCH_ROOT, FETCHER_PORT, TOKEN_ENV
 from llmfleet.fetcher.store import DEFAULT_MAX_BYTES
 from llmfleet.models import LLMDeploymentSpec
-from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.planner import Plan
 
 FETCHER_CONTAINER = "adapter-fetcher"
@@ -84,7 +83,7 @@ def fetcher_container(
     spec: LLMDeploymentSpec,
     plan: Plan,
     engine_env: list[dict[str, Any]],
-    image: str = DEFAULT_FETCHER_IMAGE,
+    image: str,
 ) -> dict[str, Any]:
     store = spec.engine.lora.object_store if spec.engine.lora is not None else None
     limits = fetch_limits(plan)

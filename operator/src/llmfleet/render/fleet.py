@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
-from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
-from llmfleet.models.network_policy import EngineNetworkPolicy
+from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
 from llmfleet.render.autoscaling import render_hpa, render_pdb
 from llmfleet.render.engine import render_engine
+from llmfleet.render.fleet_defaults import FleetDefaults
 from llmfleet.render.leaderworkerset import (
     LWS_API_VERSION,
     LWS_KIND,
@@ -50,49 +49,19 @@ _KIND_ORDER = [kind for _, kind in MANAGED_KINDS]
 
 
 def render_fleet(
-    owner: Owner,
-    spec: LLMDeploymentSpec,
-    plan: Plan,
-    default_engine_image: str = DEFAULT_ENGINE_IMAGE,
-    network_policy: EngineNetworkPolicy | None = None,
-    *,
-    keda_prometheus_url: str = "",
-    engine_priority_class: str = "",
-    fetcher_image: str = DEFAULT_FETCHER_IMAGE,
+    owner: Owner, spec: LLMDeploymentSpec, plan: Plan, fleet: FleetDefaults
 ) -> list[dict[str, Any]]:
-    """Every child of the LLMDeployment; `default_engine_image` (the operator's
-    --default-engine-image) runs the engines when spec.engine.image is unset,
-    `network_policy` (its --engine-network-policy) adds the engines' NetworkPolicy,
-    `keda_prometheus_url` (its --keda-prometheus-url) is the Prometheus that a scale-to-zero
-    ScaledObject queries, and `engine_priority_class` (its --engine-priority-class) the
-    PriorityClass of the engine pods ("": the cluster's default priority), and `fetcher_image`
-    (its --adapter-fetcher-image) runs the adapter fetcher in LoRA engine pods."""
+    """Every child of the LLMDeployment; `fleet` (from the operator's settings) gives the engine
+    image when spec.engine.image is unset, the engines' PriorityClass, the adapter fetcher's
+    image, the engines' NetworkPolicy (None: none) and the Prometheus a scale-to-zero
+    ScaledObject queries."""
     engines = render_leaderworkerset if plan.pipeline_parallel_size > 1 else render_engine
-    objects = [
-        render_service(owner),
-        engines(
-            owner,
-            spec,
-            plan,
-            default_engine_image,
-            priority_class=engine_priority_class,
-            fetcher_image=fetcher_image,
-        ),
-    ]
-    objects.extend(
-        render_standby(
-            owner,
-            spec,
-            plan,
-            default_engine_image,
-            priority_class=engine_priority_class,
-            fetcher_image=fetcher_image,
-        )
-    )
-    if network_policy is not None:
-        objects.append(render_network_policy(owner, spec, plan, network_policy))
+    objects = [render_service(owner), engines(owner, spec, plan, fleet)]
+    objects.extend(render_standby(owner, spec, plan, fleet))
+    if fleet.network_policy is not None:
+        objects.append(render_network_policy(owner, spec, plan, fleet.network_policy))
     if spec.autoscaling.scales_to_zero:
-        objects.append(render_scaled_object(owner, spec, plan, keda_prometheus_url))
+        objects.append(render_scaled_object(owner, spec, plan, fleet.keda_prometheus_url))
     elif spec.autoscaling.enabled:
         objects.append(render_hpa(owner, spec, plan))
     # A budget only makes sense when losing one pod still leaves one serving.

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
+from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
 from llmfleet.render.engine import engine_pod_template
+from llmfleet.render.fleet_defaults import FleetDefaults
 from llmfleet.render.names import (
     LAYOUT_LABEL,
     Owner,
@@ -62,30 +63,18 @@ def render_leaderworkerset(
     owner: Owner,
     spec: LLMDeploymentSpec,
     plan: Plan,
-    default_image: str = DEFAULT_ENGINE_IMAGE,
-    *,
-    priority_class: str = "",
-    fetcher_image: str = "",
+    fleet: FleetDefaults,
 ) -> dict[str, Any]:
-    # `fetcher_image` is render_engine's: a multi-node replica runs no adapter fetcher
-    # (render/fetcher.py says why).
-    del fetcher_image
-    leader = engine_pod_template(
-        owner,
-        spec,
-        plan,
-        default_image,
-        launcher_args=launcher_args(plan, "0"),
-        priority_class=priority_class,
-    )
+    # A multi-node replica runs no adapter fetcher (render/fetcher.py says why), whatever
+    # `fleet.fetcher_image` says.
+    leader = engine_pod_template(owner, spec, plan, fleet, launcher_args=launcher_args(plan, "0"))
     worker = engine_pod_template(
         owner,
         spec,
         plan,
-        default_image,
+        fleet,
         launcher_args=(*launcher_args(plan, f"$({WORKER_INDEX_ENV})"), "--headless"),
         worker=True,
-        priority_class=priority_class,
     )
     lws_spec: dict[str, Any] = {
         "leaderWorkerTemplate": {

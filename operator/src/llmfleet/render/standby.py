@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from llmfleet import devfence
-from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
-from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
+from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
 from llmfleet.render.engine import engine_pod_template
+from llmfleet.render.fleet_defaults import FleetDefaults
 from llmfleet.render.names import (
     ENGINE_CONTAINER,
     LAYOUT_LABEL,
@@ -85,20 +85,10 @@ def standby_pod_template(
     owner: Owner,
     spec: LLMDeploymentSpec,
     plan: Plan,
-    default_image: str = DEFAULT_ENGINE_IMAGE,
-    *,
-    priority_class: str = "",
-    fetcher_image: str = DEFAULT_FETCHER_IMAGE,
+    fleet: FleetDefaults,
 ) -> dict[str, Any]:
     """The serving engines' pod, in sleep mode, fenced, and gated by STANDBY_GATE."""
-    template = engine_pod_template(
-        owner,
-        spec,
-        plan,
-        default_image,
-        priority_class=priority_class,
-        fetcher_image=fetcher_image,
-    )
+    template = engine_pod_template(owner, spec, plan, fleet)
     labels = template["metadata"]["labels"]
     labels[STANDBY_LABEL] = "true"
     labels[LAYOUT_LABEL] = standby_layout(plan)
@@ -120,10 +110,7 @@ def render_standby(
     owner: Owner,
     spec: LLMDeploymentSpec,
     plan: Plan,
-    default_image: str = DEFAULT_ENGINE_IMAGE,
-    *,
-    priority_class: str = "",
-    fetcher_image: str = DEFAULT_FETCHER_IMAGE,
+    fleet: FleetDefaults,
 ) -> list[dict[str, Any]]:
     """The fence's ConfigMap and the standby Deployment; nothing without standby replicas."""
     if plan.standby is None:
@@ -143,14 +130,7 @@ def render_standby(
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
             },
-            "template": standby_pod_template(
-                owner,
-                spec,
-                plan,
-                default_image,
-                priority_class=priority_class,
-                fetcher_image=fetcher_image,
-            ),
+            "template": standby_pod_template(owner, spec, plan, fleet),
         },
     }
     return [render_fence_config_map(owner), deployment]

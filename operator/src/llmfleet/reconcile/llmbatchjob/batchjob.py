@@ -30,6 +30,7 @@ from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
 from llmfleet.reconcile.machinery.podcall import read_page
 from llmfleet.reconcile.machinery.references import batch_references
 from llmfleet.reconcile.machinery.resync import Resyncer
+from llmfleet.render import FleetDefaults
 from llmfleet.render.batchjob import (
     BATCHJOB_LABEL,
     BatchOwner,
@@ -81,18 +82,19 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
     def __init__(
         self,
         api: k8s.ApiClient,
+        fleet: FleetDefaults,
         profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
+        *,
         scraper: Scraper = scrape,
         view: ChildView | None = None,
         model_configs: ModelConfigs | None = None,
-        *,
-        spare_priority_class: str = "",
     ) -> None:
-        """`spare_priority_class`: the operator's --spare-priority-class, the PriorityClass of
-        Spare jobs' pods ("" refuses to start them)."""
+        """`fleet.spare_priority_class`: the operator's --spare-priority-class, the
+        PriorityClass of Spare jobs' pods ("" refuses to start them)."""
         super().__init__(api, profiles, view, model_configs)
+        self.fleet = fleet
         self.scraper = scraper
-        self.spare = SpareClass(api, spare_priority_class)
+        self.spare = SpareClass(api, fleet.spare_priority_class)
         self._active: set[tuple[str, str]] = set()  # jobs whose progress is polled
         self._poller: Resyncer | None = None
         # Per job, victim pod uid -> who preempted it.
@@ -149,7 +151,7 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
                     self.events.emit(body, "Warning", waiting.reason, waiting.message)
                 self._poll(ns, name, new)  # the class may be created meanwhile
                 return result
-            rendered = render_batch_job(owner, spec, planned, spare_priority_class=self.spare.name)
+            rendered = render_batch_job(owner, spec, planned, self.fleet)
             job = self.applier.apply(rendered, result)
         pods = self.view.by_label("v1", "Pod", ns, BATCHJOB_LABEL, name)
         if job is not None and self._release_from_terminating_namespace(ns, job, pods, result):

@@ -11,10 +11,8 @@ from kubernetes.client.exceptions import ApiException
 from llmfleet import metrics as m
 from llmfleet import metrics_reconcile
 from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES, GpuProfiles
-from llmfleet.models import DEFAULT_ENGINE_IMAGE, LLMDeploymentSpec
-from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
+from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.deployment import KIND
-from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.models.status import LLMDeploymentStatus
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, weakening_args
@@ -26,7 +24,7 @@ from llmfleet.reconcile.machinery.conditions import find
 from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
 from llmfleet.reconcile.machinery.references import deployment_references
 from llmfleet.reconcile.machinery.secrets import SecretUnreadableError, read_token
-from llmfleet.render import Owner, engine_deployment_name, render_fleet
+from llmfleet.render import FleetDefaults, Owner, engine_deployment_name, render_fleet
 from llmfleet.render.compilecache import compile_cache_location
 from llmfleet.render.fetcher import runs_fetcher
 from llmfleet.render.leaderworkerset import ENGINE_KINDS, LWS_API_VERSION, LWS_KIND, engine_kind
@@ -61,23 +59,15 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
     def __init__(
         self,
         api: k8s.ApiClient,
+        fleet: FleetDefaults,
         profiles: GpuProfiles = DEFAULT_GPU_PROFILES,
-        default_engine_image: str = DEFAULT_ENGINE_IMAGE,
         view: ChildView | None = None,
-        network_policy: EngineNetworkPolicy | None = None,
         *,
-        keda_prometheus_url: str = "",
         model_configs: ModelConfigs | None = None,
-        engine_priority_class: str = "",
-        fetcher_image: str = DEFAULT_FETCHER_IMAGE,
         fetcher_key: KeySecret | None = None,
     ) -> None:
         super().__init__(api, profiles, view, model_configs)
-        self.default_engine_image = default_engine_image  # for specs without engine.image
-        self.network_policy = network_policy  # None: the engines get no NetworkPolicy
-        self.keda_prometheus_url = keda_prometheus_url  # for scale to zero; "" refuses it
-        self.engine_priority_class = engine_priority_class  # "": the cluster's default
-        self.fetcher_image = fetcher_image  # beside LoRA engines
+        self.fleet = fleet
         self.kv_cache = EngineKVCache(HTTP_PORT)
         self.adapters = AdapterSync(HTTP_PORT)
         self.stalls = StallWatch(HTTP_PORT)
@@ -113,7 +103,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
                 "chart's README), or set minReplicas to at least 1",
                 reason=r.KEDA_MISSING,
             )
-        if not self.keda_prometheus_url:
+        if not self.fleet.keda_prometheus_url:
             raise PlanError(
                 field,
                 "0 scales the engines to zero on metrics KEDA reads from Prometheus, and the "
@@ -160,16 +150,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         owner = Owner(name=name, namespace=ns, uid=meta["uid"])
         result = ApplyResult()
         live: dict[str, dict[str, Any]] = {}
-        rendered = render_fleet(
-            owner,
-            spec,
-            planned,
-            self.default_engine_image,
-            self.network_policy,
-            keda_prometheus_url=self.keda_prometheus_url,
-            engine_priority_class=self.engine_priority_class,
-            fetcher_image=self.fetcher_image,
-        )
+        rendered = render_fleet(owner, spec, planned, self.fleet)
         if runs_fetcher(planned):
             # Before the pods that read it: a missing Secret would hold them in
             # CreateContainerConfigError until the next reconcile.
