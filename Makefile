@@ -109,6 +109,10 @@ crds: venv ## Generate the CRDs from the pydantic models: the chart's templates 
 unit: venv ## Unit tests only (no cluster)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
+.PHONY: lab
+lab: venv ## The lab's own tests (dev/: the node runner, the engine stand-in, the supervisor, kwok's gate); make test runs them, make check does not
+	$(VENV)/bin/pytest tests/lab $(PYTEST_ARGS)
+
 .PHONY: check
 check: lint ## The quick tiers (minutes): lint, unit tests and the API tier (the API server alone, the operator in process; tests/README.md)
 	$(VENV)/bin/pytest tests/unit tests/api $(PYTEST_ARGS)
@@ -119,7 +123,7 @@ e2e: venv tools debian-deps vllm ## The cluster tiers: end-to-end tests on the l
 	$(VENV)/bin/pytest tests/e2e $(XDIST) $(PYTEST_ARGS)
 
 .PHONY: test
-test: lint tools debian-deps vllm ## Everything CI runs: lint, unit, API and end-to-end tests on the local cluster, the operator image
+test: lint tools debian-deps vllm ## Everything CI runs: lint, unit, API, the lab's own and end-to-end tests on the local cluster, the operator image
 	@$(NEED_IMAGE_DEPS)
 	$(VENV)/bin/pytest tests $(XDIST) $(PYTEST_ARGS)
 

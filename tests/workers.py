@@ -35,8 +35,8 @@ if WORKER is not None:
     _own_lab(WORKER)
 
 # The e2e modules by their time in CI on three workers (`--durations`, 2026-11-26), longest first;
-# the rest follow in collection order (the unit and API tiers' many short modules even the workers
-# out at the end).
+# the rest follow in collection order (the unit, lab and API tiers' many short modules even the
+# workers out at the end).
 SLOWEST_FIRST = (
     "test_scale_to_zero",
     "test_batchjob",
@@ -67,7 +67,8 @@ SLOWEST_FIRST = (
 
 def ordered(paths: list[str]) -> list[str]:
     """`paths` (test module paths, e.g. tests/e2e/test_demo.py) reordered for the workers: the
-    e2e tier's slowest modules first, then e2e, API and unit modules in collection order."""
+    e2e tier's slowest modules first, then e2e, API, unit and lab modules in collection
+    order."""
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
 
     def key(path: str) -> tuple[int, int]:

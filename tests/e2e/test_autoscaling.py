@@ -14,6 +14,19 @@ before it exits. Each behaviour is a test of its own over what the scenario saw,
 does not hide the others (a phase that does not come true fails its tests and the later ones,
 naming it).
 
+`_run` reads as the scenario does, one step a phase, each step a function named for what it
+does (and its output logs each step and how long it took):
+
+1. start: `deploy_one_engine_behind_the_router`
+2. idle: `the_idle_engines_queue_reaches_the_hpa` (Prometheus, the adapter, the HPA)
+3. the load starts through the router; scale-up: `the_queue_above_target_scales_up` (and the
+   pod without a GPU reported)
+4. observed-under-load: `read_the_dashboards_and_alerts_under_load`
+5. second-engine: `the_second_engine_takes_its_share`
+6. alerts: `the_alerts_of_a_fleet_short_of_gpus_fire`
+7. scale-down: `the_load_stops_and_scaling_down_drains_an_engine` (back to one replica)
+8. after: `the_queue_drains`
+
 The engines are the engine stand-in (dev/localcluster/standin, docs/cpu-adaptations.md item 20):
 what this scenario checks is the metrics path, the HPA, the operator's status, the router and
 the chart's dashboards and alerts, not vLLM. The stand-in keeps vLLM's queue (at most
@@ -36,7 +49,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +60,7 @@ from kubernetes import client
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.load import (
     EngineLoad,
+    Generator,
     delete_llmd,
     hold_gpus,
     pod_ready,
@@ -300,9 +314,64 @@ class Scenario:
             raise _PhaseFailedError from e
         self.phases.append(name)
 
+    def step(self, phase: str, do: Callable[..., None], *args: Any) -> None:
+        """Runs `do(seen, *args)` as `phase`, and logs the step and how long it took, so that
+        the output reads as the scenario did."""
+        began = time.monotonic()
+        print(f"step {phase}: {do.__name__}")
+        with self.phase(phase) as seen:
+            do(seen, *args)
+        print(f"step {phase}: done in {time.monotonic() - began:.0f}s")
+
 
 class _PhaseFailedError(Exception):
     """Ends the scenario; Scenario.failed says which phase and why."""
+
+
+@dataclass
+class Fleet:
+    """What the steps share: the lab's clients and instruments, the LLMDeployment's namespace,
+    and its engine and router pods as the first step finds them."""
+
+    cluster: Cluster
+    api: client.ApiClient
+    metrics_stack: MetricsStack
+    operator: Operator
+    node_runner: str
+    vllm_python: Path
+    tmp_path: Path
+    namespace: str
+    t0: float = field(default_factory=time.monotonic)
+    first: str = ""  # the first engine pod
+    router_ip: str = ""
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def router_metrics(self) -> str:
+        return f"http://{self.router_ip}:{ROUTER_METRICS_PORT}/metrics"
+
+    def ready_names(self) -> list[str]:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=SELECTOR).items
+        return sorted(
+            p.metadata.name for p in pods if pod_ready(p) and not p.metadata.deletion_timestamp
+        )
+
+
+@dataclass
+class Loaded:
+    """What the steps under load share: the monitor's samples, the clients' load (`main`, started
+    when the load began at `load_start`) and what outlives a step until the load ends (`later`:
+    the router sampler)."""
+
+    monitor: Monitor
+    load: EngineLoad
+    later: contextlib.ExitStack
+    load_start: float
+    main: Generator
+    two: list[str] = field(default_factory=list)  # the two Ready engines, once the second is
 
 
 @pytest.fixture(scope="module")
@@ -321,8 +390,7 @@ def scenario(
     run = Scenario(namespace)
     timeline: list[str] = []
     with contextlib.suppress(_PhaseFailedError):
-        _run(
-            run,
+        fleet = Fleet(
             cluster,
             api,
             metrics_stack,
@@ -330,8 +398,9 @@ def scenario(
             node_runner,
             vllm_python,
             tmp_path_factory.mktemp("autoscaling"),
-            timeline,
+            namespace,
         )
+        _run(run, fleet, timeline)
     yield run
     print("\n".join(timeline))
     with contextlib.suppress(Exception):
@@ -340,333 +409,328 @@ def scenario(
     core.delete_namespace(namespace, propagation_policy="Background")
 
 
-def _run(
-    run: Scenario,
-    cluster: Cluster,
-    api: client.ApiClient,
-    metrics_stack: MetricsStack,
-    operator: Operator,
-    node_runner: str,
-    vllm_python: Path,
-    tmp_path: Path,
-    timeline: list[str],
-) -> None:
-    t0 = time.monotonic()
-    namespace = run.namespace
-    core = client.CoreV1Api(api)
-
-    def ready_names() -> list[str]:
-        pods = core.list_namespaced_pod(namespace, label_selector=SELECTOR).items
-        return sorted(
-            p.metadata.name for p in pods if pod_ready(p) and not p.metadata.deletion_timestamp
-        )
-
-    with run.phase("start") as seen:
-        metrics_stack.scrape(OPERATOR_JOB, operator.metrics_target)
-        # (Pods of an earlier test may still be draining.)
-        free = wait_free_gpus(core, node_runner, NODE_GPUS)
-        if free > NODE_GPUS:
-            hold_gpus(core, namespace, free - NODE_GPUS)
-        body = tiny_llmd(
-            NAME,
-            max_num_seqs=MAX_NUM_SEQS,
-            minReplicas=1,
-            maxReplicas=3,
-            targetQueueDepth=TARGET_QUEUE_DEPTH,
-            scaleDownStabilizationSeconds=20,
-        )
-        stand_in(body, token_seconds=TOKEN_SECONDS, warm_up_seconds=WARM_UP_SECONDS)
-        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
-        first = wait_until(ready_names, STARTUP_TIMEOUT, 1, "the first engine pod Ready")[0]
-        print(f"first engine Ready at +{time.monotonic() - t0:.0f}s")
-        (router_pod,) = wait_until(
-            lambda: [
-                p
-                for p in core.list_namespaced_pod(namespace, label_selector=ROUTERS).items
-                if pod_ready(p) and not p.metadata.deletion_timestamp
-            ],
-            120,
-            1,
-            "the router pod Ready",
-        )
-        router_ip = router_pod.status.pod_ip
-        first_ip = core.read_namespaced_pod(first, namespace).status.pod_ip
-        wait_until(
-            lambda: first_ip in routed_engines(router_ip), 60, 1, "the router discovering it"
-        )
-        seen.update(first=first, first_ip=first_ip, router_ip=router_ip)
-    router_metrics = f"http://{router_ip}:{ROUTER_METRICS_PORT}/metrics"
-
-    # --- the metrics path, idle ---------------------------------------------------------------
-    with run.phase("idle") as seen:
-
-        def discovered() -> list[dict[str, Any]]:
-            return [
-                t
-                for t in metrics_stack.active_targets(ENGINE_JOB)
-                if t["labels"].get("namespace") == namespace
-                and t["labels"].get("pod") == first
-                and t["health"] == "up"
-            ]
-
-        (seen["target"],) = wait_until(discovered, 30, 1, "Prometheus scraping the engine pod")
-        # What the HPA controller reads: through the aggregator, the adapter and Prometheus.
-        seen["served"] = wait_until(
-            lambda: metrics_stack.custom_metric(namespace), 30, 1, "custom metric for the pod"
-        )
-        hpas = client.AutoscalingV2Api(api)
-        wait_until(
-            lambda: any(
-                c.type == "ScalingActive" and c.status == "True"
-                for c in hpas.read_namespaced_horizontal_pod_autoscaler(
-                    NAME, namespace
-                ).status.conditions
-                or []
-            ),
-            30,
-            1,
-            "the HPA reading its metric (ScalingActive)",
-        )
-        # The other two sources the dashboards read, with the labels they expect.
-        wait_until(
-            lambda: metrics_stack.query(
-                f'kube_pod_labels{{namespace="{namespace}", '
-                f'label_llmfleet_dev_deployment="{NAME}"}}'
-            ),
-            30,
-            1,
-            "kube-state-metrics' kube_pod_labels",
-        )
-        wait_until(
-            lambda: metrics_stack.query(
-                f'llmfleet_condition{{namespace="{namespace}", llmdeployment="{NAME}"}}'
-            ),
-            30,
-            1,
-            "the operator's llmfleet_condition (honor_labels)",
-        )
-
+def _run(run: Scenario, fleet: Fleet, timeline: list[str]) -> None:
+    """The scenario, step by step, each step a phase the tests below require."""
+    run.step("start", deploy_one_engine_behind_the_router, fleet)
+    run.step("idle", the_idle_engines_queue_reaches_the_hpa, fleet)
     # The chart's alert rules, waiting seconds instead of minutes before they fire.
-    observe.load_alert_rules(metrics_stack)
-
+    observe.load_alert_rules(fleet.metrics_stack)
     with (
-        Monitor(api, namespace, metrics_stack, router_ip) as mon,
+        Monitor(fleet.api, fleet.namespace, fleet.metrics_stack, fleet.router_ip) as mon,
         # The clients' path: the router (EngineLoad's targets are the Ready router pods).
-        EngineLoad(api, namespace, ROUTERS, vllm_python, tmp_path / "load") as load,
+        EngineLoad(
+            fleet.api, fleet.namespace, ROUTERS, fleet.vllm_python, fleet.tmp_path / "load"
+        ) as load,
         contextlib.ExitStack() as later,
     ):
-        seen = run.seen
-        seen["monitor"] = mon
+        run.seen["monitor"] = mon
         load_start = time.time()
         try:
-            _under_load(
-                run,
-                api,
-                metrics_stack,
-                mon,
-                load,
-                later,
-                router_ip,
-                router_metrics,
-                ready_names,
-                tmp_path,
-                load_start,
-                t0,
+            main = load.start(
+                "main", LOAD_CONCURRENCY, duration=400, max_tokens=MAIN_TOKENS, timeout=120
             )
+            run.seen["main"] = main
+            loaded = Loaded(mon, load, later, load_start, main)
+            run.step("scale-up", the_queue_above_target_scales_up, fleet, loaded)
+            run.step("observed-under-load", read_the_dashboards_and_alerts_under_load, fleet)
+            run.step("second-engine", the_second_engine_takes_its_share, fleet, loaded)
+            run.step("alerts", the_alerts_of_a_fleet_short_of_gpus_fire, fleet, loaded)
+            run.step("scale-down", the_load_stops_and_scaling_down_drains_an_engine, fleet, loaded)
         finally:
             timeline.append(mon.timeline(load_start))
-
-    with run.phase("after"):
-        # The queue drained: none waiting once the clients are done (Prometheus's next scrape).
-        wait_until(
-            lambda: (
-                metrics_stack.value(
-                    f'sum(vllm:num_requests_waiting{{namespace="{namespace}"}})', default=0.0
-                )
-                == 0.0
-            ),
-            30,
-            1,
-            "no request waiting after the load",
-        )
-    print(f"scenario took {time.monotonic() - t0:.0f}s")
+    run.step("after", the_queue_drains, fleet)
+    print(f"scenario took {time.monotonic() - fleet.t0:.0f}s")
 
 
-def _under_load(
-    run: Scenario,
-    api: client.ApiClient,
-    metrics_stack: MetricsStack,
-    mon: Monitor,
-    load: EngineLoad,
-    later: contextlib.ExitStack,
-    router_ip: str,
-    router_metrics: str,
-    ready_names: Any,
-    tmp_path: Path,
-    load_start: float,
-    t0: float,
+# --- the steps, in the order _run takes them ---------------------------------------------------
+
+
+def deploy_one_engine_behind_the_router(seen: dict[str, Any], fleet: Fleet) -> None:
+    """The tiny LLMDeployment on the stand-in: one engine Ready, the router Ready and routing
+    to it."""
+    cluster, metrics_stack, operator = fleet.cluster, fleet.metrics_stack, fleet.operator
+    core, namespace, node_runner, t0 = fleet.core, fleet.namespace, fleet.node_runner, fleet.t0
+    metrics_stack.scrape(OPERATOR_JOB, operator.metrics_target)
+    # (Pods of an earlier test may still be draining.)
+    free = wait_free_gpus(core, node_runner, NODE_GPUS)
+    if free > NODE_GPUS:
+        hold_gpus(core, namespace, free - NODE_GPUS)
+    body = tiny_llmd(
+        NAME,
+        max_num_seqs=MAX_NUM_SEQS,
+        minReplicas=1,
+        maxReplicas=3,
+        targetQueueDepth=TARGET_QUEUE_DEPTH,
+        scaleDownStabilizationSeconds=20,
+    )
+    stand_in(body, token_seconds=TOKEN_SECONDS, warm_up_seconds=WARM_UP_SECONDS)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+    first = wait_until(fleet.ready_names, STARTUP_TIMEOUT, 1, "the first engine pod Ready")[0]
+    print(f"first engine Ready at +{time.monotonic() - t0:.0f}s")
+    (router_pod,) = wait_until(
+        lambda: [
+            p
+            for p in core.list_namespaced_pod(namespace, label_selector=ROUTERS).items
+            if pod_ready(p) and not p.metadata.deletion_timestamp
+        ],
+        120,
+        1,
+        "the router pod Ready",
+    )
+    router_ip = router_pod.status.pod_ip
+    first_ip = core.read_namespaced_pod(first, namespace).status.pod_ip
+    wait_until(lambda: first_ip in routed_engines(router_ip), 60, 1, "the router discovering it")
+    seen.update(first=first, first_ip=first_ip, router_ip=router_ip)
+    fleet.first, fleet.router_ip = first, router_ip
+
+
+def the_idle_engines_queue_reaches_the_hpa(seen: dict[str, Any], fleet: Fleet) -> None:
+    """The metrics path, idle: Prometheus scrapes the engine, the adapter serves its queue, the
+    HPA reads it, and the dashboards' other two sources have the labels they expect."""
+    api, metrics_stack, namespace = fleet.api, fleet.metrics_stack, fleet.namespace
+    first = fleet.first
+
+    def discovered() -> list[dict[str, Any]]:
+        return [
+            t
+            for t in metrics_stack.active_targets(ENGINE_JOB)
+            if t["labels"].get("namespace") == namespace
+            and t["labels"].get("pod") == first
+            and t["health"] == "up"
+        ]
+
+    (seen["target"],) = wait_until(discovered, 30, 1, "Prometheus scraping the engine pod")
+    # What the HPA controller reads: through the aggregator, the adapter and Prometheus.
+    seen["served"] = wait_until(
+        lambda: metrics_stack.custom_metric(namespace), 30, 1, "custom metric for the pod"
+    )
+    hpas = client.AutoscalingV2Api(api)
+    wait_until(
+        lambda: any(
+            c.type == "ScalingActive" and c.status == "True"
+            for c in hpas.read_namespaced_horizontal_pod_autoscaler(
+                NAME, namespace
+            ).status.conditions
+            or []
+        ),
+        30,
+        1,
+        "the HPA reading its metric (ScalingActive)",
+    )
+    # The other two sources the dashboards read, with the labels they expect.
+    wait_until(
+        lambda: metrics_stack.query(
+            f'kube_pod_labels{{namespace="{namespace}", label_llmfleet_dev_deployment="{NAME}"}}'
+        ),
+        30,
+        1,
+        "kube-state-metrics' kube_pod_labels",
+    )
+    wait_until(
+        lambda: metrics_stack.query(
+            f'llmfleet_condition{{namespace="{namespace}", llmdeployment="{NAME}"}}'
+        ),
+        30,
+        1,
+        "the operator's llmfleet_condition (honor_labels)",
+    )
+
+
+def the_queue_above_target_scales_up(seen: dict[str, Any], fleet: Fleet, loaded: Loaded) -> None:
+    """Under load the HPA wants more pods; the third finds no GPU (ScalingLimited) and the status
+    counts 3 desired, 3 existing, 1 ready."""
+    api, namespace, mon = fleet.api, fleet.namespace, loaded.monitor
+    wait_until(
+        lambda: (mon.last().get("hpa_desired") or 0) > 1,
+        90,  # ~11 s seen here; the 30 s average needs a few scrapes (docs/autoscaling.md)
+        1,
+        "the HPA scaling up",
+    )
+    seen["desired_at"] = time.time()
+    wait_until(
+        lambda: (
+            condition(get_llmd(api, namespace), "ScalingLimited").get("reason")
+            == "InsufficientGPUs"
+        ),
+        60,
+        1,
+        "ScalingLimited=True (InsufficientGPUs) for the pod that finds no GPU",
+    )
+    seen["limited"] = condition(get_llmd(api, namespace), "ScalingLimited")
+    # Desired (the HPA's), current (pods that exist) and ready replicas.
+    wait_until(
+        lambda: (
+            (
+                (st := get_llmd(api, namespace)["status"])["replicas"],
+                st["currentReplicas"],
+                st["readyReplicas"],
+            )
+            == (3, 3, 1)
+        ),
+        20,
+        0.5,
+        "status replicas 3, currentReplicas 3, readyReplicas 1",
+    )
+
+
+def read_the_dashboards_and_alerts_under_load(seen: dict[str, Any], fleet: Fleet) -> None:
+    """What the people who run it see, now (a queue, a pod Pending, an engine starting): every
+    panel's and alert's query, and the plan's prediction against the measured throughput."""
+    api, metrics_stack, namespace = fleet.api, fleet.metrics_stack, fleet.namespace
+    seen["empty_panels"] = observe.panels_without_data(metrics_stack, namespace, NAME)
+    seen["alert_errors"] = {}
+    for alert, expr in observe.alert_exprs().items():
+        try:
+            metrics_stack.query(expr)
+        except Exception as e:  # a parse or evaluation error
+            seen["alert_errors"][alert] = str(e)
+    seen["predicted"] = get_llmd(api, namespace)["status"]["predicted"]
+    ids = f'namespace="{namespace}", llmdeployment="{NAME}"'
+    seen["predicted_gauge"] = metrics_stack.value(
+        f"llmfleet_predicted_output_tokens_per_second{{{ids}}}"
+    )
+    seen["ratio"] = observe.panel(
+        metrics_stack, "Throughput: measured / predicted", namespace, NAME
+    )
+
+
+def the_second_engine_takes_its_share(seen: dict[str, Any], fleet: Fleet, loaded: Loaded) -> None:
+    """The second engine Ready: the router routes to both, each gets requests, and the queue per
+    pod falls below the peak one engine had."""
+    api, metrics_stack, namespace = fleet.api, fleet.metrics_stack, fleet.namespace
+    core, router_ip, load_start = fleet.core, fleet.router_ip, loaded.load_start
+    two = wait_until(
+        lambda: len(fleet.ready_names()) >= 2 and fleet.ready_names(),
+        STARTUP_TIMEOUT,
+        1,
+        "the second engine Ready",
+    )
+    loaded.two = two
+    ready_at = time.time()
+    # From Prometheus (every scrape, not the monitor's samples): the queue one engine had.
+    waiting = f'avg(vllm:num_requests_waiting{{namespace="{namespace}"}})'
+    seen["peak_one_pod"] = metrics_stack.value(
+        f"max_over_time({waiting}[{int(ready_at - load_start) + 1}s:2s])", default=0.0
+    )
+    print(
+        f"load start -> HPA desired>1 {seen['desired_at'] - load_start:.1f}s, "
+        f"-> second engine Ready {ready_at - load_start:.1f}s "
+        f"(peak waiting on one pod {seen['peak_one_pod']:.1f})"
+    )
+    # The router picks the new engine up and it takes its share.
+    two_ips = {core.read_namespaced_pod(n, namespace).status.pod_ip for n in two}
+    wait_until(
+        lambda: two_ips <= routed_engines(router_ip),
+        60,
+        1,
+        "the router routing to both engines",
+    )
+    routed_before = per_worker(scrape(fleet.router_metrics), PROCESSED)
+    time.sleep(15)
+    routed_after = per_worker(scrape(fleet.router_metrics), PROCESSED)
+    seen["gained"] = {ip: routed_after.get(ip, 0) - routed_before.get(ip, 0) for ip in two_ips}
+    print(f"requests routed per engine in 15 s with two Ready: {seen['gained']}")
+    seen["waiting_after"] = metrics_stack.value(
+        f"avg_over_time({waiting}[{int(time.time() - ready_at) - 5}s:2s])", default=0.0
+    )
+    seen["ready_replicas_two"] = get_llmd(api, namespace)["status"]["readyReplicas"]
+
+
+def the_alerts_of_a_fleet_short_of_gpus_fire(
+    seen: dict[str, Any], fleet: Fleet, loaded: Loaded
 ) -> None:
-    namespace = run.namespace
-    core = client.CoreV1Api(api)
-    seen = run.seen
-    main = load.start("main", LOAD_CONCURRENCY, duration=400, max_tokens=MAIN_TOKENS, timeout=120)
-    seen["main"] = main
+    """The alerts for this situation fired (Prometheus's own ALERTS history since the load)."""
+    metrics_stack, namespace, load_start = fleet.metrics_stack, fleet.namespace, loaded.load_start
+    fired: set[str] = set()
 
-    # --- scale up under load ------------------------------------------------------------------
-    with run.phase("scale-up"):
-        wait_until(
-            lambda: (mon.last().get("hpa_desired") or 0) > 1,
-            90,  # ~11 s seen here; the 30 s average needs a few scrapes (docs/autoscaling.md)
-            1,
-            "the HPA scaling up",
-        )
-        seen["desired_at"] = time.time()
-        wait_until(
-            lambda: (
-                condition(get_llmd(api, namespace), "ScalingLimited").get("reason")
-                == "InsufficientGPUs"
-            ),
-            60,
-            1,
-            "ScalingLimited=True (InsufficientGPUs) for the pod that finds no GPU",
-        )
-        seen["limited"] = condition(get_llmd(api, namespace), "ScalingLimited")
-        # Desired (the HPA's), current (pods that exist) and ready replicas.
-        wait_until(
-            lambda: (
-                (
-                    (st := get_llmd(api, namespace)["status"])["replicas"],
-                    st["currentReplicas"],
-                    st["readyReplicas"],
-                )
-                == (3, 3, 1)
-            ),
-            20,
-            0.5,
-            "status replicas 3, currentReplicas 3, readyReplicas 1",
-        )
+    def provoked() -> bool:
+        fired.update(observe.fired_since(metrics_stack, namespace, NAME, load_start))
+        return set(PROVOKED) <= fired
 
-    # --- what the people who run it see, now (a queue, a pod Pending, an engine starting) -----
-    with run.phase("observed-under-load"):
-        seen["empty_panels"] = observe.panels_without_data(metrics_stack, namespace, NAME)
-        seen["alert_errors"] = {}
-        for alert, expr in observe.alert_exprs().items():
-            try:
-                metrics_stack.query(expr)
-            except Exception as e:  # a parse or evaluation error
-                seen["alert_errors"][alert] = str(e)
-        seen["predicted"] = get_llmd(api, namespace)["status"]["predicted"]
-        ids = f'namespace="{namespace}", llmdeployment="{NAME}"'
-        seen["predicted_gauge"] = metrics_stack.value(
-            f"llmfleet_predicted_output_tokens_per_second{{{ids}}}"
-        )
-        seen["ratio"] = observe.panel(
-            metrics_stack, "Throughput: measured / predicted", namespace, NAME
-        )
+    with contextlib.suppress(AssertionError):  # the test says which did not fire
+        wait_until(provoked, 120, 1, "alerts firing")
+    seen["fired"] = fired
+    print(f"alerts fired: {sorted(fired)}")
 
-    with run.phase("second-engine"):
-        two = wait_until(
-            lambda: len(ready_names()) >= 2 and ready_names(),
-            STARTUP_TIMEOUT,
-            1,
-            "the second engine Ready",
-        )
-        ready_at = time.time()
-        # From Prometheus (every scrape, not the monitor's samples): the queue one engine had.
-        waiting = f'avg(vllm:num_requests_waiting{{namespace="{namespace}"}})'
-        seen["peak_one_pod"] = metrics_stack.value(
-            f"max_over_time({waiting}[{int(ready_at - load_start) + 1}s:2s])", default=0.0
-        )
-        print(
-            f"load start -> HPA desired>1 {seen['desired_at'] - load_start:.1f}s, "
-            f"-> second engine Ready {ready_at - load_start:.1f}s "
-            f"(peak waiting on one pod {seen['peak_one_pod']:.1f})"
-        )
-        # The router picks the new engine up and it takes its share.
-        two_ips = {core.read_namespaced_pod(n, namespace).status.pod_ip for n in two}
-        wait_until(
-            lambda: two_ips <= routed_engines(router_ip),
-            60,
-            1,
-            "the router routing to both engines",
-        )
-        routed_before = per_worker(scrape(router_metrics), PROCESSED)
-        time.sleep(15)
-        routed_after = per_worker(scrape(router_metrics), PROCESSED)
-        seen["gained"] = {ip: routed_after.get(ip, 0) - routed_before.get(ip, 0) for ip in two_ips}
-        print(f"requests routed per engine in 15 s with two Ready: {seen['gained']}")
-        seen["waiting_after"] = metrics_stack.value(
-            f"avg_over_time({waiting}[{int(time.time() - ready_at) - 5}s:2s])", default=0.0
-        )
-        seen["ready_replicas_two"] = get_llmd(api, namespace)["status"]["readyReplicas"]
 
-    # The alerts for this situation fired (Prometheus's own ALERTS history since the load).
-    with run.phase("alerts"):
-        fired: set[str] = set()
+def the_load_stops_and_scaling_down_drains_an_engine(
+    seen: dict[str, Any], fleet: Fleet, loaded: Loaded
+) -> None:
+    """Load stops: the Pending pod goes, then a Ready engine is removed; the router drops it and
+    it drains before it goes, back to one replica desired and ready.
 
-        def provoked() -> bool:
-            fired.update(observe.fired_since(metrics_stack, namespace, NAME, load_start))
-            return set(PROVOKED) <= fired
+    A tail of long requests keeps both engines busy so that the pod removed has requests in
+    flight when it is told to go: one request waiting per engine beyond the two it runs at
+    once, so one is admitted as soon as a running one ends (with no queue, or half a request
+    per pod, clean-clone runs saw the removed engine with nothing in flight in the seconds
+    around its removal). A queue of 1 per pod is under the HPA's target, so it still scales
+    down. The tail stops sending once the router has dropped the removed pod, before one
+    engine's queue could bring the HPA back up."""
+    api, namespace, core, router_ip = fleet.api, fleet.namespace, fleet.core, fleet.router_ip
+    mon, load, main, two, t0 = loaded.monitor, loaded.load, loaded.main, loaded.two, fleet.t0
+    sampler = loaded.later.enter_context(
+        RouterSampler(fleet.router_metrics, fleet.tmp_path / "router.jsonl")
+    )
+    tail = load.start("tail", 2 * (MAX_NUM_SEQS + 1), duration=240, max_tokens=400, timeout=180)
+    seen["tail"] = tail
+    main.stop()
+    seen["load_end"] = time.time()
+    print(f"main load stopped at +{time.monotonic() - t0:.0f}s")
+    wait_until(
+        lambda: condition(get_llmd(api, namespace), "ScalingLimited").get("status") == "False",
+        90,
+        1,
+        "ScalingLimited=False once the Pending pod is scaled away",
+    )
 
-        with contextlib.suppress(AssertionError):  # the test says which did not fire
-            wait_until(provoked, 120, 1, "alerts firing")
-        seen["fired"] = fired
-        print(f"alerts fired: {sorted(fired)}")
+    def removed_engine() -> client.V1Pod | None:
+        for p in core.list_namespaced_pod(namespace, label_selector=SELECTOR).items:
+            if p.metadata.name in two and p.metadata.deletion_timestamp:
+                return p
+        return None
 
-    # --- load stops: scale down, draining the removed pod -------------------------------------
-    # A tail of long requests keeps both engines busy so that the pod removed has requests in
-    # flight when it is told to go: one request waiting per engine beyond the two it runs at
-    # once, so one is admitted as soon as a running one ends (with no queue, or half a request
-    # per pod, clean-clone runs saw the removed engine with nothing in flight in the seconds
-    # around its removal). A queue of 1 per pod is under the HPA's target, so it still scales
-    # down. The tail stops sending once the router has dropped the removed pod, before one
-    # engine's queue could bring the HPA back up.
-    with run.phase("scale-down"):
-        sampler = later.enter_context(RouterSampler(router_metrics, tmp_path / "router.jsonl"))
-        tail = load.start("tail", 2 * (MAX_NUM_SEQS + 1), duration=240, max_tokens=400, timeout=180)
-        seen["tail"] = tail
-        main.stop()
-        seen["load_end"] = time.time()
-        print(f"main load stopped at +{time.monotonic() - t0:.0f}s")
-        wait_until(
-            lambda: condition(get_llmd(api, namespace), "ScalingLimited").get("status") == "False",
-            90,
-            1,
-            "ScalingLimited=False once the Pending pod is scaled away",
-        )
+    gone_pod = wait_until(removed_engine, 150, 0.25, "a Ready engine pod removed")
+    victim, victim_ip = gone_pod.metadata.name, gone_pod.status.pod_ip
+    # deletionTimestamp is the deletion time plus the grace period (whole seconds).
+    removed = gone_pod.metadata.deletion_timestamp.timestamp() - (
+        gone_pod.metadata.deletion_grace_period_seconds or 0
+    )
+    wait_until(
+        lambda: victim_ip not in routed_engines(router_ip),
+        15,
+        0.2,
+        "the router dropping the draining engine",
+    )
+    dropped = time.time()
+    tail.ask_to_stop()
+    wait_until(lambda: mon.pods[victim].gone, 150, 1, f"{victim} gone")
+    tail.stop()
+    wait_until(
+        lambda: (mon.last().get("hpa_desired"), mon.last().get("ready")) == (1, 1),
+        30,
+        1,
+        "one replica desired and ready",
+    )
+    print(f"scaled back to 1 at +{time.monotonic() - t0:.0f}s")
+    seen.update(
+        victim=victim, victim_ip=victim_ip, removed=removed, dropped=dropped, sampler=sampler
+    )
 
-        def removed_engine() -> client.V1Pod | None:
-            for p in core.list_namespaced_pod(namespace, label_selector=SELECTOR).items:
-                if p.metadata.name in two and p.metadata.deletion_timestamp:
-                    return p
-            return None
 
-        gone_pod = wait_until(removed_engine, 150, 0.25, "a Ready engine pod removed")
-        victim, victim_ip = gone_pod.metadata.name, gone_pod.status.pod_ip
-        # deletionTimestamp is the deletion time plus the grace period (whole seconds).
-        removed = gone_pod.metadata.deletion_timestamp.timestamp() - (
-            gone_pod.metadata.deletion_grace_period_seconds or 0
-        )
-        wait_until(
-            lambda: victim_ip not in routed_engines(router_ip),
-            15,
-            0.2,
-            "the router dropping the draining engine",
-        )
-        dropped = time.time()
-        tail.ask_to_stop()
-        wait_until(lambda: mon.pods[victim].gone, 150, 1, f"{victim} gone")
-        tail.stop()
-        wait_until(
-            lambda: (mon.last().get("hpa_desired"), mon.last().get("ready")) == (1, 1),
-            30,
-            1,
-            "one replica desired and ready",
-        )
-        print(f"scaled back to 1 at +{time.monotonic() - t0:.0f}s")
-        seen.update(
-            victim=victim, victim_ip=victim_ip, removed=removed, dropped=dropped, sampler=sampler
-        )
+def the_queue_drains(seen: dict[str, Any], fleet: Fleet) -> None:
+    """The queue drained: none waiting once the clients are done (Prometheus's next scrape)."""
+    metrics_stack, namespace = fleet.metrics_stack, fleet.namespace
+    wait_until(
+        lambda: (
+            metrics_stack.value(
+                f'sum(vllm:num_requests_waiting{{namespace="{namespace}"}})', default=0.0
+            )
+            == 0.0
+        ),
+        30,
+        1,
+        "no request waiting after the load",
+    )
 
 
 # --- the behaviours ---------------------------------------------------------------------------

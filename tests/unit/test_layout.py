@@ -1,10 +1,11 @@
 """The tree keeps what ships, what helps develop and what verifies apart: imports run
 tests -> dev -> operator, never back (and within tests, e2e -> api, never back: the API tier
-runs without the lab), and the README's layout names every top-level folder. Inside the
-operator the planner stays a lower layer than what reads its Plans, in modules of one job each,
-and below it the catalog (what the planner knows of models and GPUs) above the API types;
-reconcile/ keeps its rooms by trade (the two kinds apart, the machinery below both), and no
-module imports itself back through others."""
+runs without the lab; and no product tier imports from the lab's own tests, tests/lab), and
+the README's layout names every top-level folder. Inside the operator the planner stays a
+lower layer than what reads its Plans, in modules of one job each, and below it the catalog
+(what the planner knows of models and GPUs) above the API types; reconcile/ keeps its rooms by
+trade (the two kinds apart, the machinery below both), and no module imports itself back
+through others."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "operator" / "src"
 # Top-level import names of each part (dev/ and tests/ are put on the path as folders).
-DEV_PACKAGES = {p.name for p in (REPO / "dev").iterdir() if (p / "__init__.py").exists()}
+DEV_PACKAGES = {
+    p.name for p in (REPO / "dev").iterdir() if (p / "__init__.py").exists()
+}
 TESTS = REPO / "tests"
 # Top-level import names of the tests (tests/ is on the path as a folder too): its packages (the
-# tiers) and modules (the conftest and what the tiers share).
+# tiers) and modules (the conftest and what the tiers share); unit/ and lab/ have no __init__.py.
 TEST_PACKAGES = {
     p.stem for p in TESTS.iterdir() if (p / "__init__.py").exists() or p.suffix == ".py"
-} | {"unit", "tests"}
+} | {"unit", "lab", "tests"}
 # (folder under operator/src, package it never imports): the planner turns a spec into a Plan
 # and knows nothing of what renders, applies or prints it. Below it, the catalog (models, GPUs,
 # the Hub's config.json) builds on the API types and is used by the planner, never the reverse;
@@ -30,7 +33,10 @@ TEST_PACKAGES = {
 HIGHER_THAN_PLANNER = ("llmfleet.render", "llmfleet.reconcile", "llmfleet.commands")
 LOWER_LAYERS = [
     *(("llmfleet/planner", higher) for higher in HIGHER_THAN_PLANNER),
-    *(("llmfleet/catalog", higher) for higher in (*HIGHER_THAN_PLANNER, "llmfleet.planner")),
+    *(
+        ("llmfleet/catalog", higher)
+        for higher in (*HIGHER_THAN_PLANNER, "llmfleet.planner")
+    ),
     *(
         ("llmfleet/models", higher)
         for higher in (*HIGHER_THAN_PLANNER, "llmfleet.planner", "llmfleet.catalog")
@@ -45,7 +51,9 @@ FOLDER_LINE_LIMITS = [
     ("llmfleet/models", 400),
 ]
 SIZED = [
-    (m, limit) for folder, limit in FOLDER_LINE_LIMITS for m in sorted((SRC / folder).rglob("*.py"))
+    (m, limit)
+    for folder, limit in FOLDER_LINE_LIMITS
+    for m in sorted((SRC / folder).rglob("*.py"))
 ]
 # reconcile/'s rooms by trade (folder under operator/src, package it never imports): each kind's
 # reconcile knows nothing of the other's, and the machinery they share knows neither, nor the
@@ -95,7 +103,9 @@ def imported_modules(path: Path) -> set[str]:
         ("operator/src", DEV_PACKAGES | TEST_PACKAGES),
         ("dev", TEST_PACKAGES),
         ("bench", TEST_PACKAGES),
-        ("tests/api", {"e2e"}),
+        ("tests/api", {"e2e", "lab"}),
+        ("tests/unit", {"lab"}),
+        ("tests/e2e", {"lab"}),
     ],
 )
 def test_imports_never_run_back(part: str, forbidden: set[str]) -> None:
@@ -153,132 +163,26 @@ def test_no_test_module_imports_another() -> None:
     importer to tests it never meant to depend on."""
     assert len(TEST_MODULES) > 100
     offenders = sorted(
-        f"{importer} imports {name}" for importer, name in imports_between_test_modules()
+        f"{importer} imports {name}"
+        for importer, name in imports_between_test_modules()
     )
-    assert not offenders, "move what they share into a helper module: " + "; ".join(offenders)
+    assert not offenders, "move what they share into a helper module: " + "; ".join(
+        offenders
+    )
 
 
 def test_the_readme_layout_names_every_top_level_folder() -> None:
     readme = (REPO / "README.md").read_text()
     layout = readme.split("## Layout", 1)[1]
-    folders = {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")}
-    assert folders >= SHIPPED_FOLDERS, f"missing at the top level: {SHIPPED_FOLDERS - folders}"
+    folders = {
+        p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")
+    }
+    assert folders >= SHIPPED_FOLDERS, (
+        f"missing at the top level: {SHIPPED_FOLDERS - folders}"
+    )
     missing = sorted(f for f in folders if f"`{f}/" not in layout)
     assert not missing, f"README's Layout does not name: {missing}"
     assert not (REPO / "tests" / "localcluster").exists()
-
-
-# --- dev/localcluster: modules of one job each, the supervisor below the metrics stack ----------
-
-LOCALCLUSTER = REPO / "dev" / "localcluster"
-LOCALCLUSTER_MODULE_MAX_LINES = 400
-# Strict: a module listed here must still be too long, so the mark goes once it fits
-# (metricsstack's config.py and stack.py went with issue 32, the node runner's pods.py and oci.py
-# when they were split by job).
-NOT_YET: set[str] = set()
-
-
-def _localcluster_modules() -> list[Path]:
-    return sorted(LOCALCLUSTER.rglob("*.py"))
-
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(
-            p,
-            id=str(p.relative_to(LOCALCLUSTER)),
-            marks=[pytest.mark.xfail(strict=True, reason="longer before issue 32; split next")]
-            if str(p.relative_to(LOCALCLUSTER)) in NOT_YET
-            else [],
-        )
-        for p in _localcluster_modules()
-    ],
-)
-def test_no_localcluster_module_exceeds_400_lines(path: Path) -> None:
-    assert len(path.read_text().splitlines()) <= LOCALCLUSTER_MODULE_MAX_LINES
-
-
-def _module_file(name: str) -> Path | None:
-    """The file of the dev/ module `name` (localcluster.x.y), if it is one."""
-    base = REPO / "dev" / Path(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def local_imports(module: str) -> set[str]:
-    """The localcluster modules (and packages) that `module` imports, relative imports resolved
-    and those under TYPE_CHECKING included: a cycle for the type checker is one all the same."""
-    path = _module_file(module)
-    assert path is not None, module
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            prefix = ".".join(p for p in (base, node.module) if p)
-            # `from . import x` imports the module x; `from .m import y` the module m.
-            names = [prefix, *(f"{prefix}.{a.name}" for a in node.names)]
-        else:
-            continue
-        found |= {n for n in names if n.startswith("localcluster.") and _module_file(n)}
-    return found
-
-
-def closure(root: str) -> set[str]:
-    """Every localcluster module that importing `root` imports (`root` included)."""
-    seen, todo = set(), [root]
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(local_imports(module))
-    return seen
-
-
-def supervisor_closure() -> set[str]:
-    """Every localcluster module that importing localcluster.supervisor imports."""
-    return closure("localcluster.supervisor")
-
-
-# The node runner's modules that are parts of one thing, below it: a part never imports what it
-# makes up, so the parts stay apart rather than growing back into one module.
-NODERUNNER_WHOLES = {
-    "pods": ("podstart", "podstop", "podstatus", "podstate"),
-    "oci": ("images", "unpack", "bundle", "crun"),
-}
-NODERUNNER_PARTS = [(whole, part) for whole, parts in NODERUNNER_WHOLES.items() for part in parts]
-
-
-@pytest.mark.parametrize(("whole", "part"), NODERUNNER_PARTS, ids=lambda v: v)
-def test_a_noderunner_part_never_imports_its_whole(whole: str, part: str) -> None:
-    runner = "localcluster.noderunner"
-    assert f"{runner}.{part}" in closure(f"{runner}.{whole}")
-    assert f"{runner}.{whole}" not in closure(f"{runner}.{part}")
-
-
-def test_the_supervisor_closure_holds_its_parts() -> None:
-    parts = {
-        "supervisor",
-        "processes",
-        "commands",
-        "kubeconfigs",
-        "addons",
-        "lws_addon",
-    }
-    assert {f"localcluster.{p}" for p in parts} <= supervisor_closure()
-
-
-@pytest.mark.parametrize("module", sorted(supervisor_closure()))
-def test_the_supervisor_never_imports_the_metrics_stack(module: str) -> None:
-    """The metrics stack builds on a Cluster (MetricsStack(cluster)); the supervisor knows it
-    only as one more pidfile, which down() stops like every other."""
-    stack = "localcluster.metricsstack"
-    assert not {n for n in local_imports(module) if n == stack or n.startswith(f"{stack}.")}
 
 
 def importers_of(folder: str, forbidden: str) -> dict[str, list[str]]:
@@ -287,7 +191,9 @@ def importers_of(folder: str, forbidden: str) -> dict[str, list[str]]:
     assert modules, f"{folder} holds no module"
     offenders = {
         str(m.relative_to(SRC)): sorted(
-            n for n in imported_modules(m) if n == forbidden or n.startswith(f"{forbidden}.")
+            n
+            for n in imported_modules(m)
+            if n == forbidden or n.startswith(f"{forbidden}.")
         )
         for m in modules
     }
@@ -308,11 +214,21 @@ def test_a_newcomer_finds_each_kinds_reconcile_by_its_name() -> None:
     """reconcile/'s docstring names its rooms, and each room's says what it holds."""
     rooms = sorted(p.parent.name for p in (SRC / RECONCILE).glob("*/__init__.py"))
     assert rooms == ["llmbatchjob", "llmdeployment", "machinery"]
-    index = ast.get_docstring(ast.parse((SRC / RECONCILE / "__init__.py").read_text())) or ""
+    index = (
+        ast.get_docstring(ast.parse((SRC / RECONCILE / "__init__.py").read_text()))
+        or ""
+    )
     assert all(f"`{room}/`" in index for room in rooms), index
-    for room, reconcile in [("llmdeployment", "controller"), ("llmbatchjob", "batchjob")]:
-        said = ast.get_docstring(ast.parse((SRC / RECONCILE / room / "__init__.py").read_text()))
-        assert f"`{reconcile}" in (said or ""), f"{room}/__init__.py does not name {reconcile}"
+    for room, reconcile in [
+        ("llmdeployment", "controller"),
+        ("llmbatchjob", "batchjob"),
+    ]:
+        said = ast.get_docstring(
+            ast.parse((SRC / RECONCILE / room / "__init__.py").read_text())
+        )
+        assert f"`{reconcile}" in (said or ""), (
+            f"{room}/__init__.py does not name {reconcile}"
+        )
         assert (SRC / RECONCILE / room / f"{reconcile}.py").is_file()
 
 

@@ -46,6 +46,7 @@ def test_the_slowest_e2e_modules_go_first_and_the_short_tiers_fill_in_at_the_end
         "tests/e2e/test_cluster.py",
         "tests/e2e/test_demo.py",
         "tests/e2e/test_autoscaling.py",
+        "tests/lab/test_engine_standin.py",
         "tests/unit/test_layout.py",
         "tests/e2e/test_keda.py",
     ]
@@ -55,6 +56,7 @@ def test_the_slowest_e2e_modules_go_first_and_the_short_tiers_fill_in_at_the_end
         "tests/e2e/test_keda.py",
         "tests/e2e/test_cluster.py",  # not among the slowest: after them, in collection order
         "tests/api/test_chart.py",
+        "tests/lab/test_engine_standin.py",
         "tests/unit/test_layout.py",
     ]
 

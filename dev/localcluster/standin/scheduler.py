@@ -12,7 +12,7 @@ Time moves in engine steps. Each step first schedules (`schedule`), as vLLM's sc
 
 Then the step completes (`complete`): every request it ran has one more token; those at their
 max_tokens finish and free their blocks. Pure and synchronous: the server calls it from its
-engine loop, and tests/unit/test_engine_standin.py step by step.
+engine loop, and tests/lab/test_engine_standin.py step by step.
 """
 
 from __future__ import annotations

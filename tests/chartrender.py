@@ -1,5 +1,6 @@
 """Rendering the Helm chart without a cluster (`helm template`, built by `make tools`), and
-picking the operator's objects out of what it renders: shared by the unit tests of the chart."""
+picking the operator's objects out of what it renders: shared by the unit tests of the chart and
+the lab's test of the node runner's OCI bundle for the operator pod."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "llmfleet"
 BUILD_TOOLS = REPO / "dev" / "localcluster" / "build-tools.sh"
 RELEASE = "fleet"
