@@ -17,9 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "operator" / "src"
 # Top-level import names of each part (dev/ and tests/ are put on the path as folders).
-DEV_PACKAGES = {
-    p.name for p in (REPO / "dev").iterdir() if (p / "__init__.py").exists()
-}
+DEV_PACKAGES = {p.name for p in (REPO / "dev").iterdir() if (p / "__init__.py").exists()}
 TESTS = REPO / "tests"
 # Top-level import names of the tests (tests/ is on the path as a folder too): its packages (the
 # tiers) and modules (the conftest and what the tiers share); unit/ and lab/ have no __init__.py.
@@ -33,10 +31,7 @@ TEST_PACKAGES = {
 HIGHER_THAN_PLANNER = ("llmfleet.render", "llmfleet.reconcile", "llmfleet.commands")
 LOWER_LAYERS = [
     *(("llmfleet/planner", higher) for higher in HIGHER_THAN_PLANNER),
-    *(
-        ("llmfleet/catalog", higher)
-        for higher in (*HIGHER_THAN_PLANNER, "llmfleet.planner")
-    ),
+    *(("llmfleet/catalog", higher) for higher in (*HIGHER_THAN_PLANNER, "llmfleet.planner")),
     *(
         ("llmfleet/models", higher)
         for higher in (*HIGHER_THAN_PLANNER, "llmfleet.planner", "llmfleet.catalog")
@@ -51,9 +46,7 @@ FOLDER_LINE_LIMITS = [
     ("llmfleet/models", 400),
 ]
 SIZED = [
-    (m, limit)
-    for folder, limit in FOLDER_LINE_LIMITS
-    for m in sorted((SRC / folder).rglob("*.py"))
+    (m, limit) for folder, limit in FOLDER_LINE_LIMITS for m in sorted((SRC / folder).rglob("*.py"))
 ]
 # reconcile/'s rooms by trade (folder under operator/src, package it never imports): each kind's
 # reconcile knows nothing of the other's, and the machinery they share knows neither, nor the
@@ -163,23 +156,16 @@ def test_no_test_module_imports_another() -> None:
     importer to tests it never meant to depend on."""
     assert len(TEST_MODULES) > 100
     offenders = sorted(
-        f"{importer} imports {name}"
-        for importer, name in imports_between_test_modules()
+        f"{importer} imports {name}" for importer, name in imports_between_test_modules()
     )
-    assert not offenders, "move what they share into a helper module: " + "; ".join(
-        offenders
-    )
+    assert not offenders, "move what they share into a helper module: " + "; ".join(offenders)
 
 
 def test_the_readme_layout_names_every_top_level_folder() -> None:
     readme = (REPO / "README.md").read_text()
     layout = readme.split("## Layout", 1)[1]
-    folders = {
-        p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")
-    }
-    assert folders >= SHIPPED_FOLDERS, (
-        f"missing at the top level: {SHIPPED_FOLDERS - folders}"
-    )
+    folders = {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    assert folders >= SHIPPED_FOLDERS, f"missing at the top level: {SHIPPED_FOLDERS - folders}"
     missing = sorted(f for f in folders if f"`{f}/" not in layout)
     assert not missing, f"README's Layout does not name: {missing}"
     assert not (REPO / "tests" / "localcluster").exists()
@@ -191,9 +177,7 @@ def importers_of(folder: str, forbidden: str) -> dict[str, list[str]]:
     assert modules, f"{folder} holds no module"
     offenders = {
         str(m.relative_to(SRC)): sorted(
-            n
-            for n in imported_modules(m)
-            if n == forbidden or n.startswith(f"{forbidden}.")
+            n for n in imported_modules(m) if n == forbidden or n.startswith(f"{forbidden}.")
         )
         for m in modules
     }
@@ -214,21 +198,14 @@ def test_a_newcomer_finds_each_kinds_reconcile_by_its_name() -> None:
     """reconcile/'s docstring names its rooms, and each room's says what it holds."""
     rooms = sorted(p.parent.name for p in (SRC / RECONCILE).glob("*/__init__.py"))
     assert rooms == ["llmbatchjob", "llmdeployment", "machinery"]
-    index = (
-        ast.get_docstring(ast.parse((SRC / RECONCILE / "__init__.py").read_text()))
-        or ""
-    )
+    index = ast.get_docstring(ast.parse((SRC / RECONCILE / "__init__.py").read_text())) or ""
     assert all(f"`{room}/`" in index for room in rooms), index
     for room, reconcile in [
         ("llmdeployment", "controller"),
         ("llmbatchjob", "batchjob"),
     ]:
-        said = ast.get_docstring(
-            ast.parse((SRC / RECONCILE / room / "__init__.py").read_text())
-        )
-        assert f"`{reconcile}" in (said or ""), (
-            f"{room}/__init__.py does not name {reconcile}"
-        )
+        said = ast.get_docstring(ast.parse((SRC / RECONCILE / room / "__init__.py").read_text()))
+        assert f"`{reconcile}" in (said or ""), f"{room}/__init__.py does not name {reconcile}"
         assert (SRC / RECONCILE / room / f"{reconcile}.py").is_file()
 
 
