@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from localcluster.noderunner.adaptations import Context, adapt_command, adapt_env
-from localcluster.noderunner.realgpus import RealGpus, product_label, requested_gpus
+from localcluster.noderunner.gpurequest import requested_gpus
+from localcluster.noderunner.realgpus import RealGpus, product_label
 
 PYTHON = Path("/opt/python3")
 RENDERED = [

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import images, router
-
-GPU_RESOURCE = "nvidia.com/gpu"
+from .gpurequest import GPU_RESOURCE, requested_gpus
 
 
 @dataclass(frozen=True)
@@ -31,18 +30,9 @@ class Refusal:
     log: str
 
 
-def requests_gpu(pod: Mapping[str, Any]) -> bool:
-    for c in pod["spec"].get("containers") or []:
-        res = c.get("resources") or {}
-        for section in ("limits", "requests"):
-            if str((res.get(section) or {}).get(GPU_RESOURCE, "0")) not in ("0", ""):
-                return True
-    return False
-
-
 def refusal(pod: dict[str, Any], node: str) -> Refusal | None:
     """None when the runner can start `pod`, else the status to write and a line to log."""
-    if requests_gpu(pod) or router.is_router_pod(pod) or images.runs_built_images(pod):
+    if requested_gpus(pod) > 0 or router.is_router_pod(pod) or images.runs_built_images(pod):
         return None
     missing = images.stale_built_images(pod)
     if missing:

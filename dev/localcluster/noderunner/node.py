@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import admission
+from . import gpurequest
 from .container import timestamp
 from .ipam import POD_NETWORK
 from .realgpus import RealGpus
@@ -24,7 +24,7 @@ log = logging.getLogger("noderunner")
 
 NODE_NAME = "local-gpu-0"
 GPU_PRODUCT = "LLMFleet-CPU-Emulated"
-GPU_RESOURCE = admission.GPU_RESOURCE
+GPU_RESOURCE = gpurequest.GPU_RESOURCE
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 # A node for what a cluster runs beside its GPU pools (the operator's own pod): no GPUs, and a
 # taint of its own so that only pods placed here on purpose land on it (others would really run).

@@ -15,9 +15,9 @@ from . import oci, procs, volumes
 from .adaptations import adapt_command, is_vllm_server, stand_in
 from .bundle import ContainerConfigError
 from .container import BACKOFF_START, Container, timestamp
+from .gpurequest import requested_gpus
 from .podenv import MissingKeyError, container_env, expand, process_env
 from .podstate import PodState
-from .realgpus import requested_gpus
 from .volumes import VolumeNotReadyError
 
 # pods.py's logger: a pod's log lines keep the name they had before its worker was split.

@@ -110,17 +110,3 @@ class RealGpus:
     def release(self, pod_uid: str) -> None:
         with self._lock:
             self._held.pop(pod_uid, None)
-
-
-def requested_gpus(pod: Mapping[str, object]) -> int:
-    """The pod's nvidia.com/gpu (limits, else requests), summed over its containers."""
-    total = 0
-    spec = pod.get("spec") or {}
-    assert isinstance(spec, Mapping)
-    for c in spec.get("containers") or []:
-        res = c.get("resources") or {}
-        value = (res.get("limits") or {}).get("nvidia.com/gpu") or (res.get("requests") or {}).get(
-            "nvidia.com/gpu"
-        )
-        total += int(value or 0)
-    return total

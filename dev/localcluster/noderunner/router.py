@@ -29,24 +29,17 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from .gpurequest import container_gpus
+
 ROUTER_COMMAND = "vllm-router"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-GPU_RESOURCE = "nvidia.com/gpu"
 INSTALL = Path(__file__).resolve().parents[2] / "dataplane" / "install-vllm-router.sh"
 TOKEN_SECONDS = 24 * 3600
 _HOST_FLAGS = ("--host", "--prometheus-host")
 
 _venv_lock = threading.Lock()
 _venv: list[Path] = []
-
-
-def _requests_gpu(container: dict[str, Any]) -> bool:
-    res = container.get("resources") or {}
-    return any(
-        str((res.get(s) or {}).get(GPU_RESOURCE, "0")) not in ("0", "")
-        for s in ("limits", "requests")
-    )
 
 
 def is_router_pod(pod: dict[str, Any]) -> bool:
@@ -57,7 +50,7 @@ def is_router_pod(pod: dict[str, Any]) -> bool:
         and labels.get(COMPONENT_LABEL) == "router"
         and len(containers) == 1
         and Path((containers[0].get("command") or [""])[0]).name == ROUTER_COMMAND
-        and not _requests_gpu(containers[0])
+        and container_gpus(containers[0]) == 0
     )
 
 
