@@ -245,10 +245,31 @@ FIGURES: dict[str, tuple[str, str]] = {
         "%",
     ),
     "gpu_kv_fp8_cached_compile_error_pct": (
-        "… worst of the fp8 engines that loaded an earlier start's torch.compile cache (H100 at "
-        "0.95, 2026-11-24): their activation peak is 0.55 GiB lower, the planner errs low",
+        "… the planner's compile-cached figure (kvCacheTokensCompileCached: w8a8 GEMM inputs in 1 "
+        "byte, (intermediate/TP + hidden) bytes per batched token less) vs the w8a8 engines that "
+        "loaded an earlier start's torch.compile cache: Llama-3.1-70B fp8 on H100 at 0.95 and "
+        "H200 at 0.9 (2026-11-24), Llama-3.1-8B's shape as an FP8 checkpoint and fp8 on load at "
+        "16,384 and 8,192 batched tokens (H200, 2026-11-27), vLLM 0.26.0, worst",
         "%",
     ),
+    "gpu_kv_cached_compile_engines": (
+        "Engines whose log says they loaded an earlier start's compile cache, bf16 and w8a8",
+        "",
+    ),
+    "gpu_kv_cached_compile_error_max_pct": (
+        "… the planner's compile-cached KV tokens vs vLLM's on all of them, worst",
+        "%",
+    ),
+    "gpu_w4a16_tok_s_error_max_pct": (
+        "Planner output tok/s vs vLLM's for Qwen2.5-7B-Instruct-AWQ and -GPTQ-Int4 (w4a16, "
+        "vLLM's Machete kernel; float16, dummy weights; batch 1, 32, 128 at 512/64-128 and "
+        "greedy saturation 512/256 at 256 sequences), 1 x H200, vLLM 0.26.0, 2026-11-27, worst",
+        "%",
+    ),
+    "gpu_w4a16_itl_b1_error_pct": ("… batch-1 ITL, worst of the two", "%"),
+    "gpu_w4a16_itl_error_max_pct": ("… ITL at batch 1, 32 and 128, worst", "%"),
+    "gpu_w4a16_ttft_error_max_pct": ("… batch-1 TTFT at 512 and 2,048, worst", "%"),
+    "gpu_w4a16_kv_error_max_pct": ("… KV-cache tokens, worst of the two engines", "%"),
     "gpu_kv_wide_mlp_error_pct": (
         "… Qwen2.5-32B's shape (MLP 5.4 x hidden) at utilization 0.6 of an H200: 20 GiB of KV "
         "cache, 2026-11-25 (the rule of 28 bytes per hidden unit erred +4 %)",
