@@ -241,7 +241,8 @@ FIGURES: dict[str, tuple[str, str]] = {
     "gpu_kv_fp8_error_max_pct": (
         "… worst of the engines of Llama-3.1-70B in fp8 on one GPU that compiled afresh, as a new "
         "pod does (H200 at 0.9, and at 0.538: the H100's 0.95 budget, 3.7 GiB of KV cache; the "
-        "planner also refuses the 3 H100 engines at 0.9 that vLLM refused), 2026-11-24/25",
+        "planner also refuses the 3 H100 engines at 0.9 that vLLM refused), 2026-11-24/25, and "
+        "Llama-3.1-8B fp8 on load at 16,384 and 8,192 batched tokens (H200, 2026-11-27)",
         "%",
     ),
     "gpu_kv_fp8_cached_compile_error_pct": (
@@ -482,8 +483,9 @@ FIGURES: dict[str, tuple[str, str]] = {
     "gpu_quantized_checkpoint_kv_error_max_pct": (
         "Planner KV-cache tokens vs vLLM's for a pre-quantized checkpoint sized from its "
         "config.json's quantization_config (Llama-3.1-8B's shape as compressed-tensors FP8 W8A8, "
-        "bench/gpu/models/llama-3.1-8b-fp8-ct, dummy weights: 944,256 tokens), H200, vLLM "
-        "0.26.0, 2026-11-27",
+        "bench/gpu/models/llama-3.1-8b-fp8-ct: 944,256 tokens, and its start that loaded its "
+        "compile cache against the compile-cached figure; Qwen2.5-7B-Instruct-AWQ and "
+        "-GPTQ-Int4), dummy weights, H200, vLLM 0.26.0, 2026-11-27, worst",
         "%",
     ),
     "gpu_kv_cache_fp8_error_pct": (
