@@ -43,7 +43,7 @@ from llmfleet.models.engine import KvCacheDtype
 from llmfleet.models.model_spec import ModelArchitecture, Quantization
 from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu
 from llmfleet.planner.lora import LoraSettings, buffer_gib, gpu_buffer_bytes
-from llmfleet.planner.memory import fit_on_gpu
+from llmfleet.planner.memory import GpuFit, fit_on_gpu
 from llmfleet.planner.performance import (
     CALIBRATED,
     Efficiencies,
@@ -51,7 +51,7 @@ from llmfleet.planner.performance import (
     PodModel,
     pod_model,
 )
-from llmfleet.planner.weights import Weights
+from llmfleet.planner.weights import Weights, typed
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "gpu"
@@ -79,6 +79,13 @@ EDGE_RUNS = ("h200x2-2026-11-25.jsonl",)
 # shape's tight fit stay out and check it. The q42-* lines (fp8 checkpoint, fp8 KV cache) are
 # another issue's.
 HELDOUT_RUNS = ("h200x2-2026-11-27.jsonl",)
+# 1 x H200, 2026-11-27 (quant_drift.sh): engines started twice on one compile cache (d-*-cold
+# compiled afresh, d-*-warm loaded the first start's torch.compile cache) and Qwen2.5-7B-Instruct
+# as AWQ and GPTQ-Int4 checkpoints (q-*, w4a16 through Machete). Not in any fit. The line tagged
+# -unquantized is a GPTQ run vLLM loaded in 16 bits (a config-only folder: no safetensors for its
+# modules_in_block_to_quantize detection), so it is not a w4a16 engine and is left out.
+QUANT_DRIFT_RUNS = ("h200-2026-11-27-quant-drift.jsonl",)
+NOT_W4A16 = "-unquantized"
 HELDOUT_SHAPES = ("heldout-wide-17b", "heldout-deep-10b")
 FIT_TAGS = ("deep-tp1-a", "deep-tp1-b", "deep-tp2")
 # Measured winners (greedy saturation, 512/256, output tok/s per GPU): 2 x TP1 5,091 vs TP2 4,376
@@ -128,9 +135,11 @@ def compiled_afresh(tag: str) -> bool | None:
     """Whether the engine's torch.compile ran in its start (its log), rather than loading an
     earlier start's cache: the compile's buffers count in vLLM's activation peak. None without
     a log."""
-    log = LOGS / f"{tag}.log.gz"
-    if not log.is_file():
+    # quant_drift.sh's logs carry the GPU in their name (h200-d-*, h200-q-*).
+    found = [p for p in (LOGS / f"{tag}.log.gz", LOGS / f"h200-{tag}.log.gz") if p.is_file()]
+    if not found:
         return None
+    log = found[0]
     text = gzip.decompress(log.read_bytes()).decode(errors="replace")
     return "Directly load the compiled graph" not in text
 
@@ -207,7 +216,19 @@ class Engine:
         )
 
     def planner_kv_tokens(self) -> int:
-        fit = fit_on_gpu(
+        """The planner's KV tokens for an engine that compiles afresh (what plans use)."""
+        return self.planner_fit().kv_tokens
+
+    def planner_kv_tokens_compile_cached(self) -> int:
+        """The planner's KV tokens for an engine that loads its compile cache."""
+        return self.planner_fit().kv_tokens_compile_cached
+
+    def kernel(self) -> str:
+        weights = self.weights()
+        return weights.kernel if isinstance(weights, Weights) else typed("bfloat16", weights).kernel
+
+    def planner_fit(self) -> GpuFit:
+        return fit_on_gpu(
             _arch(self.model),
             dtype="bfloat16",
             kv_cache_dtype=self.kv_cache_dtype,
@@ -220,7 +241,6 @@ class Engine:
             tensor_parallel_size=self.tensor_parallel_size,
             lora_gib=buffer_gib(_arch(self.model), self.lora, self.tensor_parallel_size),
         )
-        return fit.kv_tokens
 
 
 @dataclass(frozen=True)
@@ -341,6 +361,20 @@ def checkpoint_points() -> list[Point]:
     checkpoint's kernel (w8a8, per-channel weights, per-token activations) never measured
     before."""
     return [p for p in validation_points(HELDOUT_RUNS) if p.engine.tag.startswith("q42-")]
+
+
+def w4a16_points() -> list[Point]:
+    """Qwen2.5-7B-Instruct's AWQ and GPTQ-Int4 engines (quant_drift.sh quant): not in any fit."""
+    return [
+        p
+        for p in validation_points(QUANT_DRIFT_RUNS)
+        if p.engine.tag.startswith("q-") and not p.engine.tag.endswith(NOT_W4A16)
+    ]
+
+
+def _kv_engines() -> list[Engine]:
+    runs = RUNS + FP8_CALIBRATION_RUNS + EDGE_RUNS + HELDOUT_RUNS + QUANT_DRIFT_RUNS
+    return [e for e in engines(runs).values() if not e.tag.endswith(NOT_W4A16)]
 
 
 def two_gpu_choices() -> list[dict[str, Any]]:
@@ -590,14 +624,38 @@ def _report(points: list[Point]) -> list[dict[str, Any]]:
     ]
 
 
+def w4a16_figures(kv: list[dict[str, Any]]) -> dict[str, float]:
+    """The planner against the AWQ and GPTQ-Int4 engines: speed (w4a16_points) and KV tokens."""
+    points = w4a16_points()
+
+    def worst(what: str, concurrency: int | None = None) -> float:
+        return max(
+            abs(p.error_pct())
+            for p in points
+            if p.what == what and concurrency in (None, p.concurrency)
+        )
+
+    return {
+        "gpu_w4a16_tok_s_error_max_pct": worst("out_tok_s"),
+        "gpu_w4a16_itl_b1_error_pct": worst("itl_ms", 1),
+        "gpu_w4a16_itl_error_max_pct": worst("itl_ms"),
+        "gpu_w4a16_ttft_error_max_pct": worst("ttft_ms"),
+        "gpu_w4a16_kv_error_max_pct": max(
+            abs(k["start_error_pct"]) for k in kv if k["kernel"] == "w4a16"
+        ),
+    }
+
+
 def run() -> dict[str, float]:
     validation = validation_points()
     errors = [abs(p.error_pct()) for p in validation if p.what in ("out_tok_s", "itl_ms")]
     fp8 = [p for p in validation if p.engine.quantization == "fp8"]
     fp8_errors = [abs(p.error_pct()) for p in fp8 if p.what in ("out_tok_s", "itl_ms")]
     kv = []
-    for e in engines(RUNS + FP8_CALIBRATION_RUNS + EDGE_RUNS + HELDOUT_RUNS).values():
+    for e in _kv_engines():
         planned = e.planner_kv_tokens()
+        cached = e.planner_kv_tokens_compile_cached()
+        afresh = compiled_afresh(e.tag)
         kv.append(
             {
                 "tag": e.tag,
@@ -609,10 +667,18 @@ def run() -> dict[str, float]:
                 "tensor_parallel_size": e.tensor_parallel_size,
                 "utilization": e.utilization,
                 "max_model_len": e.max_model_len,
-                "compiled_afresh": compiled_afresh(e.tag),
+                "kernel": e.kernel(),
+                "compiled_afresh": afresh,
                 "planner": planned,
+                "planner_compile_cached": cached,
                 "vllm": e.kv_tokens,
+                # Against the fresh compile's figure, which plans are made by.
                 "error_pct": round((planned / e.kv_tokens - 1) * 100, 2),
+                # Against the figure for how this engine started: the compile-cached one for an
+                # engine whose log says it loaded the cache.
+                "start_error_pct": round(
+                    ((cached if afresh is False else planned) / e.kv_tokens - 1) * 100, 2
+                ),
             }
         )
     args = engine_args_ratio()
@@ -635,11 +701,13 @@ def run() -> dict[str, float]:
         "heldout": _report(held),
         "heldout_fitted": _report(heldout_points(fitted=True)),
         "checkpoint_and_kv_dtype": _report(checkpoint_points()),
+        "w4a16": _report(w4a16_points()),
         "two_gpu_choices": choices,
         "source": (
             "vLLM 0.26.0 on NVIDIA H100 80GB HBM3 and NVIDIA H200, 2026-11-23 (bf16) and "
             "2026-11-24 (Llama-3.1-70B fp8), 2026-11-25 (LoRA, H100), 2026-11-27 (new dense "
-            "shapes, 2 x H200) (bench/gpu/)"
+            "shapes, 2 x H200; fresh against cached torch.compile, AWQ and GPTQ-Int4, 1 x H200) "
+            "(bench/gpu/)"
         ),
     }
     OUTPUT.write_text(json.dumps(report, indent=2) + "\n")
@@ -656,23 +724,28 @@ def run() -> dict[str, float]:
         # Issue 42: Llama-3.1-8B's shape as a compressed-tensors FP8 checkpoint (sized from its
         # config.json's quantization_config), and in bf16 with --kv-cache-dtype fp8.
         "gpu_quantized_checkpoint_kv_error_max_pct": max(
-            abs(k["error_pct"]) for k in kv if k["checkpoint"]
+            abs(k["start_error_pct"]) for k in kv if k["checkpoint"]
         ),
         "gpu_kv_cache_fp8_error_pct": max(
             abs(k["error_pct"]) for k in kv if k["kv_cache_dtype"].startswith("fp8")
         ),
         # A new pod compiles afresh; an engine that loaded an earlier start's compile cache
-        # peaks 0.55 GiB lower and gets that much more KV cache (gpu_kv_fp8_cached_compile_*).
+        # peaks lower with w8a8 weights, which the planner's compile-cached figure models.
         "gpu_kv_fp8_error_max_pct": max(
             abs(k["error_pct"])
             for k in kv
             if k["quantization"] == "fp8" and k["compiled_afresh"] is not False
         ),
         "gpu_kv_fp8_cached_compile_error_pct": max(
-            abs(k["error_pct"])
+            abs(k["start_error_pct"])
             for k in kv
-            if k["quantization"] == "fp8" and k["compiled_afresh"] is False
+            if k["kernel"] == "w8a8" and k["compiled_afresh"] is False
         ),
+        "gpu_kv_cached_compile_engines": float(sum(1 for k in kv if k["compiled_afresh"] is False)),
+        "gpu_kv_cached_compile_error_max_pct": max(
+            abs(k["start_error_pct"]) for k in kv if k["compiled_afresh"] is False
+        ),
+        **w4a16_figures(kv),
         **edge_figures(kv),
         "gpu_lora_reserve_error_pct": abs(
             next(

@@ -241,14 +241,36 @@ FIGURES: dict[str, tuple[str, str]] = {
     "gpu_kv_fp8_error_max_pct": (
         "… worst of the engines of Llama-3.1-70B in fp8 on one GPU that compiled afresh, as a new "
         "pod does (H200 at 0.9, and at 0.538: the H100's 0.95 budget, 3.7 GiB of KV cache; the "
-        "planner also refuses the 3 H100 engines at 0.9 that vLLM refused), 2026-11-24/25",
+        "planner also refuses the 3 H100 engines at 0.9 that vLLM refused), 2026-11-24/25, and "
+        "Llama-3.1-8B fp8 on load at 16,384 and 8,192 batched tokens (H200, 2026-11-27)",
         "%",
     ),
     "gpu_kv_fp8_cached_compile_error_pct": (
-        "… worst of the fp8 engines that loaded an earlier start's torch.compile cache (H100 at "
-        "0.95, 2026-11-24): their activation peak is 0.55 GiB lower, the planner errs low",
+        "… the planner's compile-cached figure (kvCacheTokensCompileCached: w8a8 GEMM inputs in 1 "
+        "byte, (intermediate/TP + hidden) bytes per batched token less) vs the w8a8 engines that "
+        "loaded an earlier start's torch.compile cache: Llama-3.1-70B fp8 on H100 at 0.95 and "
+        "H200 at 0.9 (2026-11-24), Llama-3.1-8B's shape as an FP8 checkpoint and fp8 on load at "
+        "16,384 and 8,192 batched tokens (H200, 2026-11-27), vLLM 0.26.0, worst",
         "%",
     ),
+    "gpu_kv_cached_compile_engines": (
+        "Engines whose log says they loaded an earlier start's compile cache, bf16 and w8a8",
+        "",
+    ),
+    "gpu_kv_cached_compile_error_max_pct": (
+        "… the planner's compile-cached KV tokens vs vLLM's on all of them, worst",
+        "%",
+    ),
+    "gpu_w4a16_tok_s_error_max_pct": (
+        "Planner output tok/s vs vLLM's for Qwen2.5-7B-Instruct-AWQ and -GPTQ-Int4 (w4a16, "
+        "vLLM's Machete kernel; float16, dummy weights; batch 1, 32, 128 at 512/64-128 and "
+        "greedy saturation 512/256 at 256 sequences), 1 x H200, vLLM 0.26.0, 2026-11-27, worst",
+        "%",
+    ),
+    "gpu_w4a16_itl_b1_error_pct": ("… batch-1 ITL, worst of the two", "%"),
+    "gpu_w4a16_itl_error_max_pct": ("… ITL at batch 1, 32 and 128, worst", "%"),
+    "gpu_w4a16_ttft_error_max_pct": ("… batch-1 TTFT at 512 and 2,048, worst", "%"),
+    "gpu_w4a16_kv_error_max_pct": ("… KV-cache tokens, worst of the two engines", "%"),
     "gpu_kv_wide_mlp_error_pct": (
         "… Qwen2.5-32B's shape (MLP 5.4 x hidden) at utilization 0.6 of an H200: 20 GiB of KV "
         "cache, 2026-11-25 (the rule of 28 bytes per hidden unit erred +4 %)",
@@ -461,8 +483,9 @@ FIGURES: dict[str, tuple[str, str]] = {
     "gpu_quantized_checkpoint_kv_error_max_pct": (
         "Planner KV-cache tokens vs vLLM's for a pre-quantized checkpoint sized from its "
         "config.json's quantization_config (Llama-3.1-8B's shape as compressed-tensors FP8 W8A8, "
-        "bench/gpu/models/llama-3.1-8b-fp8-ct, dummy weights: 944,256 tokens), H200, vLLM "
-        "0.26.0, 2026-11-27",
+        "bench/gpu/models/llama-3.1-8b-fp8-ct: 944,256 tokens, and its start that loaded its "
+        "compile cache against the compile-cached figure; Qwen2.5-7B-Instruct-AWQ and "
+        "-GPTQ-Int4), dummy weights, H200, vLLM 0.26.0, 2026-11-27, worst",
         "%",
     ),
     "gpu_kv_cache_fp8_error_pct": (

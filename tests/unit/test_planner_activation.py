@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from llmfleet.catalog.known_models import lookup_architecture
-from llmfleet.planner.memory import (
+from llmfleet.planner.activation_peak import (
     GIB,
     activation_bytes_per_token,
     batched_tokens_within,
-    fit_on_gpu,
 )
+from llmfleet.planner.memory import fit_on_gpu
 
 BATCHED = 16384
 

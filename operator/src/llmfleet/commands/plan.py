@@ -29,7 +29,7 @@ from llmfleet.models import KIND, LLMDeploymentSpec, field_problems
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.planner import Plan, PlanError, plan
 from llmfleet.planner.engine_args import group_args
-from llmfleet.planner.explain import start_phases_words
+from llmfleet.planner.explain import compile_cached_words, start_phases_words
 from llmfleet.planner.memory import round_up
 from llmfleet.planner.startup import PROBE_BUDGET_FLOOR_SECONDS
 from llmfleet.render.compilecache import compile_cache_location
@@ -243,7 +243,8 @@ def _table(item: _Planned) -> str:
         (
             "KV cache",
             f"{p.kv_cache_tokens_per_replica:,} tokens per replica "
-            f"({p.kv_cache_gib_per_gpu:.2f} GiB per GPU)",
+            f"({p.kv_cache_gib_per_gpu:.2f} GiB per GPU)"
+            + compile_cached_words(p.kv_cache_tokens_per_replica, p.kv_cache_tokens_compile_cached),
         ),
         ("Max model len", f"{p.max_model_len:,} tokens"),
         ("Max sequences", f"{p.max_concurrent_sequences} per replica"),

@@ -63,7 +63,21 @@ class PlanSummary(ApiModel):
         description="MultiNode only: vLLM --pipeline-parallel-size, one stage per node.",
     )
     kv_cache_tokens_per_replica: int = Field(
-        ge=0, description="Tokens of KV cache one pod holds, estimated by the planner."
+        ge=0,
+        description=(
+            "Tokens of KV cache one pod holds, estimated by the planner for an engine that "
+            "compiles afresh (the first pod); sequences are planned by it."
+        ),
+    )
+    kv_cache_tokens_compile_cached: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Tokens of KV cache one pod holds when its engine loads an earlier start's "
+            "torch.compile cache (spec.engine.compileCache: every pod after the first). "
+            "Higher for w8a8 weights (fp8, int8), whose compiled forward peaks lower; "
+            "PlanVerified accepts either figure. Absent on CPU."
+        ),
     )
     max_concurrent_sequences: int = Field(
         ge=0, description="Sequences one pod runs at once (vLLM --max-num-seqs)."

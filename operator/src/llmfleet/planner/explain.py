@@ -56,7 +56,18 @@ def describe_fit(fit: GpuFit, length: int) -> str:
     return (
         f"{fit.weights_gib:.2f} GiB of weights and {fit.kv_cache_gib:.2f} GiB of KV cache "
         f"({fit.kv_tokens:,} tokens, {fit.sequences(length)} sequences of {length:,} tokens) "
-        f"per GPU"
+        f"per GPU{compile_cached_words(fit.kv_tokens, fit.kv_tokens_compile_cached)}"
+    )
+
+
+def compile_cached_words(fresh: int, cached: int | None) -> str:
+    """What a pod that loads its torch.compile cache gets, where it differs from a fresh
+    compile's figure (w8a8 weights): the first pod compiles, the plan is made by its figure."""
+    if cached is None or cached == fresh:
+        return ""
+    return (
+        f", {cached:,} tokens when the engine finds its compile cache (its compiled forward "
+        "peaks lower; sequences are planned by the fresh compile's figure)"
     )
 
 

@@ -12,18 +12,28 @@ CUDA reports for the GPU; it loads its shard of the weights, profiles a forward 
   profile's `cudaGiB` where it was measured (H100 80GB 79.18, H200 139.8: memoryGiB 140 less
   0.82 erred 0.6 GiB low, 9 % of a tight fit's KV cache).
 * `RUNTIME_RESERVE_GIB + maxNumBatchedTokens x activation bytes per token` stands in for the
-  profile run. Per token, the MLP's gate/up output (2 x intermediate) and its activated half
-  (intermediate), 16 bits each, live at once: MLP_BYTES_PER_UNIT = 6 bytes per intermediate unit;
-  the residual stream, attention output and norms add RESIDUAL_BYTES_PER_UNIT = 7 bytes per
-  hidden unit. vLLM 0.26.0 measured at 16384 batched tokens (bench/gpu/): Llama-3.1-8B 1.72-1.78
-  GiB (this rule: 1.75), Qwen2.5-7B, whose MLP is 5.3 x hidden, 2.14 (2.12; the earlier rule of
-  28 bytes per hidden unit, exact for Llama's 3.5 x, gave 1.53 and planned 11 % too many KV
-  tokens on a tight fit), Llama-3.1-70B in fp8 3.56 on a fresh torch.compile (3.50) and 2.99-3.0
-  when the engine found its compile cache from an earlier start (the compile's own buffers count
-  in the peak). A new pod compiles afresh, so the planner reserves the fresh figure. Without
+  profile run (activation_peak.py). Per token, the MLP's gate/up output (2 x intermediate) and
+  its activated half (intermediate), 16 bits each, live at once: MLP_BYTES_PER_UNIT = 6 bytes
+  per intermediate unit; the residual stream, attention output and norms add
+  RESIDUAL_BYTES_PER_UNIT = 7 bytes per hidden unit. vLLM 0.26.0 measured at 16384 batched
+  tokens (bench/gpu/): Llama-3.1-8B 1.72-1.78 GiB (this rule: 1.75), Qwen2.5-7B, whose MLP is
+  5.3 x hidden, 2.14 (2.12; the earlier rule of 28 bytes per hidden unit, exact for Llama's
+  3.5 x, gave 1.53 and planned 11 % too many KV tokens on a tight fit). Without
   intermediateSize the MLP counts as Llama's (3.5 x hidden). Tensor parallelism splits the MLP
   term over the GPUs and not the hidden one: Llama-3.1-8B at TP 2 peaked at 1.06 GiB per GPU
   (this rule: 1.09; 2 x H200, 2026-11-25). 0.22 GiB of non-torch memory is in the 0.3.
+* Two starts, two peaks. A start that loads an earlier start's torch.compile cache (the log's
+  "Directly load the compiled graph"; spec.engine.compileCache keeps it for every pod after
+  the first) profiles the compiled, fused forward: the rule above for 16-bit weights and w4a16
+  (bf16 8B 1.72, the held-out wide shape 2.09 against 2.12, AWQ/GPTQ Qwen2.5-7B 2.12), and
+  for w8a8 weights (fp8 on load, fp8 checkpoints, compressed-tensors float8/int8 W8A8), whose
+  kernels quantize the GEMM inputs to 8 bits, W8A8_SAVED_BYTES_PER_UNIT x (intermediate/TP +
+  hidden) bytes per token less: Llama-3.1-8B 1.47 GiB at 16384 and 0.73 at 8192 (as measured,
+  checkpoint and on-load alike), Llama-3.1-70B 2.94 (2.99-3.0 measured). A start that
+  compiles afresh also counts the compile's own buffers: at 16384 about the 16-bit rule for
+  every format (8B fp8 1.78, 70B fp8 3.56), at 8192 1.13 GiB where the rule gives 0.88 (one
+  point only, 8B fp8 on an H200, 2026-11-27: not modelled). The plan's KV cache is the fresh
+  compile's, the safe one the first pod gets; GpuFit.kv_tokens_compile_cached is the other.
 * Tensor parallelism's communication buffers (NCCL's communicator, 0.82 GiB per GPU measured on
   2 x H200, and vLLM's custom all-reduce, 24 MiB) are allocated before vLLM's startup snapshot
   and its budget is the utilization times the GPU's whole memory, so they come out of the
@@ -57,6 +67,7 @@ from dataclasses import dataclass
 
 from llmfleet.models.engine import KvCacheDtype
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
+from llmfleet.planner.activation_peak import runtime_reserve_gib
 from llmfleet.planner.kv_cache import (
     KV_BLOCK_TOKENS,
     KvLayout,
@@ -69,11 +80,6 @@ from llmfleet.planner.weights import Weights, as_weights
 
 GIB = 1024**3
 CUDA_UNREACHABLE_GIB = 0.82
-RUNTIME_RESERVE_GIB = 0.3
-MLP_BYTES_PER_UNIT = 6
-RESIDUAL_BYTES_PER_UNIT = 7
-# Llama's MLP width over its hidden size, assumed where intermediateSize is not given.
-LLAMA_MLP_RATIO = 3.5
 
 _DTYPE_BYTES: dict[Dtype, float] = {"auto": 2, "bfloat16": 2, "float16": 2, "float32": 4}
 _QUANTIZED_BYTES: dict[Quantization, float] = {"fp8": 1, "int8": 1, "awq": 0.5, "gptq": 0.5}
@@ -128,30 +134,6 @@ def memory_for_budget(needed_gib: float, gpu_memory_utilization: float) -> float
     return needed_gib / gpu_memory_utilization + CUDA_UNREACHABLE_GIB
 
 
-def activation_bytes_per_token(arch: ModelArchitecture, tensor_parallel_size: int = 1) -> float:
-    """The profile run's activation peak per batched token on one GPU (see the module
-    docstring): the MLP's intermediate is split over the tensor-parallel GPUs, the hidden
-    state is whole on each."""
-    hidden = arch.hidden_size or arch.num_attention_heads * arch.head_dim
-    mlp = arch.intermediate_size or hidden * LLAMA_MLP_RATIO
-    return MLP_BYTES_PER_UNIT * mlp / tensor_parallel_size + RESIDUAL_BYTES_PER_UNIT * hidden
-
-
-def batched_tokens_within(
-    arch: ModelArchitecture, reserve_gib: float, tensor_parallel_size: int = 1
-) -> int:
-    """The most max-num-batched-tokens whose runtime reserve stays within `reserve_gib`."""
-    room = (reserve_gib - RUNTIME_RESERVE_GIB) * GIB
-    return max(0, int(room // activation_bytes_per_token(arch, tensor_parallel_size)))
-
-
-def runtime_reserve_gib(
-    arch: ModelArchitecture, max_num_batched_tokens: int, tensor_parallel_size: int = 1
-) -> float:
-    activations = max_num_batched_tokens * activation_bytes_per_token(arch, tensor_parallel_size)
-    return RUNTIME_RESERVE_GIB + activations / GIB
-
-
 def round_up(gib: float) -> float:
     return math.ceil(round(gib * 100, 6)) / 100
 
@@ -176,6 +158,9 @@ class GpuFit:
     # The pipeline stage whose KV cache is smallest (0-based): vLLM gives every stage its
     # block count, and its figures are the ones above.
     stage: int = 0
+    # kv_tokens of an engine that loads an earlier start's compile cache (a lower activation
+    # peak for w8a8 weights); the figures above are a fresh compile's, which plans are made by.
+    kv_tokens_compile_cached: int = 0
 
     def sequences(self, max_model_len: int) -> int:
         """Sequences of `max_model_len` tokens the KV cache holds at once."""
@@ -253,7 +238,7 @@ def fit_on_gpu(
     blocks (each stage's own layers and weights, `pipeline_stages`), whose count vLLM gives all.
     A hybrid (sliding-window) model's tokens are vLLM's for `max_model_len` when given."""
     budget = budget_gib(memory_gib, gpu_memory_utilization, cuda_gib)
-    reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size))
+    kernel = as_weights(dtype, quantization).kernel
     kv = kv_dtype(dtype, kv_cache_dtype)
     layout = kv_layout(
         arch, kv, tensor_parallel_size, pipeline_parallel_size, max_num_batched_tokens
@@ -266,28 +251,40 @@ def fit_on_gpu(
         layers,
     )
     per_layer_block = kv_bytes_per_token_per_layer(arch, kv, tensor_parallel_size) * KV_BLOCK_TOKENS
-    stages: list[tuple[int, float, float]] = []  # (blocks, weights, KV cache GiB) per stage
-    for count, stage_gib in zip(layers, stage_weights, strict=True):
-        weights = round_up(stage_gib / tensor_parallel_size)
-        kv_cache = round_down(budget - weights - reserve - lora_gib)
-        # A hybrid layout's block is its deepest stage's (kv_layout), the most any stage takes.
-        block = layout.block_bytes if layout.sliding_groups else count * per_layer_block
-        stages.append((int(kv_cache * GIB) // block if kv_cache > 0 else 0, weights, kv_cache))
-    stage = min(range(len(stages)), key=lambda index: stages[index][0])
-    blocks, weights, kv_cache = stages[stage]
-    if layout.sliding_groups:
-        return GpuFit(
-            tensor_parallel_size,
-            budget,
-            weights,
-            reserve,
-            kv_cache,
-            layout.tokens(blocks, max_model_len),
-            lora_gib,
-            layout,
-            stage,
+
+    def smallest_stage(reserve: float) -> tuple[int, int, float, float, int]:
+        """(stage, blocks, weights, KV cache GiB, tokens) of the stage with the fewest blocks."""
+        stages: list[tuple[int, float, float]] = []  # (blocks, weights, KV cache GiB)
+        for count, stage_gib in zip(layers, stage_weights, strict=True):
+            weights = round_up(stage_gib / tensor_parallel_size)
+            kv_cache = round_down(budget - weights - reserve - lora_gib)
+            # A hybrid layout's block is its deepest stage's (kv_layout), the most any takes.
+            block = layout.block_bytes if layout.sliding_groups else count * per_layer_block
+            stages.append((int(kv_cache * GIB) // block if kv_cache > 0 else 0, weights, kv_cache))
+        stage = min(range(len(stages)), key=lambda index: stages[index][0])
+        blocks, weights, kv_cache = stages[stage]
+        tokens = (
+            layout.tokens(blocks, max_model_len)
+            if layout.sliding_groups
+            else blocks * KV_BLOCK_TOKENS
         )
-    tokens = blocks * KV_BLOCK_TOKENS
+        return stage, blocks, weights, kv_cache, tokens
+
+    reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size))
+    stage, _, weights, kv_cache, tokens = smallest_stage(reserve)
+    cached_reserve = round_up(
+        runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size, kernel)
+    )
+    cached_tokens = smallest_stage(cached_reserve)[4] if cached_reserve < reserve else tokens
     return GpuFit(
-        tensor_parallel_size, budget, weights, reserve, kv_cache, tokens, lora_gib, stage=stage
+        tensor_parallel_size,
+        budget,
+        weights,
+        reserve,
+        kv_cache,
+        tokens,
+        lora_gib,
+        layout if layout.sliding_groups else None,
+        stage,
+        cached_tokens,
     )

@@ -10,13 +10,13 @@ from dataclasses import dataclass, replace
 from llmfleet.models.deployment import LLMDeploymentSpec
 from llmfleet.models.model_spec import ModelArchitecture
 from llmfleet.models.status import PlannedStrategy
+from llmfleet.planner.activation_peak import batched_tokens_within
 from llmfleet.planner.candidates import MIN_CONCURRENT_SEQUENCES
 from llmfleet.planner.errors import PlanError
 from llmfleet.planner.explain import join, plural, precision
 from llmfleet.planner.kv_cache import kv_dtype, kv_layout
 from llmfleet.planner.memory import (
     GpuFit,
-    batched_tokens_within,
     memory_for_budget,
     usable_gib,
     weights_gib,

@@ -119,6 +119,7 @@ def plan_multinode(  # noqa: PLR0917
         pipeline_parallel_size=pp,
         weights_gib_per_gpu=fit.weights_gib,
         kv_cache_tokens_per_replica=fit.kv_tokens,
+        kv_cache_tokens_compile_cached=fit.kv_tokens_compile_cached,
         max_concurrent_sequences=seqs,
         vllm_args=vllm_args(spec, settings, tp, seqs, extra, pipeline_parallel_size=pp),
         reason=reason,

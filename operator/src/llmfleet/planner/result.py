@@ -78,6 +78,15 @@ class Plan(ApiModel):
     kv_cache_tokens_per_replica: int = Field(
         ge=0, description="Tokens of KV cache per pod (every GPU holds its share of each)."
     )
+    kv_cache_tokens_compile_cached: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Tokens of KV cache per pod whose engine loads an earlier start's torch.compile "
+            "cache (spec.engine.compileCache): more than a fresh compile's for w8a8 weights. "
+            "Sequences are planned by kvCacheTokensPerReplica; None on CPU."
+        ),
+    )
     max_concurrent_sequences: int = Field(
         ge=1, description="Sequences one pod runs at once (vLLM --max-num-seqs)."
     )
@@ -183,6 +192,7 @@ class Plan(ApiModel):
                 self.pipeline_parallel_size if self.pipeline_parallel_size > 1 else None
             ),
             kv_cache_tokens_per_replica=self.kv_cache_tokens_per_replica,
+            kv_cache_tokens_compile_cached=self.kv_cache_tokens_compile_cached,
             max_concurrent_sequences=self.max_concurrent_sequences,
             standby=self.standby,
             startup=self.startup,

@@ -65,6 +65,7 @@ def plan_single_node(
         tensor_parallel_size=tp,
         weights_gib_per_gpu=fit.weights_gib,
         kv_cache_tokens_per_replica=fit.kv_tokens,
+        kv_cache_tokens_compile_cached=fit.kv_tokens_compile_cached,
         max_concurrent_sequences=chosen.max_num_seqs,
         vllm_args=vllm_args(spec, settings, tp, chosen.max_num_seqs, extra),
         reason=reason,

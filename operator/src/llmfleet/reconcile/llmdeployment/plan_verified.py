@@ -12,9 +12,19 @@ from . import reasons as r
 KV_TOLERANCE = 0.10
 
 
-def plan_verified(measured: int | None, planned: int, generation: int) -> Condition:
-    """PlanVerified: does the smallest KV cache a ready engine allocated match the plan's
-    kvCacheTokensPerReplica within KV_TOLERANCE? Unknown until an engine has reported."""
+def _deviation(measured: int, planned: int) -> float:
+    if planned:
+        return (measured - planned) / planned
+    return 0.0 if measured == 0 else 1.0
+
+
+def plan_verified(
+    measured: int | None, planned: int, generation: int, compile_cached: int | None = None
+) -> Condition:
+    """PlanVerified: does the smallest KV cache a ready engine allocated match, within
+    KV_TOLERANCE, the plan's kvCacheTokensPerReplica (an engine that compiled afresh) or its
+    kvCacheTokensCompileCached (one that loaded its compile cache)? The message names the
+    figure it is nearer. Unknown until an engine has reported."""
     if measured is None:
         return condition(
             r.PLAN_VERIFIED,
@@ -24,10 +34,16 @@ def plan_verified(measured: int | None, planned: int, generation: int) -> Condit
             "(vllm:cache_config_info)",
             generation,
         )
-    deviation = (measured - planned) / planned if planned else (0.0 if measured == 0 else 1.0)
+    figures = [(planned, "per pod compiling afresh")]
+    if compile_cached is not None and compile_cached != planned:
+        figures.append((compile_cached, "per pod that loads its compile cache"))
+    else:
+        figures = [(planned, "per pod")]
+    figure, words = min(figures, key=lambda f: abs(_deviation(measured, f[0])))
+    deviation = _deviation(measured, figure)
     numbers = (
         f"engines allocated {measured:,} KV-cache tokens (the smallest pod), "
-        f"the plan {planned:,} per pod: {deviation:+.1%}"
+        f"the plan {figure:,} {words}: {deviation:+.1%}"
     )
     if abs(deviation) <= KV_TOLERANCE:
         return condition(

@@ -243,7 +243,11 @@ def ready_status(
         conds.append(scaled_to_zero(observed.scaled_object, n.desired, n.current, n.ready, g))
 
     measured = min(observed.kv_cache_tokens) if observed.kv_cache_tokens else None
-    conds.append(plan_verified(measured, plan.kv_cache_tokens_per_replica, g))
+    conds.append(
+        plan_verified(
+            measured, plan.kv_cache_tokens_per_replica, g, plan.kv_cache_tokens_compile_cached
+        )
+    )
     if observed.adapters is not None:
         conds.append(observed.adapters.condition)
 
