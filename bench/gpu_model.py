@@ -41,16 +41,11 @@ from llmfleet.catalog.hub import load_config_file
 from llmfleet.catalog.known_models import lookup_architecture
 from llmfleet.models.engine import KvCacheDtype
 from llmfleet.models.model_spec import ModelArchitecture, Quantization
+from llmfleet.planner.efficiencies import CALIBRATED, Efficiencies
 from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu
 from llmfleet.planner.lora import LoraSettings, buffer_gib, gpu_buffer_bytes
 from llmfleet.planner.memory import GpuFit, fit_on_gpu
-from llmfleet.planner.performance import (
-    CALIBRATED,
-    Efficiencies,
-    Gpu,
-    PodModel,
-    pod_model,
-)
+from llmfleet.planner.performance import Gpu, PodModel, pod_model
 from llmfleet.planner.weights import Weights, typed
 
 HERE = Path(__file__).resolve().parent
@@ -369,6 +364,16 @@ def w4a16_points() -> list[Point]:
         p
         for p in validation_points(QUANT_DRIFT_RUNS)
         if p.engine.tag.startswith("q-") and not p.engine.tag.endswith(NOT_W4A16)
+    ]
+
+
+def w4a16_fit_points() -> list[Point]:
+    """The AWQ engine of quant_drift.sh w4 (decode steps at 1-256 sequences beside the same shape
+    in 16 bits): what WEIGHT_ONLY_MEMORY_EFFICIENCY is fitted to. The q-* engines check it."""
+    return [
+        p
+        for p in validation_points(QUANT_DRIFT_RUNS)
+        if p.engine.tag == "w4-qwen2.5-7b-awq" and p.what == "itl_ms"
     ]
 
 
@@ -701,6 +706,12 @@ def run() -> dict[str, float]:
         "heldout": _report(held),
         "heldout_fitted": _report(heldout_points(fitted=True)),
         "checkpoint_and_kv_dtype": _report(checkpoint_points()),
+        "w4a16_fit": {
+            "weight_only_memory": round(
+                fit(w4a16_fit_points(), ("weight_only_memory",)).weight_only_memory, 3
+            ),
+            "points": _report(w4a16_fit_points()),
+        },
         "w4a16": _report(w4a16_points()),
         "two_gpu_choices": choices,
         "source": (

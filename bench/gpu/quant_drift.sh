@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 42's last GPU questions, on one GPU, dummy weights. On the GPU machine, from the project
 # root, after the vLLM bundle is installed (bench/gpu/README.md):
-#   bash bench/gpu/quant_drift.sh STEP...    STEP: drift | drift-b | quant
+#   bash bench/gpu/quant_drift.sh STEP...    STEP: drift | drift-b | quant | w4
 #   drift, drift-b  The activation peak of a fresh torch.compile against a start that loads its compile
 #          cache: each engine starts twice on one VLLM_CACHE_ROOT (tag -cold, then -warm), KV
 #          cache only. Llama-3.1-8B's shape as a compressed-tensors FP8 checkpoint, the 8B in bf16
@@ -9,6 +9,8 @@
 #          bf16 shape: which formats' warm peak is lower, and by how much per batched token.
 #   quant  Qwen2.5-7B-Instruct's AWQ and GPTQ-Int4 checkpoints (bench/gpu/models/, w4a16 through
 #          vLLM's Marlin kernels): batch-1 TTFT, decode steps at 1, 32 and 128, greedy saturation.
+#   w4     Qwen2.5-7B as AWQ (w4a16, Machete) and in 16 bits, decode steps at 1 to 256 sequences and
+#          batch-1 TTFT from 128 to 8,000 tokens: where the w4a16 step departs from the 16-bit one.
 # Results: $OUT/drift-<date>.jsonl (measure.py's lines), the logs in one $OUT/logs-<step>.tar.gz,
 # and the lines of each log that say the peak in $OUT/peaks-<step>.txt.
 set -uo pipefail
@@ -40,6 +42,13 @@ for step in "$@"; do
       eng "q-$m" "q-$m" 280 "$M/$m" --max-model-len 8192 --max-num-batched-tokens 16384 \
         --max-num-seqs 256 --engine-arg dtype=float16 --ttft 512,2048 \
         --points 1x512x64,32x512x128,128x512x128 --saturate-greedy 512x512x256
+    done ;;
+  w4)  # the w4a16 step against the 16-bit one on the same shape and GPU, batch 1 to 256
+    for m in "$M/qwen2.5-7b-awq" "$MODELS/qwen2.5-7b"; do
+      eng "w4-$(basename "$m")" "w4-$(basename "$m")" 280 "$m" --max-model-len 8192 \
+        --max-num-batched-tokens 16384 --max-num-seqs 256 --engine-arg dtype=float16 \
+        --ttft 128,512,1024,4096,8000 \
+        --points 1x512x64,4x512x64,16x512x64,64x512x128,128x512x128,256x512x64,64x2048x64
     done ;;
   *) echo "unknown step $step"; exit 2 ;;
   esac

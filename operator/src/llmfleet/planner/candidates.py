@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from llmfleet.models.status import PlannedStrategy, Prediction
 from llmfleet.models.workload import SloSpec
+from llmfleet.planner.efficiencies import CALIBRATION_NAME, SAMPLING_NOTE
 from llmfleet.planner.memory import GpuFit
-from llmfleet.planner.performance import CALIBRATION_NAME, SAMPLING_NOTE, PodModel
+from llmfleet.planner.performance import PodModel
 
 MIN_CONCURRENT_SEQUENCES = 4
 # vLLM captures CUDA graphs for batches up to 512 sequences; beyond, decode steps run eagerly.

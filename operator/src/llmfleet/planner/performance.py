@@ -31,11 +31,11 @@ Attention stays in bf16, so its FLOPs count at the bf16 peak; an fp8 KV cache
 Pre-quantized checkpoints run the kernel their format runs (planner/weights.py): w8a8 (fp8 and
 int8 weights with quantized activations) takes the fp8 constants above, int8 at the fp8 peak
 (equal on H100/H200) and block-scaled fp8 with the per-tensor constants; w4a16 and w8a16 (AWQ,
-GPTQ, compressed-tensors weight-only) read their packed weights' bytes but multiply at the bf16
-rate (Marlin dequantizes to 16 bits), so they decode faster at small batches and gain nothing
-when compute-bound. None of these checkpoint kernels has been measured on a GPU: the
-dequantization's own cost is not modelled. bench/tp_published.py checks the whole model against
-published tensor-parallel vLLM results.
+GPTQ, compressed-tensors weight-only) read their packed weights' bytes at the lower efficiency
+those kernels reach (planner/efficiencies.py) and multiply at the bf16 rate (Marlin and Machete
+dequantize to 16 bits), the two in quadrature as fp8's; measured on one H200 (bench/gpu/
+quant_drift.sh). bench/tp_published.py checks the whole model against published
+tensor-parallel vLLM results.
 
 Model families change what a step reads and computes: a mixture of experts does 2 x active
 parameters FLOPs per token and reads the shared weights plus the experts its tokens touch (B
@@ -57,62 +57,10 @@ from dataclasses import dataclass
 from llmfleet.models.engine import KvCacheDtype
 from llmfleet.models.model_spec import Dtype, ModelArchitecture, Quantization
 from llmfleet.planner.allreduce import allreduce_s
+from llmfleet.planner.efficiencies import CALIBRATED, Efficiencies
 from llmfleet.planner.kv_cache import kv_bytes_per_token_per_layer, kv_dtype, sliding_layers
 from llmfleet.planner.memory import GIB, routed_expert_bytes, weights_gib
 from llmfleet.planner.weights import Weights, as_weights
-
-# What the predictions stand for, measured on 2 x H200 (bench/gpu_edges.py): the calibration
-# runs decode greedily on warm engines.
-SAMPLING_NOTE = (
-    "greedy decoding on a warm engine; top-p 0.95 measured 3 % fewer output tokens/s, and an "
-    "engine's first run at a new batch size 13 % fewer with top-p (vLLM 0.26.0 without FlashInfer)"
-)
-# Fitted by bench/gpu_model.py (see its output, bench/gpu/calibration.json).
-CALIBRATION_NAME = (
-    "vLLM 0.26.0: NVIDIA H100 80GB HBM3 2026-11-23 and NVIDIA H200 2026-11-27 (bf16); "
-    "NVIDIA H200 2026-11-24 (fp8)"
-)
-MEMORY_EFFICIENCY = 0.824
-COMPUTE_EFFICIENCY = 0.732
-# Fitted to zero once the costs below are per layer: the 1.25 ms the 32-layer calibration found
-# alone was 32 x the per-layer cost (vLLM 0.26 schedules the next step while the GPU runs).
-STEP_OVERHEAD_MS = 0.0
-FP8_COMPUTE_EFFICIENCY = 0.624
-FP8_LAYER_OVERHEAD_US = 0.0
-# Depth-scaled fixed costs (bf16 and fp8 alike). A 60-layer and a 48-layer shape at batch 1
-# measured 0.9 ms more per step than a 32-layer-calibrated constant predicted: kernel launches
-# and the norms, rotary and residual adds each layer pays whatever the batch. Attention kernels
-# run per layer, so a sequence's cost grows with depth too.
-LAYER_OVERHEAD_US = 27.2
-SEQUENCE_LAYER_OVERHEAD_US = 0.187
-# TP > 1: what a tensor-parallel layer costs beyond allreduce.py's two all-reduces (the ranks'
-# synchronisation and vLLM's custom all-reduce launch): 11 us per layer at TP 2 on H200s.
-TP_LAYER_OVERHEAD_US = 10.9
-# Prompts prefilled in a saturated run: the share of a lone prompt's prefill speed they get. Four
-# H200s running Llama-3.1-70B's shape at 2,048 in / 128 out (1 x TP4, 2 x TP2, 4 x TP1; bf16 and
-# fp8; 2026-11-27) made 7-13 % fewer tokens/s than a lone prompt's measured-true TTFT implied, at
-# every TP size (so not the all-reduce), while 512/256 runs held within 1-7 %. Fitted to those ten
-# runs (mean error 0.1 %); it also brings the held-out shapes' worst case from 6.6 % to 4.3 %. A
-# batch-1 TTFT keeps the burst rate it was fitted to.
-SATURATED_PREFILL_EFFICIENCY = 0.91
-
-
-@dataclass(frozen=True)
-class Efficiencies:
-    """What fraction of the datasheet vLLM achieves, and its fixed costs."""
-
-    memory: float = MEMORY_EFFICIENCY
-    compute: float = COMPUTE_EFFICIENCY
-    step_overhead_ms: float = STEP_OVERHEAD_MS
-    fp8_compute: float = FP8_COMPUTE_EFFICIENCY
-    fp8_layer_overhead_us: float = FP8_LAYER_OVERHEAD_US
-    layer_overhead_us: float = LAYER_OVERHEAD_US
-    sequence_layer_overhead_us: float = SEQUENCE_LAYER_OVERHEAD_US
-    tp_layer_overhead_us: float = TP_LAYER_OVERHEAD_US
-    saturated_prefill: float = SATURATED_PREFILL_EFFICIENCY
-
-
-CALIBRATED = Efficiencies()
 
 
 @dataclass(frozen=True)
@@ -138,6 +86,8 @@ class PodModel:
     tensor_parallel_size: int
     fp8_compute: bool
     max_num_batched_tokens: int
+    # w4a16 / w8a16 checkpoints: packed weights dequantized to 16 bits inside the GEMM.
+    weight_only: bool = False
     efficiencies: Efficiencies = CALIBRATED
     # Sliding-window layers (of `layers`): their KV bytes per token and the window they read.
     sliding_layers: int = 0
@@ -194,9 +144,11 @@ class PodModel:
         tokens = sequences + prompt_tokens
         linear_flops = tokens * 2 * self.parameters / self.tensor_parallel_size
         weights_s = self._weight_bytes_read(tokens) / self._bandwidth
-        if self._fp8_math:
-            # fp8 GEMMs between the two rooflines run below both: neither bound alone fits the
-            # measured steps (bench/gpu/ 2026-11-24), their quadrature sum does.
+        if self.weight_only:
+            weights_s *= self.efficiencies.memory / self.efficiencies.weight_only_memory
+        if self._fp8_math or self.weight_only:
+            # fp8 and weight-only GEMMs between the two rooflines run below both: neither bound
+            # alone fits the measured steps (bench/gpu/ 2026-11-24, -27), their quadrature sum does.
             linear = math.hypot(weights_s, linear_flops / self._flops)
         else:
             linear = max(weights_s, linear_flops / self._flops)
@@ -286,6 +238,7 @@ def pod_model(
         hidden=arch.num_attention_heads * arch.head_dim,
         tensor_parallel_size=tensor_parallel_size,
         fp8_compute=weights.kernel == "w8a8",
+        weight_only=weights.kernel in ("w4a16", "w8a16"),
         max_num_batched_tokens=max_num_batched_tokens,
         efficiencies=efficiencies,
         sliding_layers=sliding,
