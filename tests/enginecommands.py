@@ -64,7 +64,7 @@ def engine_commands(objects: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 
 def rendered(spec: LLMDeploymentSpec) -> dict[str, list[str]]:
-    return engine_commands(render_fleet(OWNER, spec, plan(spec), FLEET))
+    return engine_commands(render_fleet(OWNER, spec, plan(spec), FLEET).objects())
 
 
 def example_commands() -> dict[str, list[str]]:

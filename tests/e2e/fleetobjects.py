@@ -38,7 +38,7 @@ def rendered(name: str, namespace: str, uid: str) -> set[str]:
     owner = Owner(name=name, namespace=namespace, uid=uid)
     return {
         f"{o['kind']}/{o['metadata']['name']}"
-        for o in render_fleet(owner, spec, plan(spec, DEFAULT_GPU_PROFILES), FLEET)
+        for o in render_fleet(owner, spec, plan(spec, DEFAULT_GPU_PROFILES), FLEET).objects()
     }
 
 

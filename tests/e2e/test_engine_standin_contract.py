@@ -65,7 +65,7 @@ def operator_argv() -> tuple[list[str], list[str]]:
 
     body = tiny_llmd("contract", max_num_seqs=MAX_NUM_SEQS, enabled=False)
     spec = LLMDeploymentSpec.model_validate(body["spec"])
-    for obj in render_fleet(Owner("contract", "default", "1"), spec, plan(spec), FLEET):
+    for obj in render_fleet(Owner("contract", "default", "1"), spec, plan(spec), FLEET).objects():
         if obj["kind"] == "Deployment":
             (container,) = obj["spec"]["template"]["spec"]["containers"]
             return list(container["command"]), list(container["args"])

@@ -29,7 +29,7 @@ SPEC = LLMDeploymentSpec.model_validate(
 def pod_of(component: str) -> dict[str, Any]:
     (dep,) = [
         o
-        for o in render_fleet(Owner("chat", "team-a", "1"), SPEC, plan(SPEC), FLEET)
+        for o in render_fleet(Owner("chat", "team-a", "1"), SPEC, plan(SPEC), FLEET).objects()
         if o["kind"] == "Deployment"
         and o["metadata"]["labels"]["app.kubernetes.io/component"] == component
     ]

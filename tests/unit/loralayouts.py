@@ -46,7 +46,7 @@ def with_lora(body: dict[str, Any], **lora: Any) -> LLMDeploymentSpec:
 def engine_pod_templates(spec: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
     """Every engine pod template: a Deployment's, a LeaderWorkerSet's leader and worker."""
     out = {}
-    for obj in render_fleet(OWNER, spec, plan(spec), FLEET):
+    for obj in render_fleet(OWNER, spec, plan(spec), FLEET).objects():
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] == "LeaderWorkerSet":
             group = obj["spec"]["leaderWorkerTemplate"]

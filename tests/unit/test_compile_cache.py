@@ -46,7 +46,7 @@ def engine_envs(body: dict[str, Any]) -> list[dict[str, str]]:
     """The vLLM container's plain environment of every engine pod template rendered for `body`."""
     s = LLMDeploymentSpec.model_validate(body)
     templates = []
-    for obj in render_fleet(OWNER, s, plan(s), FLEET):
+    for obj in render_fleet(OWNER, s, plan(s), FLEET).objects():
         if obj["kind"] == "Deployment" and obj["metadata"]["name"].startswith("chat-tp"):
             templates.append(obj["spec"]["template"])
         elif obj["kind"] == "LeaderWorkerSet":
@@ -69,7 +69,7 @@ def volume_of(body: dict[str, Any], path: str) -> dict[str, Any]:
     s = LLMDeploymentSpec.model_validate(body)
     (engine,) = [
         o
-        for o in render_fleet(OWNER, s, plan(s), FLEET)
+        for o in render_fleet(OWNER, s, plan(s), FLEET).objects()
         if o["kind"] == "Deployment" and o["metadata"]["name"].startswith("chat-tp")
     ]
     pod = engine["spec"]["template"]["spec"]

@@ -46,7 +46,7 @@ def config_from_chart(
 def engine_image(cfg: OperatorSettings, spec: dict[str, Any]) -> str:
     """The engine image of an LLMDeployment with `spec` as an operator with `cfg` renders it."""
     s = LLMDeploymentSpec.model_validate(spec)
-    children = render_fleet(Owner("chat", "ml", "uid-1"), s, plan(s), cfg.fleet)
+    children = render_fleet(Owner("chat", "ml", "uid-1"), s, plan(s), cfg.fleet).objects()
     (engine,) = [c for c in children if c["metadata"]["name"] == "chat-tp1"]
     (container,) = engine["spec"]["template"]["spec"]["containers"]
     return str(container["image"])

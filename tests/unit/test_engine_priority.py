@@ -21,7 +21,9 @@ ONLINE = "llmfleet-online"
 def templates(doc: dict[str, Any], **kw: Any) -> dict[str, dict[str, Any]]:
     spec = LLMDeploymentSpec.model_validate(doc["spec"])
     owner = Owner(doc["metadata"]["name"], "team-a", "uid-1")
-    return engine_pod_templates(render_fleet(owner, spec, plan(spec), OperatorSettings(**kw).fleet))
+    return engine_pod_templates(
+        render_fleet(owner, spec, plan(spec), OperatorSettings(**kw).fleet).objects()
+    )
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES), ids=str)

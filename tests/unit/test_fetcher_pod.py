@@ -33,7 +33,7 @@ def templates(spec: LLMDeploymentSpec, image: str = IMAGE) -> dict[str, dict[str
     out = {}
     for obj in render_fleet(
         OWNER, spec, plan(spec), OperatorSettings(adapter_fetcher_image=image).fleet
-    ):
+    ).objects():
         if obj["kind"] == "Deployment" and not obj["metadata"]["name"].endswith("-router"):
             out[obj["metadata"]["name"]] = obj["spec"]["template"]
     return out
@@ -128,7 +128,7 @@ def test_only_the_operator_may_reach_the_fetcher_through_the_network_policy() ->
         o
         for o in render_fleet(
             OWNER, spec, plan(spec), OperatorSettings(engine_network_policy=policy).fleet
-        )
+        ).objects()
         if o["kind"] == "NetworkPolicy"
     ]
     rules = netpol["spec"]["ingress"]

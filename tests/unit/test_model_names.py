@@ -56,7 +56,7 @@ def test_every_child_of_the_longest_name_allowed_is_a_valid_service_name() -> No
         }
     )
     owner = Owner(name="n" * MAX_NAME_LENGTH, namespace="ns", uid="u")
-    names = {o["metadata"]["name"] for o in render_fleet(owner, spec, plan(spec), FLEET)}
+    names = {o["metadata"]["name"] for o in render_fleet(owner, spec, plan(spec), FLEET).objects()}
     assert f"{owner.name}-router" in names
     for name in names:
         assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name)

@@ -39,7 +39,9 @@ def spec(**overrides: Any) -> LLMDeploymentSpec:
 
 
 def children(s: LLMDeploymentSpec, policy: EngineNetworkPolicy | None) -> list[dict[str, Any]]:
-    return render_fleet(OWNER, s, plan(s), OperatorSettings(engine_network_policy=policy).fleet)
+    return render_fleet(
+        OWNER, s, plan(s), OperatorSettings(engine_network_policy=policy).fleet
+    ).objects()
 
 
 def network_policy(s: LLMDeploymentSpec, policy: EngineNetworkPolicy) -> dict[str, Any]:
@@ -79,7 +81,7 @@ def test_the_policy_guards_this_deployments_engines_and_not_its_router() -> None
     assert selects(selector, pod_labels(s, "engine"))
     assert not selects(selector, pod_labels(s, "router"))
     other = Owner(name="other", namespace="team-a", uid="5678")
-    other_engines = render_fleet(other, s, plan(s), FLEET)
+    other_engines = render_fleet(other, s, plan(s), FLEET).objects()
     assert not any(
         selects(selector, o["spec"]["template"]["metadata"]["labels"])
         for o in other_engines

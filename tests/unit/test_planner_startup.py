@@ -178,7 +178,7 @@ def test_a_model_at_a_path_in_the_container_is_not_downloaded() -> None:
 def probes(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     s = LLMDeploymentSpec.model_validate(manifest["spec"])
     p = plan(s)
-    objects = render_fleet(Owner(name="m", namespace="ns", uid="u"), s, p, FLEET)
+    objects = render_fleet(Owner(name="m", namespace="ns", uid="u"), s, p, FLEET).objects()
     return [
         (where, c["startupProbe"])
         for where, template in engine_pod_templates(objects).items()

@@ -41,7 +41,7 @@ def with_engine(body: dict[str, Any], **engine: Any) -> dict[str, Any]:
 def pod_templates(body: dict[str, Any]) -> list[dict[str, Any]]:
     s = LLMDeploymentSpec.model_validate(body)
     out = []
-    for obj in render_fleet(OWNER, s, plan(s), FLEET):
+    for obj in render_fleet(OWNER, s, plan(s), FLEET).objects():
         if obj["kind"] == "LeaderWorkerSet":
             group = obj["spec"]["leaderWorkerTemplate"]
             out += [group["leaderTemplate"], group["workerTemplate"]]
@@ -127,7 +127,7 @@ def test_they_reach_every_engine_pod_beside_the_operators_own(name: str) -> None
 def test_they_stay_off_the_objects_and_their_selectors() -> None:
     body = example("llama-3.1-70b-8xh100.yaml")
     s = LLMDeploymentSpec.model_validate(with_engine(body, podLabels=MESH))
-    for obj in render_fleet(OWNER, s, plan(s), FLEET):
+    for obj in render_fleet(OWNER, s, plan(s), FLEET).objects():
         assert not set(MESH) & set(obj["metadata"]["labels"]), obj["kind"]
         assert "cost-center" not in str(obj.get("spec", {}).get("selector", {}))
 

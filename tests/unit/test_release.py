@@ -109,7 +109,7 @@ def fleet(body: dict[str, Any]) -> list[dict[str, Any]]:
             engine_network_policy=EngineNetworkPolicy(),
             keda_prometheus_url="http://prometheus.monitoring.svc:9090",
         ).fleet,
-    )
+    ).objects()
 
 
 def without_metadata(obj: dict[str, Any]) -> str:

@@ -32,7 +32,8 @@ def spec(**overrides: Any) -> LLMDeploymentSpec:
 
 def rendered(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
     return {
-        f"{o['kind']}/{o['metadata']['name']}": o for o in render_fleet(OWNER, s, plan(s), FLEET)
+        f"{o['kind']}/{o['metadata']['name']}": o
+        for o in render_fleet(OWNER, s, plan(s), FLEET).objects()
     }
 
 
@@ -88,8 +89,11 @@ def test_children_rendered_for_each_layout(overrides: dict[str, Any], expected: 
 
 def test_render_is_deterministic_and_every_child_is_owned_and_labelled() -> None:
     s = spec()
-    assert render_fleet(OWNER, s, plan(s), FLEET) == render_fleet(OWNER, s, plan(s), FLEET)
-    for obj in render_fleet(OWNER, s, plan(s), FLEET):
+    assert (
+        render_fleet(OWNER, s, plan(s), FLEET).objects()
+        == render_fleet(OWNER, s, plan(s), FLEET).objects()
+    )
+    for obj in render_fleet(OWNER, s, plan(s), FLEET).objects():
         (ref,) = obj["metadata"]["ownerReferences"]
         assert ref == {
             "apiVersion": "llmfleet.dev/v1alpha1",

@@ -33,7 +33,7 @@ def spec(**overrides: Any) -> LLMDeploymentSpec:
 def children(s: LLMDeploymentSpec, owner: Owner = OWNER, **kw: Any) -> dict[str, dict[str, Any]]:
     return {
         f"{o['kind']}/{o['metadata']['name']}": o
-        for o in render_fleet(owner, s, plan(s), OperatorSettings(**kw).fleet)
+        for o in render_fleet(owner, s, plan(s), OperatorSettings(**kw).fleet).objects()
     }
 
 

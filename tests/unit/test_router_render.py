@@ -36,7 +36,7 @@ def spec(**overrides: Any) -> LLMDeploymentSpec:
 def router_objects(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
     return {
         o["kind"]: o
-        for o in render_fleet(OWNER, s, plan(s), FLEET)
+        for o in render_fleet(OWNER, s, plan(s), FLEET).objects()
         if o["metadata"]["labels"]["app.kubernetes.io/component"] == "router"
     }
 
@@ -44,7 +44,7 @@ def router_objects(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
 def engine_pod(s: LLMDeploymentSpec) -> dict[str, Any]:
     (dep,) = [
         o
-        for o in render_fleet(OWNER, s, plan(s), FLEET)
+        for o in render_fleet(OWNER, s, plan(s), FLEET).objects()
         if o["kind"] == "Deployment"
         and o["metadata"]["labels"]["app.kubernetes.io/component"] == "engine"
     ]
@@ -187,7 +187,7 @@ def test_router_service_is_the_endpoint_and_the_engine_service_stays() -> None:
     s = spec()
     services = {
         o["metadata"]["name"]: o
-        for o in render_fleet(OWNER, s, plan(s), FLEET)
+        for o in render_fleet(OWNER, s, plan(s), FLEET).objects()
         if o["kind"] == "Service"
     }
     assert set(services) == {"chat", "chat-router"}
@@ -247,20 +247,25 @@ def test_replicas_image_and_resources_come_from_the_spec() -> None:
 
 def test_router_children_are_owned_labelled_and_deterministic() -> None:
     s = spec()
-    assert render_fleet(OWNER, s, plan(s), FLEET) == render_fleet(OWNER, s, plan(s), FLEET)
+    assert (
+        render_fleet(OWNER, s, plan(s), FLEET).objects()
+        == render_fleet(OWNER, s, plan(s), FLEET).objects()
+    )
     for obj in router_objects(s).values():
         assert obj["metadata"]["ownerReferences"][0]["uid"] == "1234"
         assert obj["metadata"]["labels"]["app.kubernetes.io/component"] == "router"
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "llmfleet"
         assert obj["metadata"]["name"] == "chat-router"
-    kinds = [o["kind"] for o in render_fleet(OWNER, s, plan(s), FLEET)]
+    kinds = [o["kind"] for o in render_fleet(OWNER, s, plan(s), FLEET).objects()]
     # What others refer to is applied first: the account and its Role before the pods.
     assert kinds.index("RoleBinding") < kinds.index("Deployment")
 
 
 def test_every_rendered_kind_is_pruned() -> None:
     s = spec(router={"enabled": True})
-    rendered = {(o["apiVersion"], o["kind"]) for o in render_fleet(OWNER, s, plan(s), FLEET)}
+    rendered = {
+        (o["apiVersion"], o["kind"]) for o in render_fleet(OWNER, s, plan(s), FLEET).objects()
+    }
     assert rendered <= set(MANAGED_KINDS)
 
 

@@ -45,7 +45,7 @@ def kinds(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
         f"{o['kind']}/{o['metadata']['name']}": o
         for o in render_fleet(
             OWNER, s, plan(s), OperatorSettings(keda_prometheus_url=PROMETHEUS).fleet
-        )
+        ).objects()
     }
 
 

@@ -82,7 +82,7 @@ def rendered_for(path: Path) -> list[dict[str, Any]]:
         spec,
         plan(spec),
         OperatorSettings(engine_network_policy=POLICY).fleet,
-    )
+    ).objects()
 
 
 def test_every_rendered_port_is_documented_and_every_documented_port_rendered() -> None:

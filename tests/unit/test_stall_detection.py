@@ -234,7 +234,7 @@ def test_the_engine_pods_carry_the_progress_gate_when_on(
     owner = Owner(name="chat", namespace="team-a", uid="1")
     (dep,) = [
         o
-        for o in render_fleet(owner, spec, plan(spec), FLEET)
+        for o in render_fleet(owner, spec, plan(spec), FLEET).objects()
         if o["kind"] == "Deployment"
         and o["metadata"]["labels"]["app.kubernetes.io/component"] == "engine"
     ]

@@ -34,7 +34,9 @@ def spec(standby: int = 1, **engine: Any) -> LLMDeploymentSpec:
 
 
 def standby(s: LLMDeploymentSpec) -> dict[str, dict[str, Any]]:
-    return {o["kind"]: o for o in render_standby(OWNER, s, plan(s), FLEET)}
+    rendered = render_standby(OWNER, s, plan(s), FLEET)
+    assert rendered is not None
+    return {o["kind"]: o for o in rendered.objects()}
 
 
 def vllm(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -48,7 +50,7 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 
 def test_no_standby_replicas_render_nothing() -> None:
-    assert render_standby(OWNER, spec(standby=0), plan(spec(standby=0)), FLEET) == []
+    assert render_standby(OWNER, spec(standby=0), plan(spec(standby=0)), FLEET) is None
 
 
 def test_the_standby_deployment_runs_the_asked_replicas_as_engines_the_e2e_test_selects() -> None:
@@ -72,7 +74,7 @@ def test_neither_the_serving_deployment_nor_its_hpa_counts_a_standby_pod() -> No
     standby_labels = standby(s)["Deployment"]["spec"]["template"]["metadata"]["labels"]
     (serving,) = [
         o
-        for o in render_fleet(OWNER, s, plan(s), FLEET)
+        for o in render_fleet(OWNER, s, plan(s), FLEET).objects()
         if o["kind"] == "Deployment" and o["metadata"]["name"] == "chat-tp1"
     ]
     assert not matches(serving["spec"]["selector"]["matchLabels"], standby_labels)

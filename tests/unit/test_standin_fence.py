@@ -45,9 +45,10 @@ def rendered_standby() -> tuple[list[str], dict[str, str]]:
             "autoscaling": {"standby": {"replicas": 1}},
         }
     )
-    objects = {o["kind"]: o for o in render_standby(Owner("chat", "ns", "uid"), s, plan(s), FLEET)}
-    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
-    return container["args"][1:], objects["ConfigMap"]["data"]
+    standby = render_standby(Owner("chat", "ns", "uid"), s, plan(s), FLEET)
+    assert standby is not None
+    (container,) = standby.deployment["spec"]["template"]["spec"]["containers"]
+    return container["args"][1:], standby.fence["data"]
 
 
 def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str, calls: Any) -> Any:

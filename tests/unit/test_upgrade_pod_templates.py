@@ -75,7 +75,7 @@ json.dump(out, sys.stdout)
 def current(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     spec = LLMDeploymentSpec.model_validate(doc["spec"])
     owner = Owner(doc["metadata"]["name"], NAMESPACE, UID)
-    return engine_pod_templates(render_fleet(owner, spec, plan(spec), FLEET))
+    return engine_pod_templates(render_fleet(owner, spec, plan(spec), FLEET).objects())
 
 
 def previous_source(tmp: Path) -> Path:
@@ -214,7 +214,8 @@ out = {"source": llmfleet.__file__, "examples": {}}
 for name, doc in json.load(sys.stdin).items():
     spec = LLMDeploymentSpec.model_validate(doc["spec"])
     owner = Owner(doc["metadata"]["name"], sys.argv[2], sys.argv[3])
-    out["examples"][name] = render_fleet(owner, spec, plan(spec), OperatorSettings().fleet)
+    fleet = render_fleet(owner, spec, plan(spec), OperatorSettings().fleet)
+    out["examples"][name] = fleet.objects()
 json.dump(out, sys.stdout)
 """
 SOURCE = Path(llmfleet.__file__).resolve().parents[1]

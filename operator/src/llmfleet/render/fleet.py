@@ -1,7 +1,8 @@
-"""Everything one LLMDeployment renders, in a deterministic order."""
+"""Everything one LLMDeployment renders: each child by its role, and all of them in apply order."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from llmfleet.models import LLMDeploymentSpec
@@ -16,14 +17,14 @@ from llmfleet.render.leaderworkerset import (
 )
 from llmfleet.render.names import Owner
 from llmfleet.render.network_policy import render_network_policy
-from llmfleet.render.router import render_router
+from llmfleet.render.router import RouterObjects, render_router, router_url
 from llmfleet.render.scaledobject import (
     KEDA_API_VERSION,
     SCALED_OBJECT_KIND,
     render_scaled_object,
 )
-from llmfleet.render.service import render_service
-from llmfleet.render.standby import render_standby
+from llmfleet.render.service import endpoint_url, render_service
+from llmfleet.render.standby import StandbyObjects, render_standby
 
 # Every kind an LLMDeployment renders, in apply order (what others refer to comes first).
 # The operator's view of its children (reconcile/machinery/cache.py) lists and watches each of them,
@@ -48,24 +49,69 @@ MANAGED_KINDS: tuple[tuple[str, str], ...] = (
 _KIND_ORDER = [kind for _, kind in MANAGED_KINDS]
 
 
+@dataclass(frozen=True)
+class RenderedFleet:
+    """One LLMDeployment's children by role; `objects()` is what the operator applies, in order."""
+
+    service: dict[str, Any]
+    # A Deployment, or a LeaderWorkerSet when a replica spans several nodes.
+    engine: dict[str, Any]
+    # The URL clients call: the router's when it runs, else the engines' Service's.
+    endpoint: str
+    standby: StandbyObjects | None = None
+    network_policy: dict[str, Any] | None = None
+    # An HPA, or a KEDA ScaledObject when the engines scale to zero.
+    autoscaler: dict[str, Any] | None = None
+    pdb: dict[str, Any] | None = None
+    router: RouterObjects | None = None
+
+    @property
+    def scaled_object(self) -> dict[str, Any] | None:
+        return self.autoscaler if _is_kind(self.autoscaler, SCALED_OBJECT_KIND) else None
+
+    @property
+    def hpa(self) -> dict[str, Any] | None:
+        return self.autoscaler if _is_kind(self.autoscaler, "HorizontalPodAutoscaler") else None
+
+    def objects(self) -> list[dict[str, Any]]:
+        """Every child, sorted by MANAGED_KINDS (what others refer to first), then by name."""
+        objects = [self.service, self.engine]
+        objects.extend(self.standby.objects() if self.standby else ())
+        objects.extend(o for o in (self.network_policy, self.autoscaler, self.pdb) if o)
+        objects.extend(self.router.objects() if self.router else ())
+        return sorted(objects, key=lambda o: (_KIND_ORDER.index(o["kind"]), o["metadata"]["name"]))
+
+
+def _is_kind(obj: dict[str, Any] | None, kind: str) -> bool:
+    return obj is not None and obj["kind"] == kind
+
+
 def render_fleet(
     owner: Owner, spec: LLMDeploymentSpec, plan: Plan, fleet: FleetDefaults
-) -> list[dict[str, Any]]:
+) -> RenderedFleet:
     """Every child of the LLMDeployment; `fleet` (from the operator's settings) gives the engine
     image when spec.engine.image is unset, the engines' PriorityClass, the adapter fetcher's
     image, the engines' NetworkPolicy (None: none) and the Prometheus a scale-to-zero
     ScaledObject queries."""
     engines = render_leaderworkerset if plan.pipeline_parallel_size > 1 else render_engine
-    objects = [render_service(owner), engines(owner, spec, plan, fleet)]
-    objects.extend(render_standby(owner, spec, plan, fleet))
-    if fleet.network_policy is not None:
-        objects.append(render_network_policy(owner, spec, plan, fleet.network_policy))
+    autoscaler = None
     if spec.autoscaling.scales_to_zero:
-        objects.append(render_scaled_object(owner, spec, plan, fleet.keda_prometheus_url))
+        autoscaler = render_scaled_object(owner, spec, plan, fleet.keda_prometheus_url)
     elif spec.autoscaling.enabled:
-        objects.append(render_hpa(owner, spec, plan))
-    # A budget only makes sense when losing one pod still leaves one serving.
-    if plan.min_replicas > 1:
-        objects.append(render_pdb(owner, plan))
-    objects.extend(render_router(owner, spec, plan))
-    return sorted(objects, key=lambda o: (_KIND_ORDER.index(o["kind"]), o["metadata"]["name"]))
+        autoscaler = render_hpa(owner, spec, plan)
+    router = render_router(owner, spec, plan)
+    return RenderedFleet(
+        service=render_service(owner),
+        engine=engines(owner, spec, plan, fleet),
+        endpoint=endpoint_url(owner) if router is None else router_url(owner),
+        standby=render_standby(owner, spec, plan, fleet),
+        network_policy=(
+            None
+            if fleet.network_policy is None
+            else render_network_policy(owner, spec, plan, fleet.network_policy)
+        ),
+        autoscaler=autoscaler,
+        # A budget only makes sense when losing one pod still leaves one serving.
+        pdb=render_pdb(owner, plan) if plan.min_replicas > 1 else None,
+        router=router,
+    )

@@ -10,6 +10,7 @@ See docs/router.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from llmfleet.models import LLMDeploymentSpec
@@ -259,20 +260,38 @@ def render_router_rbac(owner: Owner) -> list[dict[str, Any]]:
     return [account, role, binding]
 
 
-def render_router(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> list[dict[str, Any]]:
-    """Everything the router needs, or nothing when it is off."""
+@dataclass(frozen=True)
+class RouterObjects:
+    """The router's identity (ServiceAccount, Role, RoleBinding), its Service and Deployment."""
+
+    service_account: dict[str, Any]
+    role: dict[str, Any]
+    role_binding: dict[str, Any]
+    service: dict[str, Any]
+    deployment: dict[str, Any]
+
+    def objects(self) -> list[dict[str, Any]]:
+        return [self.service_account, self.role, self.role_binding, self.service, self.deployment]
+
+
+def render_router(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> RouterObjects | None:
+    """Everything the router needs, or None when it is off."""
     if not router_enabled(spec, plan):
-        return []
-    return [
-        *render_router_rbac(owner),
-        render_router_service(owner),
-        render_router_deployment(owner, spec, plan),
-    ]
+        return None
+    account, role, binding = render_router_rbac(owner)
+    return RouterObjects(
+        service_account=account,
+        role=role,
+        role_binding=binding,
+        service=render_router_service(owner),
+        deployment=render_router_deployment(owner, spec, plan),
+    )
 
 
 __all__ = [
     "COMPONENT_ROUTER",
     "METRICS_PORT",
+    "RouterObjects",
     "render_router",
     "router_enabled",
     "router_name",

@@ -6,6 +6,7 @@ turns their gate."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +107,26 @@ def standby_pod_template(
     return template
 
 
+@dataclass(frozen=True)
+class StandbyObjects:
+    """The standby engines' Deployment and the ConfigMap carrying their fence."""
+
+    fence: dict[str, Any]
+    deployment: dict[str, Any]
+
+    def objects(self) -> list[dict[str, Any]]:
+        return [self.fence, self.deployment]
+
+
 def render_standby(
     owner: Owner,
     spec: LLMDeploymentSpec,
     plan: Plan,
     fleet: FleetDefaults,
-) -> list[dict[str, Any]]:
-    """The fence's ConfigMap and the standby Deployment; nothing without standby replicas."""
+) -> StandbyObjects | None:
+    """The fence's ConfigMap and the standby Deployment; None without standby replicas."""
     if plan.standby is None:
-        return []
+        return None
     layout = standby_layout(plan)
     meta = metadata(owner, standby_name(owner.name))
     meta["labels"] = {**meta["labels"], LAYOUT_LABEL: layout, STANDBY_LABEL: "true"}
@@ -133,4 +145,4 @@ def render_standby(
             "template": standby_pod_template(owner, spec, plan, fleet),
         },
     }
-    return [render_fence_config_map(owner), deployment]
+    return StandbyObjects(fence=render_fence_config_map(owner), deployment=deployment)

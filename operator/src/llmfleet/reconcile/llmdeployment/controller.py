@@ -24,10 +24,10 @@ from llmfleet.reconcile.machinery.conditions import find
 from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
 from llmfleet.reconcile.machinery.references import deployment_references
 from llmfleet.reconcile.machinery.secrets import SecretUnreadableError, read_token
-from llmfleet.render import FleetDefaults, Owner, engine_deployment_name, render_fleet
+from llmfleet.render import FleetDefaults, Owner, render_fleet
 from llmfleet.render.compilecache import compile_cache_location
 from llmfleet.render.fetcher import runs_fetcher
-from llmfleet.render.leaderworkerset import ENGINE_KINDS, LWS_API_VERSION, LWS_KIND, engine_kind
+from llmfleet.render.leaderworkerset import ENGINE_KINDS, LWS_API_VERSION, LWS_KIND
 from llmfleet.render.names import (
     ADAPTERS_GATE,
     DEPLOYMENT_LABEL,
@@ -35,9 +35,7 @@ from llmfleet.render.names import (
     HTTP_PORT,
     PROGRESS_GATE,
 )
-from llmfleet.render.router import COMPONENT_ROUTER, router_enabled, router_name, router_url
 from llmfleet.render.scaledobject import KEDA_API_VERSION, SCALED_OBJECT_KIND, keda_hpa_name
-from llmfleet.render.service import endpoint_url
 
 from . import reasons as r
 from . import standbyloop
@@ -46,6 +44,7 @@ from .adapters import AdapterSync, Wanted, gates_to_open, lora_engines
 from .fetcher_token import FetcherTokens, KeySecret
 from .kvcache import EngineKVCache, reporting_engines
 from .plan_verified import newly_unverified
+from .rollout import held, is_router, previous_engines
 from .stall import stall_window
 from .stallwatch import StallReport, StallWatch, opened, restart, turn_gates
 from .status import Observed, invalid_status, ready_status
@@ -150,29 +149,23 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         owner = Owner(name=name, namespace=ns, uid=meta["uid"])
         result = ApplyResult()
         live: dict[str, dict[str, Any]] = {}
-        rendered = render_fleet(owner, spec, planned, self.fleet)
+        fleet = render_fleet(owner, spec, planned, self.fleet)
         if runs_fetcher(planned):
             # Before the pods that read it: a missing Secret would hold them in
             # CreateContainerConfigError until the next reconcile.
             self.fetcher_tokens.ensure_secret(owner)
         if planned.standby is not None:  # the dev-mode fence's token, likewise
             standbyloop.ensure_token(self.fetcher_tokens, owner)
-        for obj in rendered:
+        for obj in fleet.objects():
             live[ref(obj)] = self.applier.apply(obj, result)
 
-        engine_name = engine_deployment_name(name, planned)
-        engine_ref = f"{engine_kind(planned)[1]}/{engine_name}"
-        engine = live.get(engine_ref)
+        engine = _applied(live, fleet.engine)
         mine = (DEPLOYMENT_LABEL, name)
-        old_engines = tuple(
-            d
-            for kind in ENGINE_KINDS
-            for d in self.view.by_label(*kind, ns, *mine)
-            if ref(d) != engine_ref and not _is_router(d) and not standbyloop.is_standby(d)
+        old_engines = previous_engines(
+            (d for kind in ENGINE_KINDS for d in self.view.by_label(*kind, ns, *mine)),
+            fleet.engine,
         )
-        # The previous layout keeps serving until the new one holds its minimum replicas.
-        new_ready = int(((engine or {}).get("status") or {}).get("readyReplicas") or 0)
-        hold = [] if new_ready >= max(1, planned.min_replicas) else [ref(d) for d in old_engines]
+        hold = held(old_engines, engine, planned.min_replicas)
         self.applier.prune(
             namespace=ns,
             owner_label=mine,
@@ -184,7 +177,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         still_old = tuple(d for d in old_engines if ref(d) in hold)
 
         children = self.view.by_label("v1", "Pod", ns, *mine)
-        pods = tuple(p for p in children if not _is_router(p))
+        pods = tuple(p for p in children if not is_router(p))
         # No Event read: no field of an LLMDeployment gives its pods a Secret or ConfigMap volume.
         blocked = tuple(blockers(children, deployment_references(spec, planned)))
         adapters, busy = self._sync_adapters(
@@ -195,12 +188,17 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         template = engine_spec.get("template") or (
             engine_spec.get("leaderWorkerTemplate") or {}
         ).get("leaderTemplate")
-        scaled_object = live.get(f"{SCALED_OBJECT_KIND}/{name}")
+        scaled_object = _applied(live, fleet.scaled_object)
         hpa = (
             # KEDA's, which it creates once it has seen the ScaledObject.
-            self.view.get("autoscaling/v2", "HorizontalPodAutoscaler", ns, keda_hpa_name(name))
+            self.view.get(
+                "autoscaling/v2",
+                "HorizontalPodAutoscaler",
+                ns,
+                keda_hpa_name(scaled_object["metadata"]["name"]),
+            )
             if scaled_object is not None
-            else live.get(f"HorizontalPodAutoscaler/{name}")
+            else _applied(live, fleet.hpa)
         )
         observed = Observed(
             engine=engine,
@@ -210,7 +208,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             pods=pods,
             # Read once per pod (cached by uid): an idle resync dials no engine.
             kv_cache_tokens=self.kv_cache.measure(ns, name, reporting_engines(pods, template)),
-            router=live.get(f"Deployment/{router_name(name)}"),
+            router=_applied(live, fleet.router.deployment if fleet.router else None),
             blockers=blocked,
             adapters=adapters,
             stalled=self._check_stalls(body, spec, planned, pods, busy),
@@ -229,7 +227,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             generation=generation(body),
             plan=planned,
             observed=observed,
-            endpoint=router_url(owner) if router_enabled(spec, planned) else endpoint_url(owner),
+            endpoint=fleet.endpoint,
             compile_cache=compile_cache_location(spec.model, spec.engine),
         )
         self._announce(body, old_status, spec, planned, result)
@@ -365,7 +363,8 @@ def _publish_conditions(namespace: str, name: str, status: LLMDeploymentStatus) 
     m.set_conditions(namespace, name, (c.model_dump(by_alias=True) for c in status.conditions))
 
 
-def _is_router(obj: dict[str, Any]) -> bool:
-    """The router's Deployment and pods share the children's labels but are no engine."""
-    labels = obj["metadata"].get("labels") or {}
-    return labels.get("app.kubernetes.io/component") == COMPONENT_ROUTER
+def _applied(
+    live: dict[str, dict[str, Any]], rendered: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The object the API server holds for `rendered`, as this reconcile applied it."""
+    return None if rendered is None else live.get(ref(rendered))
