@@ -73,6 +73,9 @@ def test_parameters_summed_from_the_config_match_the_published_counts(
         # linear-layer weight plus an fp32 scale per 128x128 block, the embeddings, output
         # head, norms and routers in bf16 -- not the 1,249.88 GiB of 671.0e9 x 2 bytes.
         pytest.param("deepseek-ai--DeepSeek-V3", 8, 70_272, 626.92, id="deepseek-mla-fp8-tp8"),
+        # 24 x 2 x 8 x 64 x 2 bytes (the sinks are one logit per head, no cache). The experts are
+        # MXFP4 (4.25 bits a weight with their e8m0 scales), everything else bf16.
+        pytest.param("openai--gpt-oss-20b", 1, 49_152, 12.82, id="gpt-oss-mxfp4"),
     ],
 )
 def test_kv_cache_per_token_and_weights_follow_the_config(
@@ -96,6 +99,9 @@ def test_kv_cache_per_token_and_weights_follow_the_config(
         # 26 layers, every 6th global: 26 - 4.
         pytest.param("google--gemma-3-1b-it", 512, 22, id="gemma3-five-of-six"),
         pytest.param("google--gemma-3-27b-it", 1024, 52, id="gemma3-text-config"),
+        # vLLM windows the even-numbered layers: 12 of 24, 18 of 36.
+        pytest.param("openai--gpt-oss-20b", 128, 12, id="gpt-oss-every-other-layer"),
+        pytest.param("openai--gpt-oss-120b", 128, 18, id="gpt-oss-120b"),
         # Unset slidingWindowLayers: every layer.
         pytest.param("mistralai--Mistral-7B-v0.1", 4096, None, id="mistral-all-layers"),
     ],
@@ -134,7 +140,6 @@ def test_a_qwen_config_whose_sliding_window_is_off_plans_as_full_attention() -> 
             "Mamba",
             id="mamba",
         ),
-        pytest.param("openai--gpt-oss-20b", "GptOssForCausalLM", "MXFP4", id="gpt-oss"),
         pytest.param(
             "deepseek-ai--DeepSeek-V3.2",
             "DeepseekV32ForCausalLM",

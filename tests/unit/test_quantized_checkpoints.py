@@ -234,11 +234,6 @@ def test_a_spec_quantization_the_checkpoint_contradicts_is_refused_naming_both(
     ("quantization_config", "said"),
     [
         pytest.param(
-            {"quant_method": "mxfp4"},
-            "quant_method 'mxfp4' is not modelled (MXFP4 (gpt-oss) experts: vLLM pads them",
-            id="mxfp4",
-        ),
-        pytest.param(
             {"quant_method": "bitsandbytes", "load_in_4bit": True},
             "'bitsandbytes' is not modelled (vLLM 0.32, the engine LLMFleet pins, has no "
             "bitsandbytes quantization method",
@@ -247,7 +242,7 @@ def test_a_spec_quantization_the_checkpoint_contradicts_is_refused_naming_both(
         pytest.param(
             {"quant_method": "modelopt", "quant_algo": "NVFP4"},
             "'modelopt' is not modelled (the planner does not model it); modelled: fp8, "
-            "compressed-tensors, awq, gptq",
+            "compressed-tensors, awq, gptq, mxfp4",
             id="modelopt",
         ),
         pytest.param(

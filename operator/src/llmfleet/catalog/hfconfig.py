@@ -5,16 +5,18 @@ not given and the model is not in the catalog. config.json has no parameter coun
 summed from the layer shapes (embeddings, attention projections, MLP or experts, norms), as vLLM
 would allocate them. Families (see docs/planner.md, "Model families"): dense Llama-like models,
 sliding-window attention (Gemma 2/3, Mistral with sliding_window), mixtures of experts (Mixtral,
-Qwen2/Qwen3-MoE, DeepSeek-V2/V3) and multi-latent attention (DeepSeek-V2/V3). Anything else is
-refused, naming what is not modelled.
+Qwen2/Qwen3-MoE, DeepSeek-V2/V3, gpt-oss), multi-latent attention (DeepSeek-V2/V3) and
+attention sinks (gpt-oss). Anything else is refused, naming what is not modelled.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmfleet.catalog.gpt_oss_layers import gpt_oss_layers
 from llmfleet.catalog.hfconfig_layers import (
     Layers,
     Linear,
@@ -49,7 +51,8 @@ _LLAMA_LIKE = frozenset(
 )
 _GEMMA = frozenset({"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"})
 _DEEPSEEK = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"})
-MODELLED = tuple(sorted(_LLAMA_LIKE | _GEMMA | _DEEPSEEK))
+_GPT_OSS = "GptOssForCausalLM"
+MODELLED = tuple(sorted(_LLAMA_LIKE | _GEMMA | _DEEPSEEK | {_GPT_OSS}))
 
 # What the planner cannot size in families it knows of; others get the generic refusal.
 _NOT_MODELLED = {
@@ -60,7 +63,6 @@ _NOT_MODELLED = {
     "Qwen3NextForCausalLM": "linear-attention (Gated DeltaNet) layers",
     "NemotronHForCausalLM": "Mamba layers",
     "MiniMaxText01ForCausalLM": "linear-attention (lightning attention) layers",
-    "GptOssForCausalLM": "MXFP4 expert weights and attention sinks",
     "DeepseekV32ForCausalLM": "sparse attention and its indexer's KV cache",
 }
 # Default context when config.json does not say (Llama-2's).
@@ -93,6 +95,8 @@ def _layers(name: str, config: Mapping[str, Any]) -> Layers:
         return gemma_layers(name, config)
     if name in _DEEPSEEK:
         return deepseek_layers(config)
+    if name == _GPT_OSS:
+        return gpt_oss_layers(config)
     if config.get("use_sliding_window"):
         # Qwen's sliding window covers only the layers past max_window_layers, as vLLM reads it.
         raise _refuse(name, "use_sliding_window (Qwen's partial sliding-window attention)")
@@ -133,9 +137,23 @@ class CheckpointWeights:
     """A quantized checkpoint's weights, summed from its layers as the format stores them."""
 
     format: QuantFormat
-    total_bytes: float
+    total_bytes: float  # as the checkpoint's safetensors store them
     embedding_matrix_bytes: float  # one vocabulary x hidden matrix, 16-bit
     routed_expert_bytes: float  # of total_bytes: the routed experts
+    hidden: int = 0
+    expert_width: int = 0  # the routed experts' intermediate size
+
+    def allocated_bytes(self, tensor_parallel_size: int = 1) -> float:
+        """What vLLM allocates over `tensor_parallel_size` GPUs: the stored bytes, with each
+        GPU's share of the routed experts padded to the format's tile (MXFP4)."""
+        tile = self.format.expert_tile
+        if tile is None or not self.routed_expert_bytes:
+            return self.total_bytes
+        share = self.expert_width / tensor_parallel_size
+        padded_hidden = math.ceil(self.hidden / tile[0]) * tile[0]
+        padded_share = math.ceil(share / tile[1]) * tile[1]
+        growth = padded_hidden * padded_share / (self.hidden * share)
+        return self.total_bytes + self.routed_expert_bytes * (growth - 1)
 
 
 # Everything a quantized format leaves unquantized is loaded in the 16-bit activation dtype.
@@ -166,6 +184,8 @@ def checkpoint_weights(config: Mapping[str, Any]) -> CheckpointWeights | None:
         total + rest * _HALF,
         float(model.vocab * model.hidden * _HALF),
         routed,
+        model.hidden,
+        model.layers.expert_intermediate_size or 0,
     )
 
 

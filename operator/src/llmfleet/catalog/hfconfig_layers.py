@@ -49,7 +49,7 @@ def _mlp(prefix: str, hidden: int, width: int, copies: int = 1) -> list[Linear]:
     ]
 
 
-def _gqa_linears(prefix: str, config: Mapping[str, Any], head_dim: int) -> list[Linear]:
+def gqa_linears(prefix: str, config: Mapping[str, Any], head_dim: int) -> list[Linear]:
     hidden = positive_int(config, "hidden_size")
     heads = positive_int(config, "num_attention_heads")
     kv_heads = positive_int(config, "num_key_value_heads", heads)
@@ -79,7 +79,7 @@ class Layers:
     linears: tuple[Linear, ...] = ()
 
 
-def _gqa_attention(config: Mapping[str, Any], *, bias: bool, qk_norm: bool) -> tuple[int, int]:
+def gqa_attention(config: Mapping[str, Any], *, bias: bool, qk_norm: bool) -> tuple[int, int]:
     """Grouped-query attention's projections (and biases, query/key norms): parameters, head
     dimension."""
     hidden = positive_int(config, "hidden_size")
@@ -105,7 +105,7 @@ def llama_layers(name: str, config: Mapping[str, Any]) -> Layers:
     count = positive_int(config, "num_hidden_layers")
     inter = positive_int(config, "intermediate_size")
     bias = bool(config.get("attention_bias")) or name.startswith("Qwen2")
-    attention, head_dim = _gqa_attention(config, bias=bias, qk_norm=name.startswith("Qwen3"))
+    attention, head_dim = gqa_attention(config, bias=bias, qk_norm=name.startswith("Qwen3"))
     dense_mlp = _MLP_MATRICES * hidden * inter
     experts = k = width = per_moe_layer = shared = 0
     moe = set[int]()
@@ -126,7 +126,7 @@ def llama_layers(name: str, config: Mapping[str, Any]) -> Layers:
     linears: list[Linear] = []
     for i in range(count):
         prefix = f"model.layers.{i}"
-        linears += _gqa_linears(prefix, config, head_dim)
+        linears += gqa_linears(prefix, config, head_dim)
         if i not in moe:
             linears += _mlp(f"{prefix}.mlp", hidden, inter)
             continue
@@ -173,11 +173,11 @@ def gemma_layers(name: str, config: Mapping[str, Any]) -> Layers:
     hidden = positive_int(config, "hidden_size")
     count = positive_int(config, "num_hidden_layers")
     inter = positive_int(config, "intermediate_size")
-    attention, head_dim = _gqa_attention(config, bias=False, qk_norm=name.startswith("Gemma3"))
+    attention, head_dim = gqa_attention(config, bias=False, qk_norm=name.startswith("Gemma3"))
     per_layer = attention + _MLP_MATRICES * hidden * inter + 4 * hidden
     linears: list[Linear] = []
     for i in range(count):
-        linears += _gqa_linears(f"model.layers.{i}", config, head_dim)
+        linears += gqa_linears(f"model.layers.{i}", config, head_dim)
         linears += _mlp(f"model.layers.{i}.mlp", hidden, inter)
     return Layers(
         parameters=count * per_layer,

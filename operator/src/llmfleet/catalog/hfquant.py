@@ -18,9 +18,13 @@ weights"):
   [in/group, out] and an int32 g_idx [in]; `modules_in_block_to_quantize` (substrings), when
   given, names the only modules quantized.
 
+* `mxfp4` (GptOssMxfp4Config, gpt-oss): the routed experts only (vLLM 0.32 runs every linear
+  layer of an MXFP4 checkpoint unquantized): 4-bit e2m1 weights packed two per byte
+  (`*_blocks`) and one e8m0 byte per 32 inputs (`*_scales`).
+
 Embeddings, norms, biases and routers stay 16-bit in all of them, and so does `lm_head` unless
-an AWQ/GPTQ config sets `lm_head: true`. Everything else is refused naming it: MXFP4 (gpt-oss),
-bitsandbytes (not a quantization method of vLLM 0.32), NVFP4/ModelOpt and the rest.
+an AWQ/GPTQ config sets `lm_head: true`. Everything else is refused naming it: bitsandbytes
+(not a quantization method of vLLM 0.32), NVFP4/ModelOpt and the rest.
 """
 
 from __future__ import annotations
@@ -39,16 +43,20 @@ from llmfleet.models.model_spec import Quantization
 Kernel = Literal["w16a16", "w8a8", "w8a16", "w4a16"]
 Match = Literal["exact", "substring", "compressed-tensors"]
 
-MODELLED_METHODS = ("fp8", "compressed-tensors", "awq", "gptq")
-# vLLM 0.32 pads MXFP4 experts to its MoE backend's tile (fused_moe/oracle/mxfp4.py), which
-# the GPU and the backend vLLM picks decide; nothing here has measured which.
-_MXFP4 = (
-    "MXFP4 (gpt-oss) experts: vLLM pads them to its MoE backend's tile, e.g. the hidden size to a "
-    "multiple of 256 for Marlin on Hopper, by GPU and backend, which is not modelled"
-)
+MODELLED_METHODS = ("fp8", "compressed-tensors", "awq", "gptq", "mxfp4")
+_MXFP4_METHODS = ("mxfp4", "gpt_oss_mxfp4")
+_MXFP4_BLOCK = 32  # inputs per e8m0 scale (OCP MX)
+_EXPERTS = "mlp.experts"
+# The tile vLLM 0.32 pads MXFP4 experts to, (hidden, intermediate per GPU), on Hopper (the
+# chart's H100/H200 profiles). select_mxfp4_moe_backend (fused_moe/oracle/mxfp4.py) tries, for
+# gpt-oss, FlashInfer TRT-LLM (Blackwell only), AITER (ROCm), then TRITON, which runs on sm90
+# wherever triton_kernels imports: vLLM's CUDA wheel ships it (vllm/third_party/triton_kernels,
+# cmake/external_projects/triton_kernels.cmake). For TRITON on CUDA,
+# mxfp4_round_up_hidden_size_and_intermediate_size leaves the hidden size and rounds each GPU's
+# intermediate share up to 64. Expert parallelism, data parallelism or all2all kernels would
+# move it to another backend and tile; the planner plans none of them.
+_MXFP4_TILE = (1, 64)
 _REFUSED = {
-    "mxfp4": _MXFP4,
-    "gpt_oss_mxfp4": _MXFP4,
     "bitsandbytes": (
         "vLLM 0.32, the engine LLMFleet pins, has no bitsandbytes quantization method, so it "
         "cannot serve this checkpoint without a plugin"
@@ -83,6 +91,8 @@ class QuantFormat:
     match: Match = "exact"
     only: tuple[str, ...] = ()  # GPTQ modules_in_block_to_quantize: the only ones quantized
     lm_head: bool = False
+    # (hidden, intermediate per GPU) multiples vLLM pads routed experts to; None: no padding.
+    expert_tile: tuple[int, int] | None = None
 
     @property
     def label(self) -> str:
@@ -91,10 +101,17 @@ class QuantFormat:
             return f"{self.bits}-bit {self.method.upper()}"
         if self.method == "fp8":
             return "fp8"
+        if self.method in _MXFP4_METHODS:
+            return "MXFP4"
         precision = {"fp8": "fp8", "int8": "int8"}.get(
             self.spec_value or "", f"{self.bits}-bit int"
         )
         return f"{precision} compressed-tensors"
+
+    @property
+    def experts_only(self) -> bool:
+        """Only the routed experts are quantized (MXFP4): the rest runs 16-bit kernels."""
+        return self.only == (_EXPERTS,)
 
     def quantizes(self, name: str) -> bool:
         if self.only and not any(part in name for part in self.only):
@@ -310,6 +327,22 @@ def _compressed_tensors(config: Mapping[str, Any]) -> QuantFormat:
     raise ModelConfigError(f"compressed-tensors weight strategy {strategy!r} is not modelled")
 
 
+def _mxfp4(method: str) -> QuantFormat:
+    return QuantFormat(
+        method,
+        f"MXFP4 experts: 4-bit e2m1 weights, one e8m0 scale per {_MXFP4_BLOCK} inputs; "
+        "attention, router, embeddings and lm_head 16-bit",
+        "w4a16",
+        None,
+        4,
+        group=_MXFP4_BLOCK,
+        scale_bytes=1,
+        only=(_EXPERTS,),
+        match="substring",
+        expert_tile=_MXFP4_TILE,
+    )
+
+
 def _with(base: QuantFormat, description: str, **changes: Any) -> QuantFormat:
     return replace(base, description=description, **changes)
 
@@ -329,6 +362,8 @@ def quant_format(config: Mapping[str, Any]) -> QuantFormat | None:
         return _gptq_or_awq(method, quantization)
     if method == "compressed-tensors":
         return _compressed_tensors(quantization)
+    if method in _MXFP4_METHODS:
+        return _mxfp4(method)
     why = _REFUSED.get(method, "the planner does not model it")
     raise ModelConfigError(
         f"quantization_config.quant_method {method!r} is not modelled ({why}); modelled: "

@@ -100,11 +100,16 @@ def embedding_parameters(arch: ModelArchitecture) -> float:
 
 
 def weights_gib(
-    arch: ModelArchitecture, dtype: Dtype, quantization: Quantization | Weights
+    arch: ModelArchitecture,
+    dtype: Dtype,
+    quantization: Quantization | Weights,
+    tensor_parallel_size: int = 1,
 ) -> float:
+    """All weights as vLLM holds them over `tensor_parallel_size` GPUs (a pre-quantized
+    checkpoint's padded experts grow with it)."""
     weights = as_weights(dtype, quantization)
     if weights.checkpoint is not None:
-        return weights.checkpoint.total_bytes / GIB
+        return weights.checkpoint.allocated_bytes(tensor_parallel_size) / GIB
     quantization = weights.quantization
     total = arch.parameters_billions * 1e9 * bytes_per_weight(dtype, quantization)
     if quantization == "fp8":
@@ -245,7 +250,7 @@ def fit_on_gpu(
     )
     layers = stage_layers(arch.num_layers, pipeline_parallel_size)
     stage_weights = stage_weights_gib(
-        weights_gib(arch, dtype, quantization),
+        weights_gib(arch, dtype, quantization, tensor_parallel_size),
         embedding_matrix_gib(arch, dtype, quantization),
         1 if arch.tie_word_embeddings else 2,
         layers,

@@ -88,6 +88,8 @@ class PodModel:
     max_num_batched_tokens: int
     # w4a16 / w8a16 checkpoints: packed weights dequantized to 16 bits inside the GEMM.
     weight_only: bool = False
+    # Only the routed experts are packed (MXFP4): the other weights read at the 16-bit rate.
+    weight_only_experts: bool = False
     efficiencies: Efficiencies = CALIBRATED
     # Sliding-window layers (of `layers`): their KV bytes per token and the window they read.
     sliding_layers: int = 0
@@ -128,8 +130,20 @@ class PodModel:
         shared ones and the experts the tokens touch (expected) for a mixture of experts."""
         if not self.experts:
             return self.weight_bytes_per_gpu
+        return self.weight_bytes_per_gpu - self.expert_bytes_per_gpu + self._experts_read(tokens)
+
+    def _experts_read(self, tokens: float) -> float:
         untouched = math.pow(1 - self.experts_per_token / self.experts, tokens)
-        return self.weight_bytes_per_gpu - self.expert_bytes_per_gpu * untouched
+        return self.expert_bytes_per_gpu * (1 - untouched)
+
+    def _weights_s(self, tokens: float) -> float:
+        """Reading this step's weights: packed ones at the weight-only kernels' efficiency."""
+        read = self._weight_bytes_read(tokens)
+        if not self.weight_only:
+            return read / self._bandwidth
+        packed = self._experts_read(tokens) if self.weight_only_experts else read
+        slow = self.gpu.hbm_gbps * 1e9 * self.efficiencies.weight_only_memory
+        return (read - packed) / self._bandwidth + packed / slow
 
     def _attended(self, context: float) -> float:
         """Layers x tokens a token attends to at `context`, sliding layers capped at the window."""
@@ -143,9 +157,7 @@ class PodModel:
         of prompts `prompt_len` long prefilled in the same step."""
         tokens = sequences + prompt_tokens
         linear_flops = tokens * 2 * self.parameters / self.tensor_parallel_size
-        weights_s = self._weight_bytes_read(tokens) / self._bandwidth
-        if self.weight_only:
-            weights_s *= self.efficiencies.memory / self.efficiencies.weight_only_memory
+        weights_s = self._weights_s(tokens)
         if self._fp8_math or self.weight_only:
             # fp8 and weight-only GEMMs between the two rooflines run below both: neither bound
             # alone fits the measured steps (bench/gpu/ 2026-11-24, -27), their quadrature sum does.
@@ -232,13 +244,17 @@ def pod_model(
     return PodModel(
         gpu=gpu,
         parameters=active * 1e9,
-        weight_bytes_per_gpu=weights_gib(arch, dtype, weights) * GIB / tensor_parallel_size,
+        weight_bytes_per_gpu=(
+            weights_gib(arch, dtype, weights, tensor_parallel_size) * GIB / tensor_parallel_size
+        ),
         kv_bytes_per_token_per_gpu=(arch.num_layers - sliding) * per_layer,
         layers=arch.num_layers,
         hidden=arch.num_attention_heads * arch.head_dim,
         tensor_parallel_size=tensor_parallel_size,
         fp8_compute=weights.kernel == "w8a8",
         weight_only=weights.kernel in ("w4a16", "w8a16"),
+        weight_only_experts=weights.checkpoint is not None
+        and weights.checkpoint.format.experts_only,
         max_num_batched_tokens=max_num_batched_tokens,
         efficiencies=efficiencies,
         sliding_layers=sliding,
