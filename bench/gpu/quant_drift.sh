@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 42's last GPU questions, on one GPU, dummy weights. On the GPU machine, from the project
 # root, after the vLLM bundle is installed (bench/gpu/README.md):
-#   bash bench/gpu/quant_drift.sh STEP...    STEP: drift | drift-b | quant | w4
+#   bash bench/gpu/quant_drift.sh STEP...    STEP: drift | drift-b | quant | w4 | gptoss
 #   drift, drift-b  The activation peak of a fresh torch.compile against a start that loads its compile
 #          cache: each engine starts twice on one VLLM_CACHE_ROOT (tag -cold, then -warm), KV
 #          cache only. Llama-3.1-8B's shape as a compressed-tensors FP8 checkpoint, the 8B in bf16
@@ -11,6 +11,8 @@
 #          vLLM's Marlin kernels): batch-1 TTFT, decode steps at 1, 32 and 128, greedy saturation.
 #   w4     Qwen2.5-7B as AWQ (w4a16, Machete) and in 16 bits, decode steps at 1 to 256 sequences and
 #          batch-1 TTFT from 128 to 8,000 tokens: where the w4a16 step departs from the 16-bit one.
+#   gptoss gpt-oss-20b (MXFP4 experts, bench/gpu/models/gpt-oss-20b): the MoE backend vLLM picks,
+#          weights and KV tokens at 8,192 and 131,072 tokens of context, batch-1 to saturation speed.
 # Results: $OUT/drift-<date>.jsonl (measure.py's lines), the logs in one $OUT/logs-<step>.tar.gz,
 # and the lines of each log that say the peak in $OUT/peaks-<step>.txt.
 set -uo pipefail
@@ -50,6 +52,12 @@ for step in "$@"; do
         --ttft 128,512,1024,4096,8000 \
         --points 1x512x64,4x512x64,16x512x64,64x512x128,128x512x128,256x512x64,64x2048x64
     done ;;
+  gptoss)  # MXFP4 experts (gpt-oss-20b's config.json): weights, KV at 8k and 128k, speed
+    eng g-gpt-oss-20b-8k g-gpt-oss 300 "$M/gpt-oss-20b" --max-model-len 8192 \
+      --max-num-batched-tokens 16384 --max-num-seqs 256 --ttft 512,2048 \
+      --points 1x512x64,32x512x128,128x512x128 --saturate-greedy 512x512x256
+    eng g-gpt-oss-20b-128k g-gpt-oss 200 "$M/gpt-oss-20b" --max-model-len 131072 \
+      --max-num-batched-tokens 16384 --max-num-seqs 64 ;;
   *) echo "unknown step $step"; exit 2 ;;
   esac
   grep -hE "Actual usage|GPU KV cache size|Directly load the compiled|compile range|init engine" \
