@@ -11,8 +11,9 @@ and on the held-out shape heldout-wide-17b (TP 1, TP 2, a tight fit; 2 x H200, 2
 the planner's choice between 2 x TP 1 and TP 2 against the measured winner, and the planner's
 KV-cache figure with vLLM's for every engine started (and that the planner
 refuses what vLLM refused). With LoRA on (kv_check.py runs of 2026-11-25, H100), the KV cache
-vLLM gives up against the planner's LoRA buffers, and the planner's KV tokens with them. Writes
-bench/gpu/calibration.json and bench/plots/prediction.png.
+vLLM gives up against the planner's LoRA buffers, and the planner's KV tokens with them. With
+gpt-oss-20b's MXFP4 experts (1 x H200, 2026-11-27; gpu_mxfp4.py), weights, KV tokens and speed,
+in no fit. Writes bench/gpu/calibration.json and bench/plots/prediction.png.
 
 `python -m bench.gpu_model --fit` (bf16) and `--fit-fp8` print the fitted constants (copy them
 into operator/src/llmfleet/planner/performance.py); `make bench BENCH=gpu_model` records the
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu_edges import edge_figures, edge_report
+from bench.gpu_mxfp4 import figures as mxfp4_figures
+from bench.gpu_mxfp4 import is_mxfp4, memory_rows, reported_kv_tokens
 from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
 from llmfleet.catalog.hfconfig import (
     CheckpointWeights,
@@ -78,7 +81,9 @@ HELDOUT_RUNS = ("h200x2-2026-11-27.jsonl",)
 # compiled afresh, d-*-warm loaded the first start's torch.compile cache) and Qwen2.5-7B-Instruct
 # as AWQ and GPTQ-Int4 checkpoints (q-*, w4a16 through Machete). Not in any fit. The line tagged
 # -unquantized is a GPTQ run vLLM loaded in 16 bits (a config-only folder: no safetensors for its
-# modules_in_block_to_quantize detection), so it is not a w4a16 engine and is left out.
+# modules_in_block_to_quantize detection), so it is not a w4a16 engine and is left out. The
+# g-gpt-oss-* engines (MXFP4 experts, gpu_mxfp4.py) have figures of their own and stay out of the
+# w4a16 and checkpoint ones: another kernel (triton_kernels' matmul_ogs, not Marlin).
 QUANT_DRIFT_RUNS = ("h200-2026-11-27-quant-drift.jsonl",)
 NOT_W4A16 = "-unquantized"
 HELDOUT_SHAPES = ("heldout-wide-17b", "heldout-deep-10b")
@@ -367,6 +372,11 @@ def w4a16_points() -> list[Point]:
     ]
 
 
+def mxfp4_points() -> list[Point]:
+    """gpt-oss-20b's engine with MXFP4 experts (quant_drift.sh gptoss): not in any fit."""
+    return [p for p in validation_points(QUANT_DRIFT_RUNS) if is_mxfp4(p.engine.tag)]
+
+
 def w4a16_fit_points() -> list[Point]:
     """The AWQ engine of quant_drift.sh w4 (decode steps at 1-256 sequences beside the same shape
     in 16 bits): what WEIGHT_ONLY_MEMORY_EFFICIENCY is fitted to. The q-* engines check it."""
@@ -646,7 +656,7 @@ def w4a16_figures(kv: list[dict[str, Any]]) -> dict[str, float]:
         "gpu_w4a16_itl_error_max_pct": worst("itl_ms"),
         "gpu_w4a16_ttft_error_max_pct": worst("ttft_ms"),
         "gpu_w4a16_kv_error_max_pct": max(
-            abs(k["start_error_pct"]) for k in kv if k["kernel"] == "w4a16"
+            abs(k["start_error_pct"]) for k in kv if k["kernel"] == "w4a16" and not k["mxfp4"]
         ),
     }
 
@@ -658,6 +668,8 @@ def run() -> dict[str, float]:
     fp8_errors = [abs(p.error_pct()) for p in fp8 if p.what in ("out_tok_s", "itl_ms")]
     kv = []
     for e in _kv_engines():
+        # A hybrid model's blocks are not its tokens (gpu_mxfp4.py): vLLM's logged figure.
+        vllm_tokens = reported_kv_tokens(e.tag) if is_mxfp4(e.tag) else e.kv_tokens
         planned = e.planner_kv_tokens()
         cached = e.planner_kv_tokens_compile_cached()
         afresh = compiled_afresh(e.tag)
@@ -668,6 +680,7 @@ def run() -> dict[str, float]:
                 "model": e.model,
                 "quantization": e.quantization,
                 "checkpoint": _checkpoint(e.model) is not None,
+                "mxfp4": is_mxfp4(e.tag),
                 "kv_cache_dtype": e.kv_cache_dtype,
                 "tensor_parallel_size": e.tensor_parallel_size,
                 "utilization": e.utilization,
@@ -676,13 +689,13 @@ def run() -> dict[str, float]:
                 "compiled_afresh": afresh,
                 "planner": planned,
                 "planner_compile_cached": cached,
-                "vllm": e.kv_tokens,
+                "vllm": vllm_tokens,
                 # Against the fresh compile's figure, which plans are made by.
-                "error_pct": round((planned / e.kv_tokens - 1) * 100, 2),
+                "error_pct": round((planned / vllm_tokens - 1) * 100, 2),
                 # Against the figure for how this engine started: the compile-cached one for an
                 # engine whose log says it loaded the cache.
                 "start_error_pct": round(
-                    ((cached if afresh is False else planned) / e.kv_tokens - 1) * 100, 2
+                    ((cached if afresh is False else planned) / vllm_tokens - 1) * 100, 2
                 ),
             }
         )
@@ -713,12 +726,16 @@ def run() -> dict[str, float]:
             "points": _report(w4a16_fit_points()),
         },
         "w4a16": _report(w4a16_points()),
+        "mxfp4": {
+            "memory": memory_rows(e for e in _kv_engines() if is_mxfp4(e.tag)),
+            "points": _report(mxfp4_points()),
+        },
         "two_gpu_choices": choices,
         "source": (
             "vLLM 0.26.0 on NVIDIA H100 80GB HBM3 and NVIDIA H200, 2026-11-23 (bf16) and "
             "2026-11-24 (Llama-3.1-70B fp8), 2026-11-25 (LoRA, H100), 2026-11-27 (new dense "
-            "shapes, 2 x H200; fresh against cached torch.compile, AWQ and GPTQ-Int4, 1 x H200) "
-            "(bench/gpu/)"
+            "shapes, 2 x H200; fresh against cached torch.compile, AWQ and GPTQ-Int4, "
+            "gpt-oss-20b in MXFP4, 1 x H200) (bench/gpu/)"
         ),
     }
     OUTPUT.write_text(json.dumps(report, indent=2) + "\n")
@@ -735,7 +752,7 @@ def run() -> dict[str, float]:
         # Issue 42: Llama-3.1-8B's shape as a compressed-tensors FP8 checkpoint (sized from its
         # config.json's quantization_config), and in bf16 with --kv-cache-dtype fp8.
         "gpu_quantized_checkpoint_kv_error_max_pct": max(
-            abs(k["start_error_pct"]) for k in kv if k["checkpoint"]
+            abs(k["start_error_pct"]) for k in kv if k["checkpoint"] and not k["mxfp4"]
         ),
         "gpu_kv_cache_fp8_error_pct": max(
             abs(k["error_pct"]) for k in kv if k["kv_cache_dtype"].startswith("fp8")
@@ -757,6 +774,7 @@ def run() -> dict[str, float]:
             abs(k["start_error_pct"]) for k in kv if k["compiled_afresh"] is False
         ),
         **w4a16_figures(kv),
+        **mxfp4_figures(_kv_engines(), mxfp4_points()),
         **edge_figures(kv),
         "gpu_lora_reserve_error_pct": abs(
             next(

@@ -271,6 +271,30 @@ FIGURES: dict[str, tuple[str, str]] = {
     "gpu_w4a16_itl_error_max_pct": ("… ITL at batch 1, 32 and 128, worst", "%"),
     "gpu_w4a16_ttft_error_max_pct": ("… batch-1 TTFT at 512 and 2,048, worst", "%"),
     "gpu_w4a16_kv_error_max_pct": ("… KV-cache tokens, worst of the two engines", "%"),
+    "gpu_mxfp4_weights_error_pct": (
+        'Planner weights vs vLLM\'s "Model loading took" for gpt-oss-20b (MXFP4 experts, TRITON '
+        "MoE backend; dummy weights), 1 x H200, vLLM 0.26.0, 2026-11-27 (the planner is low)",
+        "%",
+    ),
+    "gpu_mxfp4_kv_error_max_pct": (
+        '… KV-cache tokens vs vLLM\'s "GPU KV cache size" at 8,192 and 131,072 tokens of '
+        "context, worst (the planner is high: the unsafe side)",
+        "%",
+    ),
+    "gpu_mxfp4_itl_error_max_pct": (
+        "… ITL at batch 1, 32 and 128, worst (the planner predicts faster steps at all three; "
+        "the log has Triton JIT compiles within the batch-32 and -128 points)",
+        "%",
+    ),
+    "gpu_mxfp4_tok_s_error_max_pct": (
+        "… output tok/s at batch 1, 32, 128 and greedy saturation 512/256, worst (batch 32's "
+        "wall time holds a Triton JIT compile; saturation alone: planner +45 %)",
+        "%",
+    ),
+    "gpu_mxfp4_ttft_error_max_pct": (
+        "… batch-1 TTFT at 512 and 2,048, worst (2,048's holds Triton JIT compiles; 512: -9 %)",
+        "%",
+    ),
     "gpu_kv_wide_mlp_error_pct": (
         "… Qwen2.5-32B's shape (MLP 5.4 x hidden) at utilization 0.6 of an H200: 20 GiB of KV "
         "cache, 2026-11-25 (the rule of 28 bytes per hidden unit erred +4 %)",

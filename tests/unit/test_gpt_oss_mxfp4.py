@@ -202,3 +202,32 @@ def test_llmfleet_plan_says_the_mxfp4_format_came_from_the_checkpoint(
     )
     assert "12.8 GiB of MXFP4 weights" in out
     assert "--quantization" not in out
+
+
+@pytest.mark.parametrize(
+    ("model", "says_uncalibrated"),
+    [
+        ("openai/gpt-oss-20b", True),  # MXFP4 experts: measured slower than predicted
+        ("Qwen/Qwen3-30B-A3B", False),  # a bf16 mixture of experts
+        ("Qwen/Qwen2.5-7B-Instruct-AWQ", False),  # w4a16 on every linear layer (calibrated)
+    ],
+)
+def test_llmfleet_plan_says_when_its_speed_prediction_is_not_calibrated(
+    model: str, says_uncalibrated: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "model.yaml"
+    manifest.write_text(
+        "apiVersion: llmfleet.dev/v1alpha1\nkind: LLMDeployment\nmetadata: {name: m}\n"
+        f"spec:\n  model: {{name: {model}}}\n  gpus: {{count: 1, profile: h200-141gb}}\n"
+    )
+    given = str(CONFIGS / f"{model.replace('/', '--')}.json")
+
+    assert main(["plan", "-f", str(manifest), "--model-config", given]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    predicted = plan(
+        spec(model.replace("/", "--"), "h200-141gb"), model_config=config(model.replace("/", "--"))
+    ).predicted
+
+    assert ("Speed: not calibrated for MXFP4 experts" in out) == says_uncalibrated
+    assert predicted is not None
+    assert predicted.calibration.startswith("not calibrated") == says_uncalibrated

@@ -28,6 +28,7 @@ from llmfleet.catalog.hub import (
 from llmfleet.models import KIND, LLMDeploymentSpec, field_problems
 from llmfleet.models.model_spec import ModelSpec
 from llmfleet.planner import Plan, PlanError, plan
+from llmfleet.planner.efficiencies import MXFP4_CALIBRATION_NAME
 from llmfleet.planner.engine_args import group_args
 from llmfleet.planner.explain import compile_cached_words, start_phases_words
 from llmfleet.planner.memory import round_up
@@ -285,6 +286,8 @@ def _table(item: _Planned) -> str:
         )
         if q.sampling:
             rows.append(("Predicted for", q.sampling))
+        if q.calibration == MXFP4_CALIBRATION_NAME:
+            rows.append(("Speed", q.calibration))
         if q.max_concurrency_within_slo is not None:
             rows.append(("Within SLO", f"up to {q.max_concurrency_within_slo} sequences per pod"))
     if p.lora is not None:

@@ -21,7 +21,11 @@ from dataclasses import dataclass
 
 from llmfleet.models.status import PlannedStrategy, Prediction
 from llmfleet.models.workload import SloSpec
-from llmfleet.planner.efficiencies import CALIBRATION_NAME, SAMPLING_NOTE
+from llmfleet.planner.efficiencies import (
+    CALIBRATION_NAME,
+    MXFP4_CALIBRATION_NAME,
+    SAMPLING_NOTE,
+)
 from llmfleet.planner.memory import GpuFit
 from llmfleet.planner.performance import PodModel
 
@@ -88,7 +92,7 @@ def predict(pod: PodModel, concurrency: int, workload: Workload, slo: SloSpec | 
         itl_millis=round(pod.itl_s(concurrency, p, o) * 1e3, 2),
         itl_millis_batch1=round(pod.itl_s(1, p, o) * 1e3, 2),
         max_concurrency_within_slo=within,
-        calibration=CALIBRATION_NAME,
+        calibration=MXFP4_CALIBRATION_NAME if pod.weight_only_experts else CALIBRATION_NAME,
         sampling=SAMPLING_NOTE,
     )
 
