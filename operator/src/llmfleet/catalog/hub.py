@@ -12,8 +12,8 @@ library (one GET with a timeout, the answer classified into the HubError kinds b
 callers can tell a retry from a spec to fix), or from a file on this machine. Each caller says
 what a failure means to its own audience.
 
-Not a call to a pod (reconcile/podcall.py): the Hub is the outside world, so it is named by
-DNS, reached through the operator's HTTP(S)_PROXY when one is set, and may redirect.
+Not a call to a pod (reconcile/machinery/podcall.py): the Hub is the outside world, so it is
+named by DNS, reached through the operator's HTTP(S)_PROXY when one is set, and may redirect.
 """
 
 from __future__ import annotations

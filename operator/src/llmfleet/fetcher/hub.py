@@ -90,7 +90,8 @@ class Hub:
         request = urllib.request.Request(url)
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
-        # The Hub, not a pod (reconcile/podcall.py): a name, the pod's proxy if set, redirects.
+        # The Hub, not a pod (reconcile/machinery/podcall.py): a name, the pod's proxy if set,
+        # redirects.
         opener = urllib.request.build_opener(TokenStaysHome)
         try:
             answer: http.client.HTTPResponse = opener.open(request, timeout=self.timeout)

