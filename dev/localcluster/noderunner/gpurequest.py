@@ -16,7 +16,7 @@ def container_gpus(container: Mapping[str, Any]) -> int:
     value = (res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(
         GPU_RESOURCE
     )
-    return int(str(value or 0) or 0)
+    return int(value or 0)
 
 
 def requested_gpus(pod: Mapping[str, Any]) -> int:
