@@ -13,6 +13,10 @@
 #          batch-1 TTFT from 128 to 8,000 tokens: where the w4a16 step departs from the 16-bit one.
 #   gptoss gpt-oss-20b (MXFP4 experts, bench/gpu/models/gpt-oss-20b): the MoE backend vLLM picks,
 #          weights and KV tokens at 8,192 and 131,072 tokens of context, batch-1 to saturation speed.
+#   gptoss-warm  gpt-oss-20b and -120b (openai's configs: 32 and 128 experts, 24 and 36 layers),
+#          every point run once untimed first (measure.py --warm-each: the TRITON MoE backend's
+#          matmul_ogs JIT-compiles per batch shape, which the gptoss step timed): decode steps at
+#          1 to 256 sequences, batch-1 TTFT from 128 to 8,000 tokens, greedy saturation.
 # Results: $OUT/drift-<date>.jsonl (measure.py's lines), the logs in one $OUT/logs-<step>.tar.gz,
 # and the lines of each log that say the peak in $OUT/peaks-<step>.txt.
 set -uo pipefail
@@ -58,6 +62,21 @@ for step in "$@"; do
       --points 1x512x64,32x512x128,128x512x128 --saturate-greedy 512x512x256
     eng g-gpt-oss-20b-128k g-gpt-oss 200 "$M/gpt-oss-20b" --max-model-len 131072 \
       --max-num-batched-tokens 16384 --max-num-seqs 64 ;;
+  gptoss-warm)
+    for m in gpt-oss-20b gpt-oss-120b; do
+      eng "gw-$m" "gw-$m" 280 "$M/$m" --max-model-len 8192 --warm-each \
+        --max-num-batched-tokens 16384 --max-num-seqs 256 --ttft 128,512,2048,8000 \
+        --points 1x512x64,4x512x64,16x512x64,64x512x64,128x512x64,256x512x64 \
+        --saturate-greedy 512x512x256
+    done ;;
+  gptoss-min)  # as gptoss-warm on the same machine (Triton's cache warm), each timing the
+    # fastest of three: matmul_ogs compiles per routing shape too, so one untimed run is not enough
+    for m in gpt-oss-20b gpt-oss-120b; do
+      eng "gm-$m" "gw-$m" "$([ $m = gpt-oss-20b ] && echo 240 || echo 330)" "$M/$m" --max-model-len 8192 --warm-each --repeat 3 \
+        --max-num-batched-tokens 16384 --max-num-seqs 256 --ttft 512,2048,8000 \
+        --points 1x512x64,8x512x64,32x512x64,128x512x64,256x512x64 \
+        --saturate-greedy 512x512x256
+    done ;;
   *) echo "unknown step $step"; exit 2 ;;
   esac
   grep -hE "Actual usage|GPU KV cache size|Directly load the compiled|compile range|init engine" \
