@@ -243,7 +243,8 @@ def fit_on_gpu(
     blocks (each stage's own layers and weights, `pipeline_stages`), whose count vLLM gives all.
     A hybrid (sliding-window) model's tokens are vLLM's for `max_model_len` when given."""
     budget = budget_gib(memory_gib, gpu_memory_utilization, cuda_gib)
-    kernel = as_weights(dtype, quantization).kernel
+    held = as_weights(dtype, quantization)
+    kernel, triton = held.kernel, held.triton_experts
     kv = kv_dtype(dtype, kv_cache_dtype)
     layout = kv_layout(
         arch, kv, tensor_parallel_size, pipeline_parallel_size, max_num_batched_tokens
@@ -275,10 +276,14 @@ def fit_on_gpu(
         )
         return stage, blocks, weights, kv_cache, tokens
 
-    reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size))
+    reserve = round_up(
+        runtime_reserve_gib(
+            arch, max_num_batched_tokens, tensor_parallel_size, triton_experts=triton
+        )
+    )
     stage, _, weights, kv_cache, tokens = smallest_stage(reserve)
     cached_reserve = round_up(
-        runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size, kernel)
+        runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size, kernel, triton)
     )
     cached_tokens = smallest_stage(cached_reserve)[4] if cached_reserve < reserve else tokens
     return GpuFit(
