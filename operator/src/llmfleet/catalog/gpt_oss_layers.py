@@ -19,6 +19,18 @@ from llmfleet.catalog.hfconfig_layers import (
 
 # Gate/up (two outputs per expert unit) and down projections.
 _EXPERT_MATRICES = 3
+_FP32 = 4
+
+
+def _rope_cache_bytes(config: Mapping[str, Any], head_dim: int) -> int:
+    """OAIAttention asks get_rope for float32, so YaRN's cos/sin cache (original positions x
+    factor, head_dim wide) stays fp32: 32 MiB for gpt-oss's 4096 x 32 positions."""
+    scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    original = scaling.get("original_max_position_embeddings")
+    factor = scaling.get("factor")
+    if not isinstance(original, int) or not isinstance(factor, int | float):
+        return 0
+    return int(original * factor) * head_dim * _FP32
 
 
 def gpt_oss_layers(config: Mapping[str, Any]) -> Layers:
@@ -56,5 +68,8 @@ def gpt_oss_layers(config: Mapping[str, Any]) -> Layers:
             config, "num_experts_per_tok", config.get("experts_per_token")
         ),
         expert_intermediate_size=width,
+        expert_layers=count,
+        expert_biases=True,
+        buffer_bytes=_rope_cache_bytes(config, head_dim),
         linears=tuple(linears),
     )

@@ -11,11 +11,11 @@ attention sinks (gpt-oss). Anything else is refused, naming what is not modelled
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmfleet.catalog import mxfp4_triton
 from llmfleet.catalog.gpt_oss_layers import gpt_oss_layers
 from llmfleet.catalog.hfconfig_layers import (
     Layers,
@@ -132,6 +132,10 @@ def _model(config: Mapping[str, Any]) -> _Model:
     return _Model(text, layers, parameters, hidden, vocab, tied)
 
 
+# Everything a quantized format leaves unquantized is loaded in the 16-bit activation dtype.
+_HALF = 2
+
+
 @dataclass(frozen=True)
 class CheckpointWeights:
     """A quantized checkpoint's weights, summed from its layers as the format stores them."""
@@ -142,22 +146,37 @@ class CheckpointWeights:
     routed_expert_bytes: float  # of total_bytes: the routed experts
     hidden: int = 0
     expert_width: int = 0  # the routed experts' intermediate size
+    experts: int = 0
+    expert_layers: int = 0
+    expert_biases: bool = False
+    buffer_bytes: float = 0.0  # allocated with the weights on every GPU (gpt-oss's rope cache)
 
     def allocated_bytes(self, tensor_parallel_size: int = 1) -> float:
-        """What vLLM allocates over `tensor_parallel_size` GPUs: the stored bytes, with each
-        GPU's share of the routed experts padded to the format's tile (MXFP4)."""
-        tile = self.format.expert_tile
-        if tile is None or not self.routed_expert_bytes:
-            return self.total_bytes
-        share = self.expert_width / tensor_parallel_size
-        padded_hidden = math.ceil(self.hidden / tile[0]) * tile[0]
-        padded_share = math.ceil(share / tile[1]) * tile[1]
-        growth = padded_hidden * padded_share / (self.hidden * share)
-        return self.total_bytes + self.routed_expert_bytes * (growth - 1)
-
-
-# Everything a quantized format leaves unquantized is loaded in the 16-bit activation dtype.
-_HALF = 2
+        """What vLLM allocates over `tensor_parallel_size` GPUs: the stored bytes, with the
+        routed experts (and their biases) as the format's backend holds them on each GPU
+        (MXFP4: catalog/mxfp4_triton.py), and each GPU's buffers."""
+        buffers = tensor_parallel_size * self.buffer_bytes
+        if self.format.expert_layout is None or not self.routed_expert_bytes:
+            return self.total_bytes + buffers
+        stored_biases = (
+            self.expert_layers * self.experts * (2 * self.expert_width + self.hidden) * _HALF
+            if self.expert_biases
+            else 0
+        )
+        held = self.expert_layers * mxfp4_triton.layer_bytes(
+            self.experts,
+            self.hidden,
+            self.expert_width,
+            tensor_parallel_size,
+            self.expert_biases,
+        )
+        return (
+            self.total_bytes
+            - self.routed_expert_bytes
+            - stored_biases
+            + tensor_parallel_size * held
+            + buffers
+        )
 
 
 def checkpoint_weights(config: Mapping[str, Any]) -> CheckpointWeights | None:
@@ -186,6 +205,10 @@ def checkpoint_weights(config: Mapping[str, Any]) -> CheckpointWeights | None:
         routed,
         model.hidden,
         model.layers.expert_intermediate_size or 0,
+        model.layers.experts,
+        model.layers.expert_layers,
+        model.layers.expert_biases,
+        float(model.layers.buffer_bytes),
     )
 
 

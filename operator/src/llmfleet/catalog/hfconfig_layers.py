@@ -72,6 +72,10 @@ class Layers:
     experts: int = 0
     experts_per_token: int = 0
     expert_intermediate_size: int | None = None
+    expert_layers: int = 0  # decoder layers with routed experts
+    expert_biases: bool = False  # each routed expert's projections carry biases (gpt-oss)
+    # Buffers vLLM allocates with the weights on every GPU, beyond `parameters`.
+    buffer_bytes: int = 0
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     # The linear layers among `parameters`; the rest (norms, biases, routers) stay 16-bit in

@@ -42,20 +42,12 @@ from llmfleet.models.model_spec import Quantization
 # 8-bit tensor cores; w8a16 and w4a16 dequantize to 16 bits inside the kernel (Marlin).
 Kernel = Literal["w16a16", "w8a8", "w8a16", "w4a16"]
 Match = Literal["exact", "substring", "compressed-tensors"]
+ExpertLayout = Literal["triton-hopper"]
 
 MODELLED_METHODS = ("fp8", "compressed-tensors", "awq", "gptq", "mxfp4")
 _MXFP4_METHODS = ("mxfp4", "gpt_oss_mxfp4")
 _MXFP4_BLOCK = 32  # inputs per e8m0 scale (OCP MX)
 _EXPERTS = "mlp.experts"
-# The tile vLLM 0.32 pads MXFP4 experts to, (hidden, intermediate per GPU), on Hopper (the
-# chart's H100/H200 profiles). select_mxfp4_moe_backend (fused_moe/oracle/mxfp4.py) tries, for
-# gpt-oss, FlashInfer TRT-LLM (Blackwell only), AITER (ROCm), then TRITON, which runs on sm90
-# wherever triton_kernels imports: vLLM's CUDA wheel ships it (vllm/third_party/triton_kernels,
-# cmake/external_projects/triton_kernels.cmake). For TRITON on CUDA,
-# mxfp4_round_up_hidden_size_and_intermediate_size leaves the hidden size and rounds each GPU's
-# intermediate share up to 64. Expert parallelism, data parallelism or all2all kernels would
-# move it to another backend and tile; the planner plans none of them.
-_MXFP4_TILE = (1, 64)
 _REFUSED = {
     "bitsandbytes": (
         "vLLM 0.32, the engine LLMFleet pins, has no bitsandbytes quantization method, so it "
@@ -91,8 +83,9 @@ class QuantFormat:
     match: Match = "exact"
     only: tuple[str, ...] = ()  # GPTQ modules_in_block_to_quantize: the only ones quantized
     lm_head: bool = False
-    # (hidden, intermediate per GPU) multiples vLLM pads routed experts to; None: no padding.
-    expert_tile: tuple[int, int] | None = None
+    # How vLLM holds the routed experts when it repacks them: "triton-hopper" (MXFP4 on the
+    # TRITON backend, catalog/mxfp4_triton.py); None: as the checkpoint stores them.
+    expert_layout: ExpertLayout | None = None
 
     @property
     def label(self) -> str:
@@ -339,7 +332,7 @@ def _mxfp4(method: str) -> QuantFormat:
         scale_bytes=1,
         only=(_EXPERTS,),
         match="substring",
-        expert_tile=_MXFP4_TILE,
+        expert_layout="triton-hopper",
     )
 
 

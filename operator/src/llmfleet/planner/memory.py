@@ -39,8 +39,9 @@ CUDA reports for the GPU; it loads its shard of the weights, profiles a forward 
   and its budget is the utilization times the GPU's whole memory, so they come out of the
   headroom above gpuMemoryUtilization, not the KV cache: at TP 2 vLLM's KV cache was exactly
   the budget less weights, activation peak and 0.07 GiB of non-torch memory.
-  CUDA graphs (0.1-1.3 GiB) come out of the headroom above the utilization: vLLM 0.26.0 does
-  not take them from the KV cache.
+  CUDA graphs (0.1-1.3 GiB) come out of the headroom above the utilization on vLLM 0.26.0's V2
+  runner; its V1 runner (MoE outside DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, e.g. gpt-oss) takes
+  an estimate from the KV cache, not modelled (docs/planner.md, the mxfp4 row).
 * Weights: parameters x bytes per weight; with fp8 (quantized on load) vLLM keeps the
   embeddings and the output head in 16 bits ("Model loading took 67.73 GiB" for Llama-3.1-70B,
   65.75 GiB at 8 bits throughout), so they count at 2 bytes where the architecture gives a
@@ -243,7 +244,8 @@ def fit_on_gpu(
     blocks (each stage's own layers and weights, `pipeline_stages`), whose count vLLM gives all.
     A hybrid (sliding-window) model's tokens are vLLM's for `max_model_len` when given."""
     budget = budget_gib(memory_gib, gpu_memory_utilization, cuda_gib)
-    kernel = as_weights(dtype, quantization).kernel
+    held = as_weights(dtype, quantization)
+    kernel, triton = held.kernel, held.triton_experts
     kv = kv_dtype(dtype, kv_cache_dtype)
     layout = kv_layout(
         arch, kv, tensor_parallel_size, pipeline_parallel_size, max_num_batched_tokens
@@ -275,11 +277,10 @@ def fit_on_gpu(
         )
         return stage, blocks, weights, kv_cache, tokens
 
-    reserve = round_up(runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size))
+    shape = (arch, max_num_batched_tokens, tensor_parallel_size)
+    reserve = round_up(runtime_reserve_gib(*shape, triton_experts=triton))
     stage, _, weights, kv_cache, tokens = smallest_stage(reserve)
-    cached_reserve = round_up(
-        runtime_reserve_gib(arch, max_num_batched_tokens, tensor_parallel_size, kernel)
-    )
+    cached_reserve = round_up(runtime_reserve_gib(*shape, kernel, triton))
     cached_tokens = smallest_stage(cached_reserve)[4] if cached_reserve < reserve else tokens
     return GpuFit(
         tensor_parallel_size,

@@ -193,7 +193,9 @@ def does_not_fit(
         # activation reserve follows maxNumBatchedTokens, not maxModelLen).
         options.append(f"spec.engine.maxModelLen {longest} or less")
     room = fit.budget_gib - fit.weights_gib - fit.lora_gib - one_sequence
-    batched = batched_tokens_within(arch, room, fit.tensor_parallel_size)
+    batched = batched_tokens_within(
+        arch, room, fit.tensor_parallel_size, settings.weights.triton_experts
+    )
     if settings.max_num_seqs is not None:
         batched = batched if batched >= settings.max_num_seqs else 0
     if 0 < batched < settings.max_num_batched_tokens:

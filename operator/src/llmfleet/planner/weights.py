@@ -53,6 +53,11 @@ class Weights:
     def sixteen_bit(self) -> bool:
         return self.kernel == "w16a16"
 
+    @property
+    def triton_experts(self) -> bool:
+        """MXFP4 experts, which vLLM runs on its TRITON MoE backend (catalog/mxfp4_triton.py)."""
+        return self.checkpoint is not None and self.checkpoint.format.expert_layout is not None
+
 
 def typed(dtype: Dtype, quantization: Quantization, source: str | None = None) -> Weights:
     """Weights as spec.model.quantization names them, sized from parametersBillions."""
