@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+from kubernetes import client
 from localcluster.claims import CLAIM_NAMESPACE_LABEL as TEST_NAMESPACE_LABEL
 from localcluster.claims import bound_claim
-from localcluster.metricsstack.load import PRODUCT
+from localcluster.metricsstack.load import PRODUCT, hold_gpus, wait_free_gpus
 from localcluster.noderunner import adaptations
 from localcluster.operator_pod import OperatorPod
 from localcluster.operator_process import (
@@ -33,6 +35,7 @@ __all__ = [
     "STAND_IN",
     "TEST_NAMESPACE_LABEL",
     "Operator",
+    "apply_with_gpus",
     "bound_claim",
     "condition",
     "e2e_operator",
@@ -95,6 +98,23 @@ def stand_in(
     }
     engine["podAnnotations"] = {**(engine.get("podAnnotations") or {}), **STAND_IN, **settings}
     return body
+
+
+def apply_with_gpus(
+    cluster: Cluster,
+    core: client.CoreV1Api,
+    namespace: str,
+    node: str,
+    gpus: int,
+    body: dict[str, Any],
+) -> None:
+    """Apply `body` in `namespace` once `gpus` GPUs of the node runner `node` are free (pods of an
+    earlier test may still be draining), holding any beyond them so that the test sees exactly
+    `gpus` (a node runner someone else started may have more)."""
+    free = wait_free_gpus(core, node, gpus)
+    if free > gpus:
+        hold_gpus(core, namespace, free - gpus)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
 
 
 def e2e_operator(cluster: Cluster, hub_url: str) -> Operator:

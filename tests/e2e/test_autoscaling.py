@@ -55,18 +55,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.load import (
     EngineLoad,
     Generator,
     delete_llmd,
-    hold_gpus,
     pod_ready,
     summarize,
     tiny_llmd,
-    wait_free_gpus,
     wait_until,
 )
 from localcluster.metricsstack.scrape_config import ENGINE_JOB, OPERATOR_JOB
@@ -76,7 +73,7 @@ from localcluster.sampler import read as sampler_read
 from localcluster.supervisor import REPO, RUNNER_POD_NETWORK, Cluster, ahead_of_workloads
 
 from e2e import harness, localnode, observe
-from e2e.harness import Operator, condition, stand_in
+from e2e.harness import Operator, apply_with_gpus, condition, stand_in
 
 pytestmark = [
     pytest.mark.cluster,
@@ -451,10 +448,6 @@ def deploy_one_engine_behind_the_router(seen: dict[str, Any], fleet: Fleet) -> N
     cluster, metrics_stack, operator = fleet.cluster, fleet.metrics_stack, fleet.operator
     core, namespace, node_runner, t0 = fleet.core, fleet.namespace, fleet.node_runner, fleet.t0
     metrics_stack.scrape(OPERATOR_JOB, operator.metrics_target)
-    # (Pods of an earlier test may still be draining.)
-    free = wait_free_gpus(core, node_runner, NODE_GPUS)
-    if free > NODE_GPUS:
-        hold_gpus(core, namespace, free - NODE_GPUS)
     body = tiny_llmd(
         NAME,
         max_num_seqs=MAX_NUM_SEQS,
@@ -464,7 +457,7 @@ def deploy_one_engine_behind_the_router(seen: dict[str, Any], fleet: Fleet) -> N
         scaleDownStabilizationSeconds=20,
     )
     stand_in(body, token_seconds=TOKEN_SECONDS, warm_up_seconds=WARM_UP_SECONDS)
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+    apply_with_gpus(cluster, core, namespace, node_runner, NODE_GPUS, body)
     first = wait_until(fleet.ready_names, STARTUP_TIMEOUT, 1, "the first engine pod Ready")[0]
     print(f"first engine Ready at +{time.monotonic() - t0:.0f}s")
     (router_pod,) = wait_until(

@@ -21,23 +21,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.load import (
     EngineLoad,
     delete_llmd,
-    hold_gpus,
     pod_ready,
     tiny_llmd,
-    wait_free_gpus,
     wait_until,
 )
 from localcluster.routerapi import routed_engines
 from localcluster.supervisor import Cluster
 
 from e2e import harness, localnode
-from e2e.harness import Operator, stand_in
+from e2e.harness import Operator, apply_with_gpus, stand_in
 
 pytestmark = [
     pytest.mark.cluster,
@@ -109,9 +106,6 @@ def test_a_standby_engine_wakes_on_a_surge_before_the_hpas_pod_and_sleeps_after_
     namespace = f"t-standby-{os.getpid()}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     try:
-        free = wait_free_gpus(core, node_runner, NODE_GPUS)
-        if free > NODE_GPUS:
-            hold_gpus(core, namespace, free - NODE_GPUS)
         body = tiny_llmd(
             NAME,
             max_num_seqs=MAX_NUM_SEQS,
@@ -121,7 +115,7 @@ def test_a_standby_engine_wakes_on_a_surge_before_the_hpas_pod_and_sleeps_after_
             standby={"replicas": 1, "cooldownSeconds": COOLDOWN_SECONDS},
         )
         stand_in(body, token_seconds=0.01, warm_up_seconds=WARM_UP_SECONDS)
-        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+        apply_with_gpus(cluster, core, namespace, node_runner, NODE_GPUS, body)
 
         def pods(selector: str) -> list[client.V1Pod]:
             return [

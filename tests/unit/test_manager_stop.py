@@ -1,9 +1,11 @@
 """A stopping leader ends every writer before it may hand the Lease over: its loops are joined, a
-reconcile that outlives the drain (an adapter fetch) can write nothing more, and the writes
-already sent have ended, all within the drain plus one call timeout."""
+reconcile that outlives the drain (an adapter fetch) can write nothing more, a standby engine's
+sleep in flight beside them is aborted, and the writes already sent have ended, all within the
+drain plus one call timeout."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import Any
@@ -15,6 +17,7 @@ from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
 from llmfleet.reconcile import manager as manager_module
 from llmfleet.reconcile.llmdeployment.stallwatch import StallWatch
 from llmfleet.reconcile.llmdeployment.standbyloop import StandbyWatch
+from llmfleet.reconcile.machinery.backgroundcalls import Request
 from llmfleet.reconcile.machinery.resync import Resyncer
 from llmfleet.reconcile.machinery.workqueue import Backoff
 from llmfleet.reconcile.machinery.writegate import GatedApiClient, NotLeadingError, WriteGate
@@ -162,3 +165,22 @@ def test_stop_returns_at_once_when_nothing_runs(
     running.stop(timeout=5)
     assert time.monotonic() - started < 1
     assert not running.gate.is_open()
+
+
+def test_stop_aborts_a_standby_engines_sleep_in_flight_before_it_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    journal, fetch_done = Journal(), threading.Event()
+    running = writing_manager(monkeypatch, journal, fetch_done)
+    calls = running.deployments.standby.calls
+    with socket.create_server(("127.0.0.1", 0)) as never_answers:
+        url = f"http://127.0.0.1:{never_answers.getsockname()[1]}/sleep?level=1"
+        # A 72B fp8 takes a minute to fall asleep: far longer than the drain.
+        assert calls.start(("ns", "chat"), Request("chat-standby-a", url, "/sleep", 120.0, {}))
+        connection, _ = never_answers.accept()
+        with connection:
+            started = time.monotonic()
+            running.stop(timeout=DRAIN)
+            assert time.monotonic() - started < DRAIN + CALL_TIMEOUT + 0.5
+            assert len(calls) == 0
+            assert not calls.start(("ns", "chat"), Request("chat-standby-b", url, "/sleep", 1, {}))

@@ -253,6 +253,36 @@ def test_a_body_is_posted_as_json_with_the_headers_given(
     assert headers["Authorization"] == "Bearer t"
 
 
+def test_an_aborted_call_ends_at_once_and_a_later_one_is_not_sent(
+    serve: Callable[[], Server],
+) -> None:
+    pod = serve()
+    pod.delay = 1.5  # the pod would answer long after the abort
+    url = f"http://127.0.0.1:{pod.port}/sleep"
+    abort = podcall.Abort()
+    errors: list[str] = []
+
+    def sleep() -> None:
+        try:
+            call(url, {}, 30, abort=abort)
+        except PodCallError as e:
+            errors.append(str(e))
+
+    caller = threading.Thread(target=sleep)
+    caller.start()
+    deadline = time.monotonic() + 5
+    while not pod.got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    abort.abort()
+    caller.join(5)
+    assert time.monotonic() - started < 0.5
+    assert [e.startswith(f"{url} did not answer") for e in errors] == [True]
+    with pytest.raises(PodCallError, match="not sent: the operator is stopping"):
+        call(url, {}, 30, abort=abort)
+    assert len(pod.got) == 1
+
+
 # Modules that speak HTTP but not to pods, and why they differ from reconcile/machinery/podcall.py.
 NOT_POD_CALLS = {
     "catalog/hub.py": "the Hub, by name, through the operator's proxy, following redirects",

@@ -10,8 +10,9 @@ Watching and writing start apart: a standby replica keeps the view warm (`start_
 writes nothing; the leader also runs the queues, the resync and the poll (`start_writing`).
 Changes heard while standing by wait in the queues, deduplicated per owner.
 
-Stopping ends every writer before the caller hands the Lease over: the loops are told to stop and
-joined for up to `DRAIN_SECONDS`; then the write gate shuts, so what still runs (a reconcile
+Stopping ends every writer before the caller hands the Lease over: the loops are told to stop,
+the calls to pods in flight beside them (a standby engine's sleep) are aborted, and all are joined
+for up to `DRAIN_SECONDS`; then the write gate shuts, so what still runs (a reconcile
 waiting on an adapter fetch or load) can write nothing more, and the writes already admitted are
 waited for (each bounded by the gate's call timeout).
 """
@@ -115,6 +116,11 @@ class Manager:
             STALL_POLL_TICK_SECONDS,
         )
 
+        # The standby engines' sleep and wake calls run beside the queue; each one's end
+        # enqueues its LLMDeployment (reconcile/machinery/backgroundcalls.py).
+        self._calls = self.deployments.standby.calls
+        self._calls.notify_to(self.loops[DEPLOYMENT_LABEL].enqueue)
+
         self.writing = False
 
     def start_watching(self) -> None:
@@ -141,7 +147,11 @@ class Manager:
             self._standby_poll.stop()
             for loop in self.loops.values():
                 loop.queue.stop()
+            # Before the queues are joined: a reconcile still running starts no call, and the
+            # calls in flight are aborted rather than waited for (a sleep may take minutes).
+            self._calls.stop()
             ended = [loop.queue.join(end - time.monotonic()) for loop in self.loops.values()]
+            ended.append(self._calls.join(end - time.monotonic()))
             ended.append(self._resync.join(end - time.monotonic()))
             ended.append(self._stall_poll.join(end - time.monotonic()))
             ended.append(self._standby_poll.join(end - time.monotonic()))

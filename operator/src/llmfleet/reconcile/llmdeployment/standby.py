@@ -1,6 +1,6 @@
 """When to wake a standby engine and when to put one back to sleep (spec.autoscaling.standby;
 docs/autoscaling.md, "Standby engines"). Pure: the loop that scrapes the queue and calls the
-engines is not built yet."""
+engines is standbyloop.py."""
 
 from __future__ import annotations
 

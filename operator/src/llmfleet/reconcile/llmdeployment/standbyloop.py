@@ -4,6 +4,12 @@ engines in rotation, and wake or sleep one standby engine as `standby.decide` sa
 is called through podcall with the standby token (llmfleet.devfence lets nothing else through);
 its readiness gate (render.standby.STANDBY_GATE) keeps it out of rotation while asleep.
 
+The calls run in the background (machinery/backgroundcalls.py: a 72B fp8 takes a minute to fall
+asleep, and a reconcile must not hold a queue worker that long): a reconcile starts one and
+returns; its end enqueues the LLMDeployment, and the next reconcile turns the gate, emits the
+Event, or, when the engine did not answer as vLLM does, says so (a Warning Event) and leaves the
+engine's gate as it was, to be called again once the pod's backoff has passed.
+
 A sleeping vLLM holds requests instead of refusing them, so the gate goes False before an engine
 is put to sleep and True only after it answered its wake-up."""
 
@@ -24,13 +30,20 @@ from llmfleet import metrics as m
 from llmfleet import metrics_reconcile
 from llmfleet.models.standby import StandbyPlan, StandbyStatus
 from llmfleet.reconcile.machinery import podcall
+from llmfleet.reconcile.machinery.backgroundcalls import (
+    BackgroundCalls,
+    Caller,
+    Calls,
+    Outcome,
+    Request,
+)
 from llmfleet.render.names import Owner
 from llmfleet.render.standby import STANDBY_GATE, STANDBY_LABEL, standby_name
 
 from . import reasons as r
 from .fetcher_token import FetcherTokens
 from .kvcache import Scraper, scrape, scrape_all
-from .standby import StandbyState, decide
+from .standby import StandbyDecision, StandbyState, decide
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +59,18 @@ POLL_SECONDS = 5.0
 SLEEP_AFTER_START = "/sleep?level=1"
 SLEEP_AGAIN = "/sleep?level=1&mode=wait"
 WAKE_UP = "/wake_up"
+# The standby gate's reasons. FALLING_ASLEEP: out of rotation, its sleep sent or owed (it failed),
+# kept in the pod so that a new leader sends it again.
+ASLEEP, WOKEN, FALLING_ASLEEP = "Asleep", "Woken", "FallingAsleep"
 
-# (url, timeout, headers) -> (status, text): podcall.call's POST, without a body
-Caller = Callable[[str, float, Mapping[str, str]], tuple[int, str]]
 # (pod, gate status, reason)
 GateSetter = Callable[[str, bool, str], None]
 
 
-def post(url: str, timeout: float, headers: Mapping[str, str]) -> tuple[int, str]:
-    return podcall.call(url, {}, timeout, headers)
+def post(
+    url: str, timeout: float, headers: Mapping[str, str], abort: podcall.Abort
+) -> tuple[int, str]:
+    return podcall.call(url, {}, timeout, headers, abort=abort)
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,53 @@ class StandbyReport:
     slept: tuple[str, ...] = ()
     # A standby engine that did not answer its call as vLLM does: pod -> why
     failed: Mapping[str, str] | None = None
+    # Standby engines with a sleep or wake call in flight
+    calling: tuple[str, ...] = ()
+
+
+class _Step:
+    """What one step saw and did: gates turned, calls started, engines counted by gate."""
+
+    def __init__(self, headers: Mapping[str, str], set_gate: GateSetter) -> None:
+        self.headers = headers
+        self._set_gate = set_gate
+        self.written: dict[str, tuple[str, str]] = {}  # pod -> the gate's status and reason
+        self.counts = {"True": 0, "False": 0}
+        self.awake: list[dict[str, Any]] = []  # candidates to sleep: no call in flight
+        self.asleep: list[dict[str, Any]] = []  # candidates to wake
+        self.woken: list[str] = []
+        self.slept: list[str] = []
+        self.started: list[str] = []
+        self.waking = False  # an engine woken whose queue is not counted yet (not Ready)
+        self.failed: dict[str, str] = {}
+
+    def ended(
+        self, pod: str, outcome: Outcome, gate: str | None, reason: str
+    ) -> tuple[str | None, str]:
+        """Act on the end of `pod`'s call: its gate and reason after it."""
+        if outcome.error is not None:
+            self.failed[pod] = outcome.error
+            return gate, reason
+        if outcome.path == WAKE_UP:
+            self.set_gate(pod, True, WOKEN)
+            self.woken.append(pod)
+            return "True", WOKEN
+        self.set_gate(pod, False, ASLEEP)
+        if outcome.path == SLEEP_AGAIN:
+            self.slept.append(pod)
+        return "False", ASLEEP
+
+    def set_gate(self, pod: str, awake: bool, reason: str) -> None:
+        self._set_gate(pod, awake, reason)
+        self.written[pod] = ("True" if awake else "False", reason)
+
+
+def _gate(pod: dict[str, Any]) -> tuple[str | None, str]:
+    """The standby gate's status (None: never set) and reason."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == STANDBY_GATE:
+            return str(c.get("status")), str(c.get("reason") or "")
+    return None, ""
 
 
 def _condition(pod: dict[str, Any], kind: str) -> str | None:
@@ -111,7 +174,9 @@ def waiting_per_pod(pages: list[str | None]) -> float | None:
 
 
 class StandbyWatch:
-    """Per LLMDeployment, since when its queue has stayed low, and which are due a look."""
+    """Per LLMDeployment, since when its queue has stayed low, which are due a look, and the
+    sleep and wake calls in flight (`calls`: each on a thread of its own, as a 72B fp8 takes a
+    minute to fall asleep; its end enqueues the LLMDeployment, whose next reconcile acts on it)."""
 
     def __init__(
         self,
@@ -122,11 +187,14 @@ class StandbyWatch:
     ) -> None:
         self._port = port
         self._scraper = scraper
-        self._caller = caller
         self._clock = clock
+        self.calls = BackgroundCalls(caller)
         self._lock = threading.Lock()
         self._low_since: dict[tuple[str, str], float | None] = {}
         self._due: dict[tuple[str, str], float] = {}
+        # The gates this watch turned that the view may not show yet, per LLMDeployment and pod:
+        # a reconcile that ran before the view heard of one must not send its call again.
+        self._written: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
 
     def step(
         self,
@@ -144,71 +212,81 @@ class StandbyWatch:
         with self._lock:
             self._due[key] = now + POLL_SECONDS
             low_since = self._low_since.get(key)
-        headers = {"Authorization": f"Bearer {token}"}
-        failed: dict[str, str] = {}
-        awake, asleep, slept = [], [], []
+            written = dict(self._written.get(key, {}))
+        standby = {str(p["metadata"]["name"]) for p in pods if is_standby(p)}
+        self.calls.keep_only(key, standby)
+        calls = self.calls.snapshot(key)
+        step = _Step({"Authorization": f"Bearer {token}"}, set_gate)
+        step.written.update((pod, gate) for pod, gate in written.items() if pod in standby)
         for pod in standby_engines(pods):
-            gate = _condition(pod, STANDBY_GATE)
-            if gate is None:  # just started: awake, out of rotation
-                if self._call(pod, SLEEP_AFTER_START, SLEEP_TIMEOUT_SECONDS, headers, failed):
-                    set_gate(pod["metadata"]["name"], False, "Asleep")
-                    asleep.append(pod)
-            elif gate == "True":
-                awake.append(pod)
-            else:
-                asleep.append(pod)
-        serving = in_rotation(pods)
-        ips = [str(p["status"]["podIP"]) for p in serving]
+            self._look_at(key, pod, calls, step)
+        ips = [str(p["status"]["podIP"]) for p in in_rotation(pods)]
         queue = waiting_per_pod(scrape_all(self._scraper, ips, self._port))
-        state = StandbyState(asleep=len(asleep), awake=len(awake), low_since=low_since)
-        decision = decide(plan, state, queue, now)
-        woken = []
+        if step.waking or WAKE_UP in calls.in_flight.values():
+            # One wake at a time: the next once the queue counts the engine woken last.
+            decision = StandbyDecision(None, low_since)
+        else:
+            state = StandbyState(len(step.asleep), len(step.awake), low_since)
+            decision = decide(plan, state, queue, now)
         if decision.action == "wake":
-            pod = asleep[0]
-            if self._call(pod, WAKE_UP, WAKE_TIMEOUT_SECONDS, headers, failed):
-                set_gate(pod["metadata"]["name"], True, "Woken")
-                woken.append(str(pod["metadata"]["name"]))
-                asleep.remove(pod)
-                awake.append(pod)
+            self._start(key, step.asleep[0], WAKE_UP, WAKE_TIMEOUT_SECONDS, step)
         elif decision.action == "sleep":
-            pod = awake[-1]
-            set_gate(pod["metadata"]["name"], False, "Asleep")
-            if self._call(pod, SLEEP_AGAIN, SLEEP_TIMEOUT_SECONDS, headers, failed):
-                slept.append(str(pod["metadata"]["name"]))
-                awake.remove(pod)
-                asleep.append(pod)
+            pod = step.awake[-1]
+            # Out of rotation before it sleeps, and its gate's reason says it owes a sleep.
+            step.set_gate(pod["metadata"]["name"], False, FALLING_ASLEEP)
+            step.counts["True"] -= 1
+            step.counts["False"] += 1
+            self._start(key, pod, SLEEP_AGAIN, SLEEP_TIMEOUT_SECONDS, step)
         with self._lock:
             self._low_since[key] = decision.low_since
+            self._written[key] = step.written
         return StandbyReport(
-            asleep=len(asleep),
-            awake=len(awake),
-            woken=tuple(woken),
-            slept=tuple(slept),
-            failed=failed or None,
+            asleep=step.counts["False"],
+            awake=step.counts["True"],
+            woken=tuple(step.woken),
+            slept=tuple(step.slept),
+            failed=step.failed or None,
+            calling=tuple(sorted(set(calls.in_flight) | set(step.started))),
         )
 
-    def _call(
-        self,
-        pod: dict[str, Any],
-        path: str,
-        timeout: float,
-        headers: Mapping[str, str],
-        failed: dict[str, str],
-    ) -> bool:
+    def _look_at(
+        self, key: tuple[str, str], pod: dict[str, Any], calls: Calls, step: _Step
+    ) -> None:
+        """Act on the end of `pod`'s call, count it, and start the sleep it owes or list it as a
+        candidate for the decision."""
+        name = str(pod["metadata"]["name"])
+        gate, reason = _gate(pod)
+        if step.written.get(name, (gate, reason)) == (gate, reason):
+            step.written.pop(name, None)  # the view has caught up
+        else:
+            gate, reason = step.written[name]
+        ended = calls.ended.get(name)
+        if ended is not None:
+            gate, reason = step.ended(name, ended, gate, reason)
+            self.calls.settle(key, name)
+        if gate is not None:
+            step.counts[gate] += 1
+        if name in calls.in_flight or self.calls.backing_off(key[0], name):
+            return
+        if gate is None:  # just started: awake, out of rotation
+            self._start(key, pod, SLEEP_AFTER_START, SLEEP_TIMEOUT_SECONDS, step)
+        elif gate == "False" and reason == FALLING_ASLEEP:  # its sleep failed: again
+            self._start(key, pod, SLEEP_AGAIN, SLEEP_TIMEOUT_SECONDS, step)
+        elif gate == "True":
+            step.awake.append(pod)
+            step.waking |= _condition(pod, "Ready") != "True"
+        else:
+            step.asleep.append(pod)
+
+    def _start(
+        self, key: tuple[str, str], pod: dict[str, Any], path: str, timeout: float, step: _Step
+    ) -> None:
         name = str(pod["metadata"]["name"])
         url = podcall.pod_url(str(pod["status"]["podIP"]), self._port, path)
         if url is None:
-            failed[name] = "no IP address"
-            return False
-        try:
-            status, text = self._caller(url, timeout, headers)
-        except podcall.PodCallError as e:
-            failed[name] = str(e)
-            return False
-        if status != 200:
-            failed[name] = f"POST {path} answered {status}: {text[:200]}"
-            return False
-        return True
+            step.failed[name] = "no IP address"
+        elif self.calls.start(key, Request(name, url, path, timeout, step.headers)):
+            step.started.append(name)
 
     def due(self) -> list[tuple[str, str]]:
         """The LLMDeployments with standby engines whose queue is due a look."""
@@ -223,6 +301,8 @@ class StandbyWatch:
         with self._lock:
             self._low_since.pop((namespace, name), None)
             self._due.pop((namespace, name), None)
+            self._written.pop((namespace, name), None)
+        self.calls.forget((namespace, name))
 
 
 STANDBY_PURPOSE = "standby"  # the token's purpose (reconcile.llmdeployment.fetcher_token)
@@ -281,6 +361,13 @@ def reconcile_standby(
         )
     for pod, why in sorted((report.failed or {}).items()):
         log.warning("standby engine pod %s/%s: %s", ns, pod, why)
+        emit(
+            body,
+            "Warning",
+            r.STANDBY_CALL_FAILED_EVENT,
+            f"standby engine pod {pod}: {why}; its gate is unchanged, and it is called again "
+            "after a backoff while still needed",
+        )
     m.set_standby(
         ns,
         name,

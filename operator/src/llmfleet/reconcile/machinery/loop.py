@@ -8,7 +8,9 @@ What enqueues:
   other metadata changes, which nothing reconciles on;
 - the child informers (`cache.py`): a change to a child enqueues its owner, named by its labels;
 - the periodic sources (`resync.py`): the resync of every LLMDeployment and the poll of running
-  LLMBatchJobs, which leave alone a key that waits out a failure's backoff.
+  LLMBatchJobs, which leave alone a key that waits out a failure's backoff;
+- the end of a call to a pod too long for a reconcile (`backgroundcalls.py`: a standby engine's
+  sleep), at once or after that pod's backoff.
 """
 
 from __future__ import annotations
@@ -65,9 +67,10 @@ class KindLoop:
         self.queue = WorkQueue(name, reconciler.work, workers)
         self._filter = GenerationFilter()
 
-    def enqueue(self, namespace: str, name: str) -> None:
-        """Reconcile the resource as soon as a worker is free (a child changed)."""
-        self.queue.add((namespace, name))
+    def enqueue(self, namespace: str, name: str, delay: float = 0.0) -> None:
+        """Reconcile the resource as soon as a worker is free (a child changed), or `delay`
+        seconds from now (a call to a pod failed and backs off)."""
+        self.queue.add((namespace, name), delay)
 
     def enqueue_periodic(self, namespace: str, name: str) -> None:
         """The resync's and the poll's door: a resource waiting out a failure's backoff keeps
