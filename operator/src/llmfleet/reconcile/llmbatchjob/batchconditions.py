@@ -71,7 +71,8 @@ def running(v: JobView) -> Condition:
     running_now = f"{v.running} of {v.shards} shards running" + (
         f", {len(v.preempted)} preempted" if v.preempted else ""
     )
-    if v.blockers and not v.running:
+    # A preempted shard's pod waits for the GPUs its preemptor holds: Preempted says so.
+    if v.blockers and not v.running and not v.preempted:
         message = f"{running_now}, the others cannot start: {describe_blockers(v.blockers)}"
         return condition(r.RUNNING, FALSE, v.blockers[0].reason, message, g)
     reason = r.SHARDS_RUNNING if v.running else r.SHARDS_STARTING
