@@ -78,7 +78,10 @@ def running(v: JobView) -> Condition:
     reason = r.SHARDS_RUNNING if v.running else r.SHARDS_STARTING
     if v.preempted and not v.running:
         reason = r.SHARDS_PREEMPTED
-    message = f"{running_now}: {v.counts}{extra}"
+    # Named while others run too: the Warning Event for a cause is posted once, when status
+    # first names it, not on every write while it lasts.
+    blocked = f"; the others cannot start: {describe_blockers(v.blockers)}" if v.blockers else ""
+    message = f"{running_now}: {v.counts}{extra}{blocked}"
     return condition(r.RUNNING, TRUE if v.running else FALSE, reason, message, g)
 
 
