@@ -6,10 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmfleet.reconcile.machinery.exit_words import OUT_OF_MEMORY_ADVICE, advice_for, last_words
+from llmfleet.reconcile.machinery.exit_words import advice_for, last_words
 from llmfleet.render.names import ENGINE_CONTAINER
-
-__all__ = ["OUT_OF_MEMORY_ADVICE", "Crash", "crashes"]
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,11 @@
-"""Pending pods the scheduler cannot place, and the stable part of what it says of them (what
-is short), which does not change from one scheduling attempt to the next."""
+"""Pending pods the scheduler cannot place, with what it says of them (read by
+machinery/scheduler_words, which both kinds share)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.reconcile.machinery.scheduler_words import (
-    GPU_SHORTAGE,
-    shortages_in,
-    unschedulable_message,
-)
-
-__all__ = ["GPU_SHORTAGE", "shortages_in", "unschedulable_pods"]
+from llmfleet.reconcile.machinery.scheduler_words import unschedulable_message
 
 
 def unschedulable_pods(pods: tuple[dict[str, Any], ...]) -> list[tuple[str, str]]:
