@@ -97,9 +97,9 @@ def waiting_status(
 def causes_of(blockers: Sequence[Blocker], priority: str) -> list[Blocker]:
     """What keeps a job's shards from starting, of what the scheduler and the kubelet said. A
     Spare job's shard that finds no free GPU waits Pending at the spare class until one frees,
-    for hours if online serving needs them: what spare means, not a cause. Reported as one, it
-    read Running=False InsufficientGPUs before any shard ran and posted a Warning Event on every
-    status write while a shard waited, which for a Spare job is always."""
+    for hours if online serving needs them: what spare means, not a cause. As one, a Spare job
+    would read Running=False InsufficientGPUs until a shard ran, and warn of the shortage while
+    any shard waits, which for a Spare job is most of its life."""
     if priority != SPARE:
         return list(blockers)
     return [b for b in blockers if b.reason != INSUFFICIENT_GPUS]
