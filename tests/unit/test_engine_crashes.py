@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from llmfleet.reconcile.llmdeployment.engine_crashes import OUT_OF_MEMORY_ADVICE, crashes
+from llmfleet.reconcile.llmdeployment.engine_crashes import crashes
+from llmfleet.reconcile.machinery.exit_words import OUT_OF_MEMORY_ADVICE
 
 
 def pod(

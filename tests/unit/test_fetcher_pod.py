@@ -15,7 +15,7 @@ from llmfleet.fetcher.paths import FETCH_ROOT, FETCHER_PORT
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.network_policy import parse_engine_network_policy
 from llmfleet.planner import plan
-from llmfleet.reconcile.machinery.causes import blockers
+from llmfleet.reconcile.machinery.pod_blockers import blockers
 from llmfleet.reconcile.machinery.references import deployment_references
 from llmfleet.render import render_fleet
 from llmfleet.settings import OperatorSettings

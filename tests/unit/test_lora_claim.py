@@ -13,7 +13,7 @@ from stuckpods import unschedulable
 
 from llmfleet.models import LLMBatchJobSpec, LLMDeploymentSpec, field_problems
 from llmfleet.planner import plan
-from llmfleet.reconcile.machinery.causes import blockers
+from llmfleet.reconcile.machinery.pod_blockers import blockers
 from llmfleet.reconcile.machinery.references import deployment_references
 
 CLAIM = {"claimName": "team-adapters"}

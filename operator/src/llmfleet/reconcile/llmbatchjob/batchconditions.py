@@ -71,13 +71,17 @@ def running(v: JobView) -> Condition:
     running_now = f"{v.running} of {v.shards} shards running" + (
         f", {len(v.preempted)} preempted" if v.preempted else ""
     )
-    if v.blockers and not v.running:
+    # A preempted shard's pod waits for the GPUs its preemptor holds: Preempted says so.
+    if v.blockers and not v.running and not v.preempted:
         message = f"{running_now}, the others cannot start: {describe_blockers(v.blockers)}"
         return condition(r.RUNNING, FALSE, v.blockers[0].reason, message, g)
     reason = r.SHARDS_RUNNING if v.running else r.SHARDS_STARTING
     if v.preempted and not v.running:
         reason = r.SHARDS_PREEMPTED
-    message = f"{running_now}: {v.counts}{extra}"
+    # Named while others run too: the Warning Event for a cause is posted once, when status
+    # first names it, not on every write while it lasts.
+    blocked = f"; the others cannot start: {describe_blockers(v.blockers)}" if v.blockers else ""
+    message = f"{running_now}: {v.counts}{extra}{blocked}"
     return condition(r.RUNNING, TRUE if v.running else FALSE, reason, message, g)
 
 

@@ -53,7 +53,7 @@ from .batchstatus import (
     refused_status,
 )
 from .preemption import preemptor
-from .spare import SpareClass, waiting_status
+from .spare import SPARE, SpareClass, causes_of, waiting_status
 
 SCRAPE_TIMEOUT_SECONDS = 2.0
 # The runner's page holds a few counters per shard; far larger is not the runner.
@@ -144,7 +144,7 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         job = self.view.get("batch/v1", "Job", ns, job_name(name))
         finished = old.job_name and old.phase in FINISHED
         if job is None and not finished:
-            waiting = self.spare.missing() if spec.priority == "Spare" else None
+            waiting = self.spare.missing() if spec.priority == SPARE else None
             if waiting is not None:
                 new = waiting_status(old, generation(body), planned.summary(), waiting)
                 if self.write_status(body, new):
@@ -161,7 +161,7 @@ class BatchJobController(Reconciler[LLMBatchJobSpec, LLMBatchJobStatus]):
         failed_for_good = indexes(job_status.get("failedIndexes"))
         previous = {s.index: s for s in old.shard_status}
         observed = observe_shards(shards, pods, completed, failed_for_good, self.scraper, previous)
-        blocked = self.blockers(pods, batch_references(spec, planned))
+        blocked = causes_of(self.blockers(pods, batch_references(spec, planned)), spec.priority)
         new = batch_status(
             old=old,
             generation=generation(body),

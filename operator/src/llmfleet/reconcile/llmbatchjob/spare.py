@@ -1,17 +1,21 @@
 """Whether a Spare LLMBatchJob can start: the operator was given a spare PriorityClass (its
 --spare-priority-class, the chart's priorityClasses.spare.name) and the class exists. A Spare job
 never runs at normal priority instead: until both hold it waits, Running=False with the reason,
-and starts with no edit once they do (the spec is immutable; the admin fixes the operator)."""
+and starts with no edit once they do (the spec is immutable; the admin fixes the operator).
+
+And what is no fault of a Spare job: its shards waiting for GPUs (`causes_of`)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kubernetes import client as k8s
 
 from llmfleet.models.batchjob_status import LLMBatchJobStatus
 from llmfleet.models.status import PlanSummary
+from llmfleet.reconcile.machinery.causes import INSUFFICIENT_GPUS, Blocker
 from llmfleet.reconcile.machinery.conditions import FALSE, condition, keep_transition_times
 
 from . import reasons as r
@@ -19,6 +23,7 @@ from . import reasons as r
 log = logging.getLogger(__name__)
 
 CHART_VALUE = "priorityClasses.spare.name"
+SPARE = "Spare"  # spec.priority
 
 
 @dataclass(frozen=True)
@@ -87,3 +92,14 @@ def waiting_status(
             "conditions": keep_transition_times(conds, old.conditions),
         }
     )
+
+
+def causes_of(blockers: Sequence[Blocker], priority: str) -> list[Blocker]:
+    """What keeps a job's shards from starting, of what the scheduler and the kubelet said. A
+    Spare job's shard that finds no free GPU waits Pending at the spare class until one frees,
+    for hours if online serving needs them: what spare means, not a cause. As one, a Spare job
+    would read Running=False InsufficientGPUs until a shard ran, and warn of the shortage while
+    any shard waits, which for a Spare job is most of its life."""
+    if priority != SPARE:
+        return list(blockers)
+    return [b for b in blockers if b.reason != INSUFFICIENT_GPUS]

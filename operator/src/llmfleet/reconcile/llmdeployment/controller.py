@@ -19,7 +19,6 @@ from llmfleet.planner.engine_args import EXTRA_ARGS_FIELD, weakening_args
 from llmfleet.reconcile.machinery.apply import ApplyResult, ref
 from llmfleet.reconcile.machinery.base import Reconciler, generation
 from llmfleet.reconcile.machinery.cache import ChildView
-from llmfleet.reconcile.machinery.causes import blockers
 from llmfleet.reconcile.machinery.conditions import find
 from llmfleet.reconcile.machinery.modelconfig import ModelConfigs
 from llmfleet.reconcile.machinery.references import deployment_references
@@ -178,8 +177,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
 
         children = self.view.by_label("v1", "Pod", ns, *mine)
         pods = tuple(p for p in children if not is_router(p))
-        # No Event read: no field of an LLMDeployment gives its pods a Secret or ConfigMap volume.
-        blocked = tuple(blockers(children, deployment_references(spec, planned)))
+        blocked = tuple(self.blockers(children, deployment_references(spec, planned)))
         adapters, busy = self._sync_adapters(
             ns, name, spec, planned, pods=pods, generation=generation(body)
         )

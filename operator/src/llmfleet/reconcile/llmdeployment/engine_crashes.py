@@ -3,27 +3,11 @@ memory, what to change in the spec."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from llmfleet.reconcile.machinery.exit_words import advice_for, last_words
 from llmfleet.render.names import ENGINE_CONTAINER
-
-# Said of an engine that died for want of memory: the exit reason, or vLLM's and PyTorch's words.
-_OUT_OF_MEMORY = re.compile(
-    r"OOMKilled|CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks|"
-    r"larger than the available KV cache memory",
-    re.IGNORECASE,
-)
-OUT_OF_MEMORY_ADVICE = (
-    "the engine ran out of memory: quantize to fp8 (spec.model.quantization), give it more GPUs "
-    "(spec.gpus.count) or a shorter context (spec.engine.maxModelLen)"
-)
-# A log line's prefix (level, date, time, source), which differs on every crash.
-_LOG_PREFIX = re.compile(
-    r"^(\(\w+ pid=\d+\)\s*)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)?\s*"
-    r"(\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?\s*)?(\[[^\]]*\]\s*)?"
-)
 
 
 @dataclass(frozen=True)
@@ -37,22 +21,11 @@ class Crash:
 
     def describe(self) -> str:
         said = f": {self.message}" if self.message else ""
-        advice = (
-            f"; {OUT_OF_MEMORY_ADVICE}"
-            if _OUT_OF_MEMORY.search(f"{self.reason} {self.message}")
-            else ""
-        )
+        advice = f"; {a}" if (a := advice_for(f"{self.reason} {self.message}")) else ""
         return (
             f"engine pod {self.pod} keeps exiting (last: {self.reason}, exit code "
             f"{self.exit_code}){said}{advice}"
         )
-
-
-def _last_words(message: str) -> str:
-    """The last line of a termination message (a log's tail), without its timestamp, so that
-    the same failure reads the same on every restart."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return _LOG_PREFIX.sub("", lines[-1])[:300] if lines else ""
 
 
 def crashes(pods: tuple[dict[str, Any], ...]) -> list[Crash]:
@@ -73,7 +46,7 @@ def crashes(pods: tuple[dict[str, Any], ...]) -> list[Crash]:
                     pod=p["metadata"]["name"],
                     reason=str(last.get("reason") or "Error"),
                     exit_code=int(last.get("exitCode") or 0),
-                    message=_last_words(str(last.get("message") or "")),
+                    message=last_words(str(last.get("message") or "")),
                 )
             )
     return sorted(found, key=lambda c: c.pod)

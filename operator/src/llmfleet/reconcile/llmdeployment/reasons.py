@@ -4,7 +4,7 @@ reason it can carry, named once. Users and their tools match on these strings (`
 
 from __future__ import annotations
 
-from llmfleet.reconcile.machinery import conditions
+from llmfleet.reconcile.machinery import causes, conditions
 
 # Condition types.
 PLANNED = "Planned"
@@ -34,8 +34,9 @@ ROLLING_OUT = "RollingOut"
 STABLE = "Stable"
 
 # ScalingLimited.
-INSUFFICIENT_GPUS = "InsufficientGPUs"
-UNSCHEDULABLE = "Unschedulable"
+# The same words a pod's blocker carries in Degraded (machinery/causes.py).
+INSUFFICIENT_GPUS = causes.INSUFFICIENT_GPUS
+UNSCHEDULABLE = causes.UNSCHEDULABLE
 SCHEDULABLE = "Schedulable"
 
 # Degraded (besides a blocker's own reason, machinery/causes.py).

@@ -16,13 +16,14 @@ from llmfleet.planner import Plan
 from llmfleet.reconcile.machinery.causes import Blocker, describe
 from llmfleet.reconcile.machinery.conditions import FALSE, TRUE, condition, keep_transition_times
 from llmfleet.reconcile.machinery.object_fields import condition_status, int_field
+from llmfleet.reconcile.machinery.scheduler_words import GPU_SHORTAGE, shortages_in
 
 from . import reasons as r
 from .adapter_status import AdapterReport
 from .autoscaler_status import hpa_blind, scaled_to_zero, scaler_blind
 from .engine_crashes import crashes
 from .plan_verified import plan_verified
-from .unschedulable import GPU_SHORTAGE, shortages_in, unschedulable_pods
+from .unschedulable import unschedulable_pods
 
 
 @dataclass(frozen=True)

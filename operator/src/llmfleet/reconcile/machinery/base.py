@@ -27,11 +27,12 @@ from llmfleet.planner import Plan, PlanError
 
 from .apply import Applier, ApplyResult
 from .cache import ChildView
-from .causes import MOUNT_EVENT, Blocker, Reference, blockers, mount_pending, newly_blocked
+from .causes import VOLUME_EVENTS, Blocker, Reference, newly_blocked
 from .conditions import DEGRADED, TRUE, condition, keep_transition_times
 from .errors import UnavailableError, describe_error, is_refusal, retry_after
 from .events import EventRecorder
 from .modelconfig import ModelConfigs
+from .pod_blockers import blockers, mount_pending
 from .workqueue import Backoff
 
 log = logging.getLogger(__name__)
@@ -232,13 +233,18 @@ class Reconciler(ABC, Generic[SpecT, StatusT]):
             return self.status_model()
 
     def blockers(self, pods: Sequence[dict[str, Any]], refs: Sequence[Reference]) -> list[Blocker]:
-        """Why `pods` cannot run, attributed to `refs`. The kubelet's FailedMount Events are read
-        only for the first pod waiting for its volumes (one LIST, and only while one waits)."""
+        """Why `pods` cannot run, attributed to `refs`. The volume Events are read only for the
+        first pod waiting for its volumes (a LIST per reason, and only while one waits); of each
+        reason the newest, since the kubelet's older words may be of a cause that went."""
         waiting = [p for p in pods if mount_pending(p)][:1]
         said = {
-            p["metadata"]["name"]: self.events.said_about(
-                p["metadata"]["namespace"], p["metadata"]["uid"], MOUNT_EVENT
-            )
+            p["metadata"]["name"]: [
+                text
+                for reason in VOLUME_EVENTS
+                for text in self.events.said_about(
+                    p["metadata"]["namespace"], p["metadata"]["uid"], reason
+                )[-1:]
+            ]
             for p in waiting
         }
         return blockers(pods, refs, said)

@@ -11,7 +11,7 @@ from llmfleet.render.batchjob import CONTAINER as BATCH_CONTAINER
 from llmfleet.render.fetcher import runs_fetcher
 from llmfleet.render.names import ENGINE_CONTAINER
 
-from .causes import CLAIM, CONFIGMAP, IMAGE, NODES, SECRET, Reference
+from .causes import CLAIM, CONFIGMAP, IMAGE, NODES, RESOURCES, SECRET, TAINTS, Reference
 
 # The engines' API key, which the operator also reads itself for their LoRA API: what it says
 # when it cannot shares these words with what the kubelet's refusal is attributed to.
@@ -34,9 +34,12 @@ def _model(model: ModelSpec) -> list[Reference]:
 
 
 def _nodes(gpus: GpuSpec | None, plan: Plan) -> list[Reference]:
-    """The nodeSelector the plan gives the pods, attributed to the field that chose it."""
+    """The nodeSelector the plan gives the pods, attributed to the field that chose it, and the
+    tolerations, which only a GPU profile gives."""
+    # Taints no toleration matches: the profile is where the pods' tolerations come from.
+    out = [Reference("spec.gpus.profile", TAINTS, "", "GPUProfile")]
     if not plan.node_selector:
-        return []
+        return out
     if gpus is not None and gpus.product:
         field = "spec.gpus.product"
     elif gpus is not None and gpus.profile:
@@ -44,7 +47,7 @@ def _nodes(gpus: GpuSpec | None, plan: Plan) -> list[Reference]:
     else:
         field = "spec.gpus"
     selector = ",".join(f"{k}={v}" for k, v in sorted(plan.node_selector.items()))
-    return [Reference(field, NODES, selector, "GPUProduct")]
+    return [*out, Reference(field, NODES, selector, "GPUProduct")]
 
 
 def deployment_references(spec: LLMDeploymentSpec, plan: Plan) -> list[Reference]:
@@ -61,6 +64,7 @@ def deployment_references(spec: LLMDeploymentSpec, plan: Plan) -> list[Reference
         field = "spec.engine.lora.objectStore.secretRef"
         out.append(Reference(field, SECRET, store.secret_ref, "AdapterStoreSecret"))
     out.append(Reference("spec.engine.image", IMAGE, ENGINE_CONTAINER, "EngineImage"))
+    out.append(Reference("spec.engine.resources", RESOURCES, ENGINE_CONTAINER, "EngineResources"))
     out.append(Reference("spec.router.image", IMAGE, "router", "RouterImage"))
     return out + _nodes(spec.gpus, plan)
 
@@ -76,4 +80,5 @@ def batch_references(spec: LLMBatchJobSpec, plan: Plan) -> list[Reference]:
     claim = spec.output.persistent_volume_claim.claim_name
     out.append(Reference("spec.output.persistentVolumeClaim", CLAIM, claim, "OutputClaim"))
     out.append(Reference("spec.engine.image", IMAGE, BATCH_CONTAINER, "EngineImage"))
+    out.append(Reference("spec.engine.resources", RESOURCES, BATCH_CONTAINER, "EngineResources"))
     return out + _nodes(spec.gpus, plan)

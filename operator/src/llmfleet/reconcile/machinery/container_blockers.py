@@ -1,0 +1,174 @@
+"""What the kubelet says of a pod's containers when they cannot run, as `Blocker`s: every waiting
+reason but the two of a container that is on its way (ContainerCreating, PodInitializing), a
+crash loop with the container's last termination, and a pod the kubelet gave up on (Evicted, a
+container OOMKilled under `restartPolicy: Never`).
+
+Known reasons are attributed to the spec field behind them; any other is quoted as the kubelet
+wrote it, under its own name: a reason nobody listed here still reaches status."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .causes import (
+    IMAGE,
+    IMAGE_ERRORS,
+    RESOURCES,
+    Blocker,
+    Reference,
+    Said,
+    as_reason,
+    missing,
+    missing_key,
+)
+from .exit_words import advice_for, last_words
+
+_NOT_FOUND = re.compile(r'\b(secret|configmap|persistentvolumeclaim) "([^"]+)" not found')
+_NO_KEY = re.compile(r"couldn't find key (\S+) in (Secret|ConfigMap) [^/\s]+/(\S+)")
+# A container on its way: the kubelet says these while it mounts volumes and pulls, not of a fault.
+ON_ITS_WAY = ("ContainerCreating", "PodInitializing")
+CRASH_LOOP = "CrashLoopBackOff"
+OOM_KILLED = "OOMKilled"
+# What an eviction says of the pod's own use: its cpu/memory requests were too low for it.
+_OVER_REQUEST = re.compile(r"exceeds its request", re.IGNORECASE)
+_LIMIT = 300
+
+
+def _stem(refs: Sequence[Reference], container: str) -> str:
+    """What the container is called in a reason: Engine, Router, or Container."""
+    for r in refs:
+        if r.kind == IMAGE and r.name == container and r.stem.endswith("Image"):
+            return r.stem.removesuffix("Image")
+    return "Container"
+
+
+def _field(refs: Sequence[Reference], kind: str, container: str) -> str:
+    return next((r.field for r in refs if r.kind == kind and r.name == container), "")
+
+
+def _config_error(message: str, refs: Sequence[Reference], said: Said) -> Blocker:
+    if found := _NOT_FOUND.search(message):
+        return missing(refs, found.group(1), found.group(2), said_as(said, found.group(0)))
+    if no_key := _NO_KEY.search(message):
+        key, kind, obj = no_key.groups()
+        return missing_key(refs, kind.lower(), obj, key, said_as(said, no_key.group(0)))
+    return said.blocker("", "CreateContainerConfigError")
+
+
+def said_as(said: Said, cause: str) -> Said:
+    return Said(cause, said.by, said.pod)
+
+
+def _image(cs: Mapping[str, Any], message: str, refs: Sequence[Reference], said: Said) -> Blocker:
+    image = str(cs.get("image") or "")
+    cause = f'cannot pull image "{image}"' + (f": {message[:_LIMIT]}" if message else "")
+    mine = [r for r in refs if r.kind == IMAGE and r.name == cs.get("name")]
+    if mine:
+        return said_as(said, cause).blocker(mine[0].field, mine[0].stem + "PullFailed")
+    return said_as(said, cause).blocker("", "ImagePullFailed")
+
+
+def _terminated(
+    name: str,
+    terminated: Mapping[str, Any],
+    refs: Sequence[Reference],
+    said: Said,
+    again: bool = True,
+) -> Blocker:
+    """A container that exited: OOMKilled is its memory limit (spec.engine.resources); any other
+    exit is quoted with its code and the last line it wrote (terminationMessagePolicy
+    FallbackToLogsOnError puts the log's tail there)."""
+    reason = str(terminated.get("reason") or "Error")
+    code = int(terminated.get("exitCode") or 0)
+    words = last_words(str(terminated.get("message") or ""))
+    how = f"keeps exiting (last: {reason}" if again else f"exited ({reason}"
+    cause = f"container {name} {how}, exit code {code})" + (f": {words}" if words else "")
+    # Not for OOMKilled: that is host memory (the container's limit), not the GPU's.
+    if reason != OOM_KILLED and (advice := advice_for(f"{reason} {words}")):
+        cause += f"; {advice}"
+    stem = _stem(refs, name)
+    if reason == OOM_KILLED:
+        field = _field(refs, RESOURCES, name)
+        return said_as(said, cause).blocker(field, stem + OOM_KILLED)
+    return said_as(said, cause).blocker("", stem + "CrashLoop")
+
+
+def _last_exit(cs: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (cs.get("lastState") or {}).get("terminated") or {}
+
+
+def _restarted_unready(cs: Mapping[str, Any]) -> bool:
+    """Between two back-offs: started again after a failed exit, not ready yet."""
+    state = cs.get("state") or {}
+    failed_last = int(_last_exit(cs).get("exitCode") or 0) != 0
+    return (
+        "running" in state and not cs.get("ready") and bool(cs.get("restartCount")) and failed_last
+    )
+
+
+def _waiting(cs: Mapping[str, Any], refs: Sequence[Reference], pod: str) -> Blocker | None:
+    if _restarted_unready(cs):
+        # Said as the back-off itself is, so that status does not change with every restart.
+        said = Said("", f"kubelet: {CRASH_LOOP}", pod)
+        return _terminated(str(cs.get("name") or ""), _last_exit(cs), refs, said)
+    waiting = (cs.get("state") or {}).get("waiting") or {}
+    reason, message = str(waiting.get("reason") or ""), str(waiting.get("message") or "")
+    if not reason or reason in ON_ITS_WAY:
+        return None
+    said = Said(message[:_LIMIT] or reason, f"kubelet: {reason}", pod)
+    if reason == "CreateContainerConfigError":
+        return _config_error(message, refs, said)
+    if reason in IMAGE_ERRORS:
+        return _image(cs, message, refs, said)
+    name = str(cs.get("name") or "")
+    if reason == CRASH_LOOP:
+        # The back-off message names the pod and the delay, which grows: the last exit is stable.
+        return _terminated(name, _last_exit(cs), refs, said)
+    # CreateContainerError, RunContainerError and any reason a future kubelet adds: quoted.
+    return said_as(said, f"container {name}: {message[:_LIMIT] or reason}").blocker(
+        "", as_reason(reason)
+    )
+
+
+def _given_up(pod: Mapping[str, Any], refs: Sequence[Reference]) -> list[Blocker]:
+    """A pod that ended Failed: evicted, refused by the kubelet's admission, or a container that
+    exited under `restartPolicy: Never` (a batch shard) with OOMKilled."""
+    status = pod.get("status") or {}
+    name = pod["metadata"]["name"]
+    if status.get("reason") == "Evicted":
+        message = str(status.get("message") or "evicted")
+        said = Said(message[:_LIMIT], "kubelet: Evicted", name)
+        engine = next((r for r in refs if r.kind == RESOURCES), None)
+        field = engine.field if engine and _OVER_REQUEST.search(message) else ""
+        return [said.blocker(field, "Evicted")]
+    if reason := str(status.get("reason") or ""):
+        # The kubelet's admission refusals (OutOfcpu, NodeAffinity, UnexpectedAdmissionError)
+        # and any other reason it ends a pod with: quoted.
+        message = str(status.get("message") or reason)[:_LIMIT]
+        return [Said(message, f"kubelet: {reason}", name).blocker("", as_reason(reason))]
+    out = []
+    for cs in status.get("containerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated") or {}
+        if terminated.get("reason") == OOM_KILLED:
+            said = Said("", f"kubelet: {OOM_KILLED}", name)
+            name = str(cs.get("name") or "")
+            out.append(_terminated(name, terminated, refs, said, again=False))
+    return out
+
+
+def kubelet_blockers(
+    pod: Mapping[str, Any], refs: Sequence[Reference], others_run: bool
+) -> list[Blocker]:
+    """What the kubelet says keeps `pod` from running. A Failed pod counts only while no pod of
+    the set runs (`others_run`): once its replacement runs, it is history, not a cause."""
+    status = pod.get("status") or {}
+    if status.get("phase") == "Failed":
+        return [] if others_run else _given_up(pod, refs)
+    containers = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]
+    name = pod["metadata"]["name"]
+    return [b for cs in containers if (b := _waiting(cs, refs, name)) is not None]
