@@ -210,6 +210,7 @@ kopf runs with CRD scanning disabled, so no apiextensions permission is needed.
 # LoRA: the engine pods' readiness gate (llmfleet.dev/adapters-loaded), set once the operator has
 # loaded the LLMDeployment's adapters into the engine, so a new pod gets traffic only then.
 # Stall detection: their gate llmfleet.dev/engine-progressing, False while stalled.
+# LoRA: their condition llmfleet.dev/adapters-serving, the adapters each engine serves.
 - apiGroups: [""]
   resources: ["pods/status"]
   verbs: ["patch"]

@@ -14,6 +14,9 @@ MANAGED_BY = "llmfleet"
 ENGINE_CONTAINER = "vllm"  # the engine pod's one container
 # LoRA: the engine pods' readiness gate, True once the operator loaded the adapters (docs/lora.md).
 ADAPTERS_GATE = "llmfleet.dev/adapters-loaded"
+# LoRA: the engine pods' condition (not a readiness gate) naming the adapters loaded in the engine
+# (reconcile/llmdeployment/adapter_marks.py).
+ADAPTERS_MARK = "llmfleet.dev/adapters-serving"
 # Stall detection: the engine pods' readiness gate, False while the operator sees the engine's
 # requests running and no token counted (docs/operator.md, "Stalled engines").
 PROGRESS_GATE = "llmfleet.dev/engine-progressing"

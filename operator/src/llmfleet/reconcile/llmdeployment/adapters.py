@@ -258,6 +258,26 @@ class AdapterSync:
             self._engines[key] = fresh
         return tuple(sorted((o for o, _ in results), key=lambda o: o.pod))
 
+    def staying(
+        self,
+        namespace: str,
+        name: str,
+        wanted: Sequence[Wanted],
+        pods: Iterable[dict[str, Any]],
+    ) -> dict[str, frozenset[str]]:
+        """Before a sync, per pod whose engine this operator knows (same uid and restarts): the
+        adapters it holds that the next sync leaves loaded (wanted, from the same source)."""
+        with self._lock:
+            known = dict(self._engines.get((namespace, name), {}))
+        paths = {w.name: w.path for w in wanted}
+        out = {}
+        for pod in pods:
+            engine = known.get(_key(pod))
+            if engine is not None:
+                keep = (a for a, path in engine.loaded.items() if paths.get(a) == path)
+                out[str(pod["metadata"]["name"])] = frozenset(keep)
+        return out
+
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._engines.pop((namespace, name), None)

@@ -38,6 +38,7 @@ from llmfleet.render.scaledobject import KEDA_API_VERSION, SCALED_OBJECT_KIND, k
 
 from . import reasons as r
 from . import standbyloop
+from .adapter_marks import current_marks, marks_to_write, serving, withdrawn, write_marks
 from .adapter_status import AdapterReport, adapter_report, key_unreadable, newly_keyless
 from .adapters import AdapterSync, Wanted, gates_to_open, lora_engines
 from .fetcher_token import FetcherTokens, KeySecret
@@ -256,8 +257,9 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         pods: tuple[dict[str, Any], ...],
         generation: int,
     ) -> tuple[AdapterReport | None, frozenset[str]]:
-        """Loads spec.adapters into each engine that answers, unloads the rest, and opens the
-        readiness gate of each engine that has them; None without LoRA. With it, the engines
+        """Loads spec.adapters into each engine that answers, unloads the rest, marks each pod
+        with what its engine serves, and opens the readiness gate of each engine that has them;
+        None without LoRA. With it, the engines
         a LoRA call was sent to."""
         if planned.lora is None:
             return None, frozenset()
@@ -271,7 +273,12 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             return key_unreadable(wanted, e, generation), frozenset()
         engines = lora_engines(pods, ENGINE_CONTAINER)
         fetcher = self.fetcher_tokens.token(ns, name)
+        # The pods' adapters marks name what is about to be unloaded no more, then what loaded.
+        marks = current_marks(pods)
+        early = withdrawn(marks, self.adapters.staying(ns, name, wanted, engines))
+        write_marks(core, ns, early)
         outcomes = self.adapters.sync(ns, name, wanted, engines, key, fetcher_token=fetcher)
+        write_marks(core, ns, marks_to_write(marks | early, serving(outcomes)))
         for pod in gates_to_open(pods, outcomes):
             gate = {"type": ADAPTERS_GATE, "status": "True", "reason": "AdaptersLoaded"}
             try:
