@@ -34,6 +34,8 @@ from kubernetes import client, config
 from localcluster.metricsstack import MetricsStack
 from localcluster.supervisor import Cluster
 
+pytest_plugins = ["worker_times"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -47,7 +49,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if workers.WORKER is not None:
-        order = {path: i for i, path in enumerate(workers.ordered(_modules(items)))}
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        order = {
+            path: i
+            for i, path in enumerate(workers.ordered(_modules(items), _spacers(items), count))
+        }
         items.sort(key=lambda item: order[_module(item)])
     kubeconfig = other_kubeconfig(config)
     if kubeconfig is None:
@@ -67,6 +73,17 @@ def _module(item: pytest.Item) -> str:
 
 def _modules(items: list[pytest.Item]) -> list[str]:
     return list(dict.fromkeys(_module(item) for item in items))
+
+
+def _spacers(items: list[pytest.Item]) -> set[str]:
+    """Modules that are one xdist scope (no test classes) of at least SPACER_TESTS tests."""
+    tests: dict[str, int] = {}
+    scopes: dict[str, set[str]] = {}
+    for item in items:
+        module = _module(item)
+        tests[module] = tests.get(module, 0) + 1
+        scopes.setdefault(module, set()).add(item.nodeid.rsplit("::", 1)[0])
+    return {m for m, n in tests.items() if n >= workers.SPACER_TESTS and len(scopes[m]) == 1}
 
 
 @pytest.fixture(scope="session")

@@ -61,6 +61,37 @@ def test_the_slowest_e2e_modules_go_first_and_the_short_tiers_fill_in_at_the_end
     ]
 
 
+def test_after_one_slow_module_per_worker_each_e2e_module_is_followed_by_a_unit_spacer() -> None:
+    """So that xdist, which sends a worker the next module of the queue when it has two tests or
+    fewer left, sends a worker running a one-test e2e module a short unit module, not the next
+    slow one: the next slow module goes to whichever worker frees first."""
+    collected = [
+        "tests/unit/test_a.py",
+        "tests/e2e/test_scale_to_zero.py",
+        "tests/unit/test_b.py",
+        "tests/e2e/test_spare_batch.py",
+        "tests/e2e/test_upgrade.py",
+        "tests/unit/test_c.py",
+        "tests/api/test_chart.py",
+        "tests/e2e/test_demo.py",
+        "tests/lab/test_d.py",
+        "tests/unit/test_one_test.py",
+    ]
+    spacers = {"tests/unit/test_a.py", "tests/unit/test_b.py", "tests/unit/test_c.py"}
+    assert workers.ordered(collected, spacers, workers=2) == [
+        "tests/e2e/test_scale_to_zero.py",  # one each to start with
+        "tests/e2e/test_spare_batch.py",
+        "tests/unit/test_a.py",  # each worker's spacer
+        "tests/unit/test_b.py",
+        "tests/e2e/test_upgrade.py",
+        "tests/unit/test_c.py",
+        "tests/e2e/test_demo.py",  # the spacers ran out
+        "tests/api/test_chart.py",
+        "tests/lab/test_d.py",
+        "tests/unit/test_one_test.py",  # not a spacer (too few tests): in collection order
+    ]
+
+
 def test_every_module_named_as_slow_exists() -> None:
     """A renamed module would silently lose its place at the front."""
     e2e = Path(workers.REPO / "tests" / "e2e")
