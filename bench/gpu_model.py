@@ -12,12 +12,14 @@ the planner's choice between 2 x TP 1 and TP 2 against the measured winner, and 
 KV-cache figure with vLLM's for every engine started (and that the planner
 refuses what vLLM refused). With LoRA on (kv_check.py runs of 2026-11-25, H100), the KV cache
 vLLM gives up against the planner's LoRA buffers, and the planner's KV tokens with them. With
-gpt-oss-20b's MXFP4 experts (1 x H200, 2026-11-27; gpu_mxfp4.py), weights, KV tokens and speed,
-in no fit. Writes bench/gpu/calibration.json and bench/plots/prediction.png.
+gpt-oss's MXFP4 experts (1 x H200; gpu_mxfp4.py): gpt-oss-20b's weights and KV tokens
+(2026-11-27), and gpt-oss-20b's and -120b's speed on warm engines (2026-11-28), whose batch-1
+steps alone fit the MXFP4 MoE layer's fixed cost. Writes bench/gpu/calibration.json and
+bench/plots/prediction.png.
 
-`python -m bench.gpu_model --fit` (bf16) and `--fit-fp8` print the fitted constants (copy them
-into operator/src/llmfleet/planner/performance.py); `make bench BENCH=gpu_model` records the
-figures.
+`python -m bench.gpu_model --fit` (bf16), `--fit-fp8` and `--fit-mxfp4` print the fitted
+constants (copy them into operator/src/llmfleet/planner/efficiencies.py); `make bench
+BENCH=gpu_model` records the figures.
 """
 
 from __future__ import annotations
@@ -32,8 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu_edges import edge_figures, edge_report
+from bench.gpu_mxfp4 import FITTED as MXFP4_FITTED
+from bench.gpu_mxfp4 import WARM_RUNS as MXFP4_RUNS
+from bench.gpu_mxfp4 import (
+    cross_fit,
+    is_fitted,
+    is_mxfp4,
+    measured,
+    memory_rows,
+    reported_kv_tokens,
+)
 from bench.gpu_mxfp4 import figures as mxfp4_figures
-from bench.gpu_mxfp4 import is_mxfp4, memory_rows, reported_kv_tokens
 from llmfleet.catalog.gpu_profiles import DEFAULT_GPU_PROFILES
 from llmfleet.catalog.hfconfig import (
     CheckpointWeights,
@@ -373,8 +384,13 @@ def w4a16_points() -> list[Point]:
 
 
 def mxfp4_points() -> list[Point]:
-    """gpt-oss-20b's engine with MXFP4 experts (quant_drift.sh gptoss): not in any fit."""
-    return [p for p in validation_points(QUANT_DRIFT_RUNS) if is_mxfp4(p.engine.tag)]
+    """gpt-oss-20b's and -120b's warm engines (MXFP4 experts): the batch-1 steps fit
+    MXFP4_LAYER_OVERHEAD_US (mxfp4_fit_points), the rest check it."""
+    return [p for p in validation_points(MXFP4_RUNS) if measured(p)]
+
+
+def mxfp4_fit_points() -> list[Point]:
+    return [p for p in mxfp4_points() if is_fitted(p)]
 
 
 def w4a16_fit_points() -> list[Point]:
@@ -728,6 +744,12 @@ def run() -> dict[str, float]:
         "w4a16": _report(w4a16_points()),
         "mxfp4": {
             "memory": memory_rows(e for e in _kv_engines() if is_mxfp4(e.tag)),
+            "mxfp4_layer_overhead_us": round(
+                fit(mxfp4_fit_points(), MXFP4_FITTED).mxfp4_layer_overhead_us, 1
+            ),
+            "fitted_to_one_model": {
+                m: round(e.mxfp4_layer_overhead_us, 1) for m, e, _ in cross_fit(mxfp4_points(), fit)
+            },
             "points": _report(mxfp4_points()),
         },
         "two_gpu_choices": choices,
@@ -735,7 +757,8 @@ def run() -> dict[str, float]:
             "vLLM 0.26.0 on NVIDIA H100 80GB HBM3 and NVIDIA H200, 2026-11-23 (bf16) and "
             "2026-11-24 (Llama-3.1-70B fp8), 2026-11-25 (LoRA, H100), 2026-11-27 (new dense "
             "shapes, 2 x H200; fresh against cached torch.compile, AWQ and GPTQ-Int4, "
-            "gpt-oss-20b in MXFP4, 1 x H200) (bench/gpu/)"
+            "gpt-oss-20b in MXFP4, 1 x H200), 2026-11-28 (gpt-oss-20b and -120b warm, 1 x H200) "
+            "(bench/gpu/)"
         ),
     }
     OUTPUT.write_text(json.dumps(report, indent=2) + "\n")
@@ -774,7 +797,7 @@ def run() -> dict[str, float]:
             abs(k["start_error_pct"]) for k in kv if k["compiled_afresh"] is False
         ),
         **w4a16_figures(kv),
-        **mxfp4_figures(_kv_engines(), mxfp4_points()),
+        **mxfp4_figures(_kv_engines(), mxfp4_points(), fit),
         **edge_figures(kv),
         "gpu_lora_reserve_error_pct": abs(
             next(
@@ -804,9 +827,13 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--fit", action="store_true", help="fit the efficiencies and print them")
     p.add_argument("--fit-fp8", action="store_true", help="fit the fp8 constants, print them")
+    p.add_argument("--fit-mxfp4", action="store_true", help="fit the MXFP4 constant, print it")
     args = p.parse_args()
-    if args.fit or args.fit_fp8:
-        if args.fit:
+    if args.fit or args.fit_fp8 or args.fit_mxfp4:
+        if args.fit_mxfp4:
+            fitted = fit(mxfp4_fit_points(), MXFP4_FITTED)
+            points = mxfp4_points()
+        elif args.fit:
             points = bf16_fit_points()
             fitted = fit(points)
             points = points + heldout_points()

@@ -281,18 +281,40 @@ FIGURES: dict[str, tuple[str, str]] = {
         "context, worst (the planner is high: the unsafe side)",
         "%",
     ),
+    "gpu_mxfp4_itl_b1_error_max_pct": (
+        "… batch-1 ITL of gpt-oss-20b and -120b on warm engines (every point run once untimed "
+        "first), 1 x H200, vLLM 0.26.0, 2026-11-28: the points MXFP4_LAYER_OVERHEAD_US is "
+        "fitted to, worst",
+        "%",
+    ),
+    "gpu_mxfp4_itl_b1_crossfit_error_max_pct": (
+        "… batch-1 ITL of one model with the constant fitted to the other's alone, worst of the "
+        "two ways",
+        "%",
+    ),
+    "gpu_mxfp4_heldout_error_max_pct": (
+        "… held out and stable run to run: greedy saturation 512/256 and batch-1 TTFT at 512 and "
+        "8,000 tokens, both models, worst (120b's saturation: the planner is slow; 20b's: fast)",
+        "%",
+    ),
+    "gpu_mxfp4_itl_spread_max_ratio": (
+        "… one ITL point's slowest over fastest across the warm engines, at batch 8 and above, "
+        "worst (20b at 256 sequences): no prediction can hold these points to a tight error",
+        "x",
+    ),
     "gpu_mxfp4_itl_error_max_pct": (
-        "… ITL at batch 1, 32 and 128, worst (the planner predicts faster steps at all three; "
-        "the log has Triton JIT compiles within the batch-32 and -128 points)",
+        "… ITL at every batch measured (1 to 256), worst (120b at 128 sequences: its step is "
+        "shorter than reading every expert takes, so dummy weights routed to fewer experts)",
         "%",
     ),
     "gpu_mxfp4_tok_s_error_max_pct": (
-        "… output tok/s at batch 1, 32, 128 and greedy saturation 512/256, worst (batch 32's "
-        "wall time holds a Triton JIT compile; saturation alone: planner +45 %)",
+        "… output tok/s at every batch measured and greedy saturation, worst (20b's batch 16 "
+        "held a 2.3 s prefill stall)",
         "%",
     ),
     "gpu_mxfp4_ttft_error_max_pct": (
-        "… batch-1 TTFT at 512 and 2,048, worst (2,048's holds Triton JIT compiles; 512: -9 %)",
+        "… batch-1 TTFT at 128, 512, 2,048 and 8,000 tokens, worst (120b at 128; 2,048 is "
+        "-31 to -62 % on both, steadily on 20b)",
         "%",
     ),
     "gpu_kv_wide_mlp_error_pct": (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from llmfleet.catalog.hfconfig import architecture_from_config, checkpoint_weigh
 from llmfleet.cli import main
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import plan
+from llmfleet.planner.efficiencies import CALIBRATED
 from llmfleet.planner.kv_cache import kv_bytes_per_token_per_gpu
 from llmfleet.planner.memory import weights_gib
 from llmfleet.planner.performance import Gpu, pod_model
@@ -140,6 +142,14 @@ def test_mxfp4_experts_decode_at_their_bytes_and_batch_at_the_bf16_rate() -> Non
     pod: dict[str, Any] = {"tensor_parallel_size": 1, "gpu": H100, "max_num_batched_tokens": 8192}
     mxfp4 = pod_model(arch, dtype="auto", quantization=weights, **pod)
     sixteen = pod_model(arch, dtype="auto", quantization="none", **pod)
+    # The bytes alone: the TRITON MoE layer's fixed cost (test_mxfp4_moe_step.py) aside.
+    mxfp4_bytes = pod_model(
+        arch,
+        dtype="auto",
+        quantization=weights,
+        efficiencies=replace(CALIBRATED, mxfp4_layer_overhead_us=0.0),
+        **pod,
+    )
 
     bytes_ratio = weights_gib(arch, "auto", weights) / weights_gib(arch, "auto", "none")
 
@@ -147,7 +157,7 @@ def test_mxfp4_experts_decode_at_their_bytes_and_batch_at_the_bf16_rate() -> Non
     # sequence reads fewer bytes, so it decodes faster, though by less than the bytes (the
     # packed experts read at the weight-only kernels' lower efficiency, the bf16 attention and
     # embeddings at the 16-bit rate); a large batch multiplies at the bf16 rate.
-    alone = mxfp4.itl_s(1, 1000, 500) / sixteen.itl_s(1, 1000, 500)
+    alone = mxfp4_bytes.itl_s(1, 1000, 500) / sixteen.itl_s(1, 1000, 500)
     assert bytes_ratio < alone < 0.9
     assert mxfp4.step_s(0, 0, 8192, 1000) == pytest.approx(
         sixteen.step_s(0, 0, 8192, 1000), rel=0.02
@@ -179,7 +189,9 @@ def test_llmfleet_plan_says_the_mxfp4_format_came_from_the_checkpoint(
 @pytest.mark.parametrize(
     ("model", "says_uncalibrated"),
     [
-        ("openai/gpt-oss-20b", True),  # MXFP4 experts: measured slower than predicted
+        # MXFP4 experts: saturation off by 36-46 %, steps above batch 8 spread up to 2.9x.
+        ("openai/gpt-oss-20b", True),
+        ("openai/gpt-oss-120b", True),
         ("Qwen/Qwen3-30B-A3B", False),  # a bf16 mixture of experts
         ("Qwen/Qwen2.5-7B-Instruct-AWQ", False),  # w4a16 on every linear layer (calibrated)
     ],

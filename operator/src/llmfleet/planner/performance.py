@@ -11,7 +11,9 @@ chunk) through the model once:
   vLLM's custom all-reduce or NCCL by message size, fitted to published latency tables), plus
   a measured per-layer cost of the tensor-parallel step;
 * fixed costs that scale with depth: a per-layer cost of every step and a per-layer cost of
-  every running sequence (a fixed per-step cost is kept, fitted to zero).
+  every running sequence (a fixed per-step cost is kept, fitted to zero), and for MXFP4 experts
+  on vLLM's TRITON MoE backend a per-layer cost of its MoE step (routing kernels and two
+  matmul_ogs launches; fitted to gpt-oss-20b's and -120b's batch-1 steps, planner/efficiencies.py).
 
 Bandwidths and peaks are the GPU profile's datasheet figures; the efficiencies (what fraction
 of them vLLM achieves) and fixed costs are fitted by bench/gpu_model.py (vLLM 0.26.0, bf16) to
@@ -179,6 +181,8 @@ class PodModel:
         per_layer = e.layer_overhead_us + sequences * e.sequence_layer_overhead_us
         if self._fp8_math:
             per_layer += e.fp8_layer_overhead_us
+        if self.weight_only_experts:
+            per_layer += e.mxfp4_layer_overhead_us
         if self.tensor_parallel_size > 1:
             per_layer += e.tp_layer_overhead_us
         return e.step_overhead_ms * 1e-3 + self.layers * per_layer * 1e-6
