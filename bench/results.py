@@ -70,6 +70,14 @@ FIGURES: dict[str, tuple[str, str]] = {
     ),
     "operator_failover_max_s": ("… the slowest of the 5", "s"),
     "operator_failover_lease_s": ("… SIGKILL → the standby holds the Lease (median)", "s"),
+    "stall_detect_s": (
+        "Stall detection, 30 s window (the derived default's floor): a real CPU vLLM "
+        "engine's core frozen mid-decode (SIGSTOP; /health still 200) → out of the router's "
+        "rotation (median of 3)",
+        "s",
+    ),
+    "stall_detect_max_s": ("… the slowest of the 3", "s"),
+    "stall_restart_s": ("… SIGSTOP → the frozen engine's pod deleted (median)", "s"),
     "upgrade_failed_requests": (
         "`helm upgrade` from the previous release (0.1.0) to this one and the operator's rolling "
         "restart, under two clients' requests through the router to a CPU vLLM engine: failed",

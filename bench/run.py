@@ -22,6 +22,7 @@ BENCHMARKS = (
     "cluster",
     "reconcile",
     "failover",
+    "stall",
     "upgrade",
     "autoscaling",
     "scale_to_zero",

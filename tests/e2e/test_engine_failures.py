@@ -14,9 +14,6 @@ stand-in")."""
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import signal
 import threading
 import time
 import urllib.request
@@ -33,8 +30,8 @@ from localcluster.metricsstack.load import (
     wait_until,
 )
 from localcluster.noderunner import procs
-from localcluster.promtext import scrape
 from localcluster.routerapi import routed_engines
+from localcluster.stall import frozen, keep_decoding, running
 from localcluster.supervisor import Cluster
 
 from . import localnode
@@ -97,56 +94,6 @@ def _ready(pod: client.V1Pod) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
-def _engine_core(runner: str, uid: str) -> int:
-    """The pid of the pod's vLLM engine core: a descendant of the pod's processes whose title is
-    VLLM::EngineCore. Not found by the node runner's marker itself: setproctitle overwrites the
-    process's original environment block, so /proc/PID/environ no longer carries it."""
-    pod = set(procs.find(procs.marker(runner, uid)))
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if b"EngineCore" in (entry / "cmdline").read_bytes() and pod & _ancestors(entry.name):
-                return int(entry.name)
-    raise AssertionError(f"no EngineCore process under pod {uid}'s ({sorted(pod)})")
-
-
-def _ancestors(pid: str) -> set[int]:
-    out: set[int] = set()
-    while pid not in ("0", "1"):
-        status = Path(f"/proc/{pid}/status").read_text()
-        pid = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
-        out.add(int(pid))
-    return out
-
-
-def _running(ip: str) -> float:
-    page = scrape(f"http://{ip}:8000/metrics")
-    return sum(v for k, v in page.items() if k.startswith("vllm:num_requests_running{"))
-
-
-def _keep_decoding(ip: str, stop: threading.Event) -> None:
-    """Long requests back to back, two at a time (maxNumSeqs), until `stop`: whenever the engine
-    core is frozen, a request is running. The ones it froze never come back."""
-    body = {"model": "tiny", "prompt": "Once", "max_tokens": 480, "ignore_eos": True}
-
-    def one() -> None:
-        request = urllib.request.Request(
-            f"http://{ip}:8000/v1/completions",
-            json.dumps(body).encode(),
-            {"Content-Type": "application/json"},
-        )
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(request, timeout=120).read()
-
-    def loop() -> None:
-        while not stop.is_set():
-            one()
-
-    for _ in range(2):
-        threading.Thread(target=loop, daemon=True).start()
-
-
 def test_an_engine_frozen_mid_decode_leaves_rotation_then_is_restarted(
     cluster: Cluster,
     api: client.ApiClient,
@@ -165,8 +112,8 @@ def test_an_engine_frozen_mid_decode_leaves_rotation_then_is_restarted(
     engines = f"llmfleet.dev/deployment={name},app.kubernetes.io/component=engine"
     routers = f"llmfleet.dev/deployment={name},app.kubernetes.io/component=router"
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
-    stopped: list[int] = []
     stop_load = threading.Event()
+    stack = contextlib.ExitStack()
     try:
         (engine,) = wait_until(
             lambda: [
@@ -191,16 +138,14 @@ def test_an_engine_frozen_mid_decode_leaves_rotation_then_is_restarted(
         ip, rip = engine.status.pod_ip, router.status.pod_ip
         wait_until(lambda: ip in routed_engines(rip), 60, 1, "the router routing to the engine")
 
-        _keep_decoding(ip, stop_load)
-        wait_until(lambda: _running(ip) >= 1, 60, 0.2, "a request decoding")
+        keep_decoding(ip, stop_load)
+        wait_until(lambda: running(ip) >= 1, 60, 0.2, "a request decoding")
         runner = procs.runner_id(node_runner, cluster.state_dir)
-        core_pid = _engine_core(runner, engine.metadata.uid)
-        os.kill(core_pid, signal.SIGSTOP)
-        stopped.append(core_pid)
-        frozen = time.monotonic()
+        stack.enter_context(frozen(runner, engine.metadata.uid))
+        frozen_at = time.monotonic()
         stop_load.set()
         # The server's gauge holds what the frozen core last reported.
-        assert _running(ip) >= 1, "no request running when the engine core froze"
+        assert running(ip) >= 1, "no request running when the engine core froze"
         # vLLM's server still answers /health: only the operator's judgement takes it out.
         with urllib.request.urlopen(f"http://{ip}:8000/health", timeout=5) as health:
             assert health.status == 200
@@ -211,7 +156,7 @@ def test_an_engine_frozen_mid_decode_leaves_rotation_then_is_restarted(
             0.5,
             "the frozen engine out of the router's rotation",
         )
-        out_after = time.monotonic() - frozen
+        out_after = time.monotonic() - frozen_at
         pod = core.read_namespaced_pod(engine.metadata.name, namespace)
         gate = {c.type: c.status for c in pod.status.conditions}
         assert gate.get("llmfleet.dev/engine-progressing") == "False", gate
@@ -239,7 +184,7 @@ def test_an_engine_frozen_mid_decode_leaves_rotation_then_is_restarted(
         wait_until(restarted, STALL_WINDOW + STALL_SLACK, 0.5, "the frozen engine deleted")
         print(
             f"frozen engine out of rotation {out_after:.1f}s after SIGSTOP, deleted "
-            f"{time.monotonic() - frozen:.1f}s after (window {STALL_WINDOW}s)"
+            f"{time.monotonic() - frozen_at:.1f}s after (window {STALL_WINDOW}s)"
         )
         wait_until(
             lambda: any(
@@ -252,7 +197,5 @@ def test_an_engine_frozen_mid_decode_leaves_rotation_then_is_restarted(
         )
     finally:
         stop_load.set()
-        for pid in stopped:  # so the node runner's stop is not held by a stopped process
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+        stack.close()  # the engine core continued, so the node runner's stop is not held by it
         delete_llmd(api, namespace, name)
