@@ -41,35 +41,36 @@ def _own_lab(worker: str) -> None:
 if WORKER is not None:
     _own_lab(WORKER)
 
-# The e2e modules by their time in CI on three workers (setup and call, `--durations`,
-# 2026-11-27), longest first; the rest follow in collection order. The end of make test's output
-# ("time per worker", tests/worker_times.py) gives each module's time for the next update.
+# The e2e modules by their time in CI (setup, call and teardown: the "time per worker" that ends
+# make test's output, tests/worker_times.py; 2026-11-28, three workers), longest first; the rest
+# follow in collection order. Not strictly by time at the start: the first modules start together,
+# and real vLLM engines starting at once on 2 cores slow each other (three such modules together
+# made a run 105 s longer, 2026-11-26), so test_autoscaling (engine stand-ins) and test_upgrade
+# (one engine) go among the first.
 SLOWEST_FIRST = (
-    "test_scale_to_zero",
-    "test_spare_batch",
-    # Not earlier, though it is longer than the next: three modules of real vLLM engines starting
-    # together on 2 cores made the whole run 105 s longer (1,116 s against 1,011 s, 2026-11-26).
-    "test_autoscaling",
-    "test_upgrade",
-    "test_batchjob",
-    "test_compile_cache",
-    "test_engine_standin_contract",
-    "test_demo",
-    "test_standby",
-    "test_engine_failures",
-    "test_observability_kv",
-    "test_llmdeployment",
-    "test_dataplane",
-    "test_resilience",
-    "test_lora",
-    "test_leader_election",
-    "test_router",
-    "test_plan_verified",
-    "test_missing_references",
+    "test_scale_to_zero",  # 370 s
+    "test_batchjob",  # 363 s
+    "test_autoscaling",  # 316 s
+    "test_upgrade",  # 205 s
+    "test_spare_batch",  # 344 s
+    "test_compile_cache",  # 300 s
+    "test_standby",  # 125 s
+    "test_resilience",  # 124 s
+    "test_llmdeployment",  # 122 s
+    "test_demo",  # 108 s
+    "test_engine_failures",  # 105 s
+    "test_engine_standin_contract",  # 96 s
+    "test_dataplane",  # 93 s
+    "test_plan_verified",  # 92 s
+    "test_lora",  # 84 s
+    "test_router",  # 83 s
+    "test_leader_election",  # 81 s
+    "test_observability",  # 70 s
+    "test_observability_kv",  # 66 s
+    "test_missing_references",  # 48 s
+    "test_pod_security",  # 33 s
     "test_fuzz",
-    "test_pod_security",
     "test_multinode",
-    "test_observability",
     "test_keda",
 )
 # A spacer holds at least this many tests in one xdist scope (a module without test classes), so

@@ -80,10 +80,10 @@ def test_after_one_slow_module_per_worker_each_e2e_module_is_followed_by_a_unit_
     spacers = {"tests/unit/test_a.py", "tests/unit/test_b.py", "tests/unit/test_c.py"}
     assert workers.ordered(collected, spacers, workers=2) == [
         "tests/e2e/test_scale_to_zero.py",  # one each to start with
-        "tests/e2e/test_spare_batch.py",
+        "tests/e2e/test_upgrade.py",
         "tests/unit/test_a.py",  # each worker's spacer
         "tests/unit/test_b.py",
-        "tests/e2e/test_upgrade.py",
+        "tests/e2e/test_spare_batch.py",
         "tests/unit/test_c.py",
         "tests/e2e/test_demo.py",  # the spacers ran out
         "tests/api/test_chart.py",
