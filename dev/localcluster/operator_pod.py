@@ -182,12 +182,23 @@ class OperatorPod:
                 "--grace-period=0", "--force", "--wait=false",
             )  # fmt: skip
 
+    def restart(self, timeout: float = 2 * READY_TIMEOUT) -> dict[str, Any]:
+        """`kubectl rollout restart` of the release's Deployment: every pod replaced as the
+        chart's strategy rolls them (one new pod at a time, an old one deleted once it is Ready:
+        SIGTERM, then terminationGracePeriodSeconds), the leader handing the Lease over as it
+        stops. Returns the pod that leads once no old pod is left."""
+        self.cluster.kubectl("rollout", "restart", "deployment", self.release, "-n", self.namespace)
+        pod: dict[str, Any] = wait_until(
+            self._leading_pod, timeout=timeout, interval=1, what=f"{self.release} restarted"
+        )
+        return pod
+
     def mark(self) -> Mark:
         """Where the leading pod stands now, for `exits_since`."""
         pod: dict[str, Any] = wait_until(
             self._leading_pod, timeout=LEADING_TIMEOUT, interval=1, what="a leading pod"
         )
-        log = self._log_of(pod)
+        log = self.log_of(pod)
         return Mark(pod["metadata"]["uid"], log.stat().st_size if log.exists() else 0)
 
     def exits_since(self, mark: Mark) -> list[str]:
@@ -196,7 +207,7 @@ class OperatorPod:
         pod = self.leader_pod() or self.ready_pod()
         if pod is None or pod["metadata"]["uid"] != mark.pod_uid:
             return ["pod replaced"]
-        with self._log_of(pod).open("rb") as f:
+        with self.log_of(pod).open("rb") as f:
             f.seek(mark.log_size)
             text = f.read().decode(errors="replace")
         exits, last = [], ""
@@ -361,7 +372,8 @@ class OperatorPod:
             capture_output=True,
         )
 
-    def _log_of(self, pod: dict[str, Any]) -> Path:
+    def log_of(self, pod: dict[str, Any]) -> Path:
+        """The node runner's log of `pod` (kept after the pod is gone)."""
         return self.cluster.state_dir / "pods" / f"{self.namespace}_{pod['metadata']['name']}.log"
 
     def log(self) -> Path:

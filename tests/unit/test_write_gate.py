@@ -96,7 +96,9 @@ def test_a_leader_whose_lease_calls_hang_stops_writing_before_a_standby_may_take
         assert elector.wait_leading(5)
         api.request("PATCH", "/apis/x/status", body={})  # leading: written
         leases.hang.set()
+        shut_by = time.monotonic() + CFG.renew_deadline + 1
         while elector.gate.is_open():
+            assert time.monotonic() < shut_by, "the gate stayed open while the renewal hung"
             time.sleep(0.01)
         refused_at = time.monotonic()
         with pytest.raises(NotLeadingError):
