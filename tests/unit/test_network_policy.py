@@ -15,6 +15,7 @@ from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.network_policy import EngineNetworkPolicy, parse_engine_network_policy
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
+from llmfleet.render.network_policy import admits_every_source
 from llmfleet.settings import OperatorSettings
 
 FLEET = OperatorSettings().fleet
@@ -211,3 +212,47 @@ def test_without_operator_peers_the_fetcher_port_gets_no_rule_at_all() -> None:
 
     assert not any(p["port"] == "fetcher" for r in rules for p in r.get("ports", []))
     assert all("ports" in r for r in rules)  # no rule admits every port either
+
+
+@pytest.mark.parametrize(
+    ("layout", "lora", "clients", "open_to_all"),
+    [
+        # The OpenAI API alone: with no router and no clients, any client may call it.
+        (UNROUTED, False, (), True),
+        (UNROUTED, False, (CLIENT,), False),
+        (ROUTED, False, (), False),
+        # A LoRA engine's port also serves vLLM's runtime LoRA endpoints: never every source.
+        (UNROUTED, True, (), False),
+        (UNROUTED, True, (CLIENT,), False),
+        (ROUTED, True, (), False),
+    ],
+)
+def test_a_lora_engines_port_never_gets_a_rule_that_admits_every_source(
+    layout: dict[str, Any], lora: bool, clients: tuple[dict[str, Any], ...], open_to_all: bool
+) -> None:
+    engine = {**layout.get("engine", {}), **({"lora": {}} if lora else {})}
+    s = spec(**layout, engine=engine)
+    policy = EngineNetworkPolicy(scrapers=(PROMETHEUS,), operator=(OPERATOR,), clients=clients)
+    rules = network_policy(s, policy)["spec"]["ingress"]
+
+    assert any("from" not in rule for rule in rules) == open_to_all
+    if lora:
+        for rule in rules:
+            assert CLIENT not in rule.get("from", []) or clients == (CLIENT,)
+
+
+@pytest.mark.parametrize(
+    ("layout", "clients", "refused"),
+    [
+        (UNROUTED, (), True),
+        (UNROUTED, (CLIENT,), False),
+        (ROUTED, (), False),
+    ],
+)
+def test_a_lora_deployment_its_policy_would_open_to_every_pod_is_not_planned(
+    layout: dict[str, Any], clients: tuple[dict[str, Any], ...], refused: bool
+) -> None:
+    s = spec(**layout, engine={"lora": {}})
+    policy = EngineNetworkPolicy(scrapers=(PROMETHEUS,), operator=(OPERATOR,), clients=clients)
+
+    assert admits_every_source(s, plan(s), policy) == refused

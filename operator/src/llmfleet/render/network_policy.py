@@ -3,10 +3,11 @@ with --engine-network-policy): the engines' port admits this LLMDeployment's rou
 scrapes their metrics and the operator; nothing else reaches them.
 
 Where there is no router the engine Service is the endpoint, so clients must reach the engines:
-the policy then admits the configured clients, or any source when none are configured. The
+the policy then admits the configured clients, or any source when none are configured. A LoRA
 engine's port also serves vLLM's runtime LoRA endpoints, which a NetworkPolicy cannot tell from
-the OpenAI API: whoever reaches the port may call them unless the engine has an API key
-(docs/security.md).
+the OpenAI API: such a port never gets a rule without `from` (with no router and no clients it
+admits only the scrapers and the operator, and the operator refuses to plan it, saying so:
+`admits_every_source`; docs/security.md).
 
 The adapter fetcher's port admits the operator's pods and nothing else, whatever the engine's
 port admits: it spends credentials and writes to the node's disk. With no operator peers
@@ -37,6 +38,12 @@ API_VERSION = "networking.k8s.io/v1"
 ENGINE_PORT_NAME = "http"
 
 
+def admits_every_source(spec: LLMDeploymentSpec, plan: Plan, policy: EngineNetworkPolicy) -> bool:
+    """Whether the engines' port would be open to every source: no router in front and no
+    clients configured. Fine for the OpenAI API; not for a LoRA engine's runtime endpoints."""
+    return not router_enabled(spec, plan) and not policy.clients
+
+
 def render_network_policy(
     owner: Owner, spec: LLMDeploymentSpec, plan: Plan, policy: EngineNetworkPolicy
 ) -> dict[str, Any]:
@@ -45,7 +52,7 @@ def render_network_policy(
     else:
         callers = list(policy.clients)
     rule: dict[str, Any] = {"ports": [{"port": ENGINE_PORT_NAME, "protocol": "TCP"}]}
-    if callers:
+    if callers or plan.lora is not None:
         # A rule without `from` admits every source; with one, only the peers listed.
         rule["from"] = [*callers, *policy.scrapers, *policy.operator]
     rules = [rule]

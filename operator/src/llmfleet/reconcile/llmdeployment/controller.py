@@ -34,6 +34,7 @@ from llmfleet.render.names import (
     HTTP_PORT,
     PROGRESS_GATE,
 )
+from llmfleet.render.network_policy import admits_every_source
 from llmfleet.render.scaledobject import KEDA_API_VERSION, SCALED_OBJECT_KIND, keda_hpa_name
 
 from . import reasons as r
@@ -88,6 +89,17 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             )
         if spec.autoscaling.scales_to_zero:
             self._check_scale_to_zero()
+        policy = self.fleet.network_policy
+        if policy and planned.lora and admits_every_source(spec, planned, policy):
+            raise PlanError(
+                "spec.router.enabled",
+                "false: the engines are the endpoint, and their port also serves vLLM's runtime "
+                "LoRA endpoints, which the NetworkPolicy cannot tell apart; with no clients "
+                "named it would admit every pod to them. Enable the router "
+                "(spec.router.enabled: true), or name the pods that may call the engines in the "
+                "chart value engine.networkPolicy.clients",
+                reason=r.LORA_ENDPOINTS_UNFENCED,
+            )
         return planned
 
     def _check_scale_to_zero(self) -> None:

@@ -21,6 +21,7 @@ LAYOUT_PLANNED = "LayoutPlanned"
 LWS_MISSING = "LeaderWorkerSetMissing"
 KEDA_MISSING = "KEDAMissing"
 KEDA_PROMETHEUS_UNSET = "KEDAPrometheusUnset"
+LORA_ENDPOINTS_UNFENCED = "LoRAEndpointsUnfenced"
 
 # Available.
 ROUTER_NOT_READY = "RouterNotReady"
