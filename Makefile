@@ -14,7 +14,7 @@ HELM       = $$($(TOOLS) --bindir helm)/helm
 PYTEST_ARGS ?=
 # make test and make e2e: pytest-xdist workers, each with a lab of its own (tests/workers.py); 0: one
 # process, as before.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 .PHONY: help

@@ -1,4 +1,4 @@
-"""`make test` runs the tiers on pytest-xdist workers (three by default), each against a lab of its
+"""`make test` runs the tiers on pytest-xdist workers (four by default), each against a lab of its
 own, so one worker's engines start while another's tests wait on an HPA window or a grace period.
 
 Imported by tests/conftest.py before anything imports `localcluster` (its ports are read from
