@@ -36,8 +36,7 @@ from localcluster.metricsstack import MetricsStack
 from localcluster.metricsstack.load import (
     EngineLoad,
     delete_llmd,
-    free_gpus,
-    hold_gpus,
+    exactly_free_gpus,
     pod_ready,
     tiny_llmd,
     wait_until,
@@ -392,11 +391,7 @@ def run() -> dict[str, float]:
     ns = f"bench-autoscaling-{uuid.uuid4().hex[:5]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     try:
-        free = free_gpus(core, node)
-        if free < NODE_GPUS:
-            raise RuntimeError(f"{node} has {free} free GPUs; the benchmark needs {NODE_GPUS}")
-        if free > NODE_GPUS:
-            hold_gpus(core, ns, free - NODE_GPUS)
+        exactly_free_gpus(core, ns, node, NODE_GPUS)
         # The reaction is measured with the intervals production runs: the chart's PodMonitor
         # interval for the engines' scrapes and the controller manager's default HPA sync period
         # (the tests run shorter ones).

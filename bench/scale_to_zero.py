@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 from kubernetes import config as k8s_config
 from localcluster.metricsstack import MetricsStack
-from localcluster.metricsstack.load import delete_llmd, free_gpus, hold_gpus, wait_until
+from localcluster.metricsstack.load import delete_llmd, exactly_free_gpus, wait_until
 from localcluster.metricsstack.zero import at_zero, router_ip, stream_completion, zero_llmd
 from localcluster.operator_process import Operator
 from localcluster.supervisor import Cluster
@@ -63,11 +63,7 @@ def run() -> dict[str, float]:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     runs: list[dict[str, float]] = []
     try:
-        free = free_gpus(core, node)
-        if free < NODE_GPUS:
-            raise RuntimeError(f"{node} has {free} free GPUs; the benchmark needs {NODE_GPUS}")
-        if free > NODE_GPUS:
-            hold_gpus(core, ns, free - NODE_GPUS)
+        exactly_free_gpus(core, ns, node, NODE_GPUS)
         body: dict[str, Any] = zero_llmd(NAME, IDLE_SECONDS, WAKE_TIMEOUT_SECONDS)
         cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
         wait_until(lambda: at_zero(api, ns, NAME), IDLE_SECONDS + 300, 1, "first at zero")

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 from kubernetes import config as k8s_config
-from localcluster.metricsstack.load import delete_llmd, free_gpus, hold_gpus, tiny_llmd, wait_until
+from localcluster.metricsstack.load import delete_llmd, exactly_free_gpus, tiny_llmd, wait_until
 from localcluster.noderunner import procs
 from localcluster.operator_process import Operator
 from localcluster.routerapi import routed_engines
@@ -97,11 +97,7 @@ def run() -> dict[str, float]:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     runs: list[dict[str, float]] = []
     try:
-        free = free_gpus(core, node)
-        if free < 1:
-            raise RuntimeError(f"{node} has no free GPU; the benchmark needs one")
-        if free > 1:
-            hold_gpus(core, ns, free - 1)
+        exactly_free_gpus(core, ns, node, 1)
         body: dict[str, Any] = tiny_llmd(NAME, enabled=False)
         body["spec"]["model"]["servedModelName"] = "tiny"
         body["spec"]["engine"]["stallDetection"] = {"windowSeconds": WINDOW_SECONDS}

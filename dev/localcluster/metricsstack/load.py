@@ -271,6 +271,16 @@ def _gpu_use(core: client.CoreV1Api, node: str) -> tuple[int, dict[str, int]]:
     return alloc, holders
 
 
+def exactly_free_gpus(core: client.CoreV1Api, namespace: str, node: str, count: int) -> None:
+    """For a benchmark: `count` GPUs of `node` free now (RuntimeError otherwise), and any beyond
+    them held by a pod in `namespace`, so that it runs on exactly `count`."""
+    free = free_gpus(core, node)
+    if free < count:
+        raise RuntimeError(f"{node} has {free} free GPUs; the benchmark needs {count}")
+    if free > count:
+        hold_gpus(core, namespace, free - count)
+
+
 def hold_gpus(core: client.CoreV1Api, namespace: str, count: int) -> None:
     """A node runner started by someone else may have more GPUs than NODE_GPUS: hold the rest
     with a pod whose container is a plain `sleep` (the runner runs it as a process)."""
