@@ -33,6 +33,8 @@ ATTACH_EVENT = "FailedAttachVolume"
 # waits for its volumes.
 VOLUME_EVENTS = (MOUNT_EVENT, ATTACH_EVENT)
 _REASON_CHARS = re.compile(r"[^A-Za-z0-9_]")
+# How the kubelet and the volume plugins name an object a pod refers to that does not exist.
+NOT_FOUND = re.compile(r'\b(secret|configmap|persistentvolumeclaim) "([^"]+)" not found')
 
 
 def as_reason(said: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from .causes import (
     IMAGE,
     IMAGE_ERRORS,
+    NOT_FOUND,
     RESOURCES,
     Blocker,
     Reference,
@@ -25,7 +26,6 @@ from .causes import (
 )
 from .exit_words import advice_for, last_words
 
-_NOT_FOUND = re.compile(r'\b(secret|configmap|persistentvolumeclaim) "([^"]+)" not found')
 _NO_KEY = re.compile(r"couldn't find key (\S+) in (Secret|ConfigMap) [^/\s]+/(\S+)")
 # A container on its way: the kubelet says these while it mounts volumes and pulls, not of a fault.
 ON_ITS_WAY = ("ContainerCreating", "PodInitializing")
@@ -49,7 +49,7 @@ def _field(refs: Sequence[Reference], kind: str, container: str) -> str:
 
 
 def _config_error(message: str, refs: Sequence[Reference], said: Said) -> Blocker:
-    if found := _NOT_FOUND.search(message):
+    if found := NOT_FOUND.search(message):
         return missing(refs, found.group(1), found.group(2), said_as(said, found.group(0)))
     if no_key := _NO_KEY.search(message):
         key, kind, obj = no_key.groups()

@@ -31,6 +31,7 @@ from .causes import (
     INSUFFICIENT_RESOURCES,
     MOUNT_EVENT,
     NODES,
+    NOT_FOUND,
     RESOURCES,
     SECRET,
     TAINTS,
@@ -58,7 +59,6 @@ from .scheduler_words import (
     unschedulable_message,
 )
 
-_NOT_FOUND = re.compile(r'\b(secret|configmap|persistentvolumeclaim) "([^"]+)" not found')
 _MOUNT = re.compile(r'MountVolume\.SetUp failed for volume "[^"]+" : (.*)$')
 _MOUNT_NO_KEY = re.compile(r"configmap references non-existent config key: (\S+)")
 _VOLUMES_NAMED = re.compile(r'volume "([^"]+)"|unmounted volumes=\[([^\]]*)\]')
@@ -89,7 +89,7 @@ def _scheduler(pod: Mapping[str, Any], refs: Sequence[Reference]) -> list[Blocke
     if message is None:
         return []
     name = pod["metadata"]["name"]
-    found = _NOT_FOUND.search(message)
+    found = NOT_FOUND.search(message)
     if found is not None and found.group(1) == CLAIM:
         return [missing(refs, CLAIM, found.group(2), Said(found.group(0), SCHEDULER, name))]
     if only_selector_mismatch(message):
@@ -154,7 +154,7 @@ def _volume(pod: Mapping[str, Any], refs: Sequence[Reference], text: str) -> Blo
     name, by = pod["metadata"]["name"], f"kubelet: {event}"
     mount = _MOUNT.search(text)
     inner = mount.group(1) if mount else text
-    if found := _NOT_FOUND.search(inner):
+    if found := NOT_FOUND.search(inner):
         return missing(refs, found.group(1), found.group(2), Said(found.group(0), by, name))
     if no_key := _MOUNT_NO_KEY.search(inner):
         return missing_key(refs, CONFIGMAP, None, no_key.group(1), Said(no_key.group(0), by, name))
