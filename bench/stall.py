@@ -23,7 +23,13 @@ from typing import Any
 import yaml
 from kubernetes import client
 from kubernetes import config as k8s_config
-from localcluster.metricsstack.load import delete_llmd, exactly_free_gpus, tiny_llmd, wait_until
+from localcluster.metricsstack.load import (
+    delete_llmd,
+    exactly_free_gpus,
+    pod_ready,
+    tiny_llmd,
+    wait_until,
+)
 from localcluster.noderunner import procs
 from localcluster.operator_process import Operator
 from localcluster.routerapi import routed_engines
@@ -38,16 +44,12 @@ ROUTERS = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=router"
 STARTUP_TIMEOUT = 300
 
 
-def _ready(pod: client.V1Pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-
-
 def _one_ready(core: client.CoreV1Api, ns: str, selector: str, what: str) -> client.V1Pod:
     (pod,) = wait_until(
         lambda: [
             p
             for p in core.list_namespaced_pod(ns, label_selector=selector).items
-            if _ready(p) and p.metadata.deletion_timestamp is None
+            if pod_ready(p) and p.metadata.deletion_timestamp is None
         ],
         STARTUP_TIMEOUT,
         2,
