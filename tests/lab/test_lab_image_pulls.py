@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 from localcluster import imagepull, kwokgate, podrefs
+from localcluster.noderunner.container import container_status
 from localcluster.noderunner.images import REF_ANNOTATION
+from localcluster.noderunner.pods import PodWorker
+from localcluster.noderunner.podstate import Hooks
 
 from llmfleet.models import DEFAULT_BATCH_IMAGE, DEFAULT_ENGINE_IMAGE
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
@@ -299,3 +302,43 @@ def test_the_kwok_gate_holds_an_image_no_node_has_and_starts_the_pod_recreated_w
     gate.forget("bad")  # deleted; its replacement names an image the nodes hold
     gate.consider(kwok_pod(DEFAULT_ENGINE_IMAGE, "good"))
     assert core.admitted == ["p-good"]
+
+
+def test_the_node_runner_holds_a_container_it_cannot_pull_and_says_each_cause_once(
+    held: frozenset[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(imagepull, "held_images", lambda: held)
+    posted: list[dict[str, Any]] = []
+
+    def nothing(*args: Any) -> None:
+        return None
+
+    hooks = Hooks(
+        context=nothing,
+        read_secret_key=nothing,
+        read_configmap_key=nothing,
+        read_configmap=nothing,
+        patch_status=nothing,
+        delete_pod=nothing,
+        log_dir=tmp_path / "pods",
+        node="local-gpu-0",
+        runner_id="r",
+        base_env={},
+        state_dir=tmp_path,
+        lookup=lambda kind, namespace, name: set(),
+        post_event=posted.append,
+    )
+    worker = PodWorker(pod(MISSING, command=["sleep", "60"]), "127.17.0.9", hooks)
+    (c,) = worker.containers
+    worker._start(c)
+    worker._start(c)  # again 2 s later (REFUSED_RETRY), within the pull back-off
+    worker._start(c)
+    assert c.proc is None
+    assert container_status(c)["state"]["waiting"]["reason"] == "ImagePullBackOff"
+    assert [(e["type"], e["reason"]) for e in posted] == [
+        ("Normal", "Pulling"),
+        ("Warning", "Failed"),
+        ("Warning", "Failed"),
+        ("Normal", "BackOff"),
+        ("Warning", "Failed"),
+    ]
