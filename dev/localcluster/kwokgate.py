@@ -1,12 +1,14 @@
 """`python -m localcluster.kwokgate --kubeconfig K`: the kubelet's refusals for kwok's nodes.
 
-kwok starts every pod bound to its nodes at once: a pod whose Secret does not exist would go
-Running, where a kubelet holds it in CreateContainerConfigError. This process stands where the
-kubelet's checks would: it watches the pods bound to kwok's nodes and, for each not yet admitted,
-checks what the pod references (podrefs.py). A pod that passes gets the annotation ADMITTED, the
-only pods kwok's pod-ready Stage starts (`gated_stages` adds that selector to the Stage the
-cluster runs kwok with). A pod that does not gets the kubelet's waiting status and Event, and is
-checked again every RETRY_SECONDS until the object exists.
+kwok starts every pod bound to its nodes at once: a pod whose Secret does not exist, or whose
+image no registry has, would go Running, where a kubelet holds it in CreateContainerConfigError
+or ErrImagePull. This process stands where the kubelet's checks would: it watches the pods bound to
+kwok's nodes and, for each not yet admitted, checks what the pod references (podrefs.py) and
+pulls its images from what the nodes hold (imagepull.py). A pod that passes gets the annotation
+ADMITTED, the only pods kwok's pod-ready Stage starts (`gated_stages` adds that selector to the
+Stage the cluster runs kwok with). A pod that does not gets the kubelet's waiting status and
+Events, and is checked again every RETRY_SECONDS until the object exists (an image is pulled
+again only once its back-off has passed: ImagePullBackOff meanwhile).
 
 Started by `Cluster.up()` beside kwok (a component: `Cluster.down()` stops it).
 """
@@ -26,7 +28,7 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from . import podrefs
+from . import imagepull, podrefs
 from .nodes import KWOK_NODE_PREFIX
 
 log = logging.getLogger("kwokgate")
@@ -118,6 +120,7 @@ class Gate:
         self._lock = threading.Lock()
         # uid -> (pod, what was said last): the pods held back, checked again every RETRY_SECONDS.
         self._held: dict[str, tuple[dict[str, Any], podrefs.Refusal]] = {}
+        self._pulls: dict[str, imagepull.Puller] = {}  # uid -> its images' pull back-off
 
     def consider(self, pod: dict[str, Any]) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
@@ -130,11 +133,14 @@ class Gate:
                 or (pod.get("status") or {}).get("phase") not in (None, "Pending")
             ):
                 self._held.pop(meta["uid"], None)
+                self._pulls.pop(meta["uid"], None)
                 return
-            refusal = podrefs.check(pod, self.lookup)
+            pulls = self._pulls.setdefault(meta["uid"], imagepull.Puller())
+            refusal = podrefs.check(pod, self.lookup, images=pulls.check)
             if refusal is None:
                 self._admit(pod)
                 self._held.pop(meta["uid"], None)
+                self._pulls.pop(meta["uid"], None)
                 return
             held = self._held.get(meta["uid"])
             self._held[meta["uid"]] = (pod, refusal)
@@ -156,9 +162,10 @@ class Gate:
     def _hold(self, pod: dict[str, Any], refusal: podrefs.Refusal, node: str) -> None:
         meta = pod["metadata"]
         try:
-            # The Event first: whoever the status change wakes finds it (the operator reads a
+            # The Events first: whoever the status change wakes finds them (the operator reads a
             # waiting pod's FailedMount Events).
-            self.core.create_namespaced_event(meta["namespace"], podrefs.event(pod, refusal, node))
+            for said in podrefs.events(pod, refusal, node):
+                self.core.create_namespaced_event(meta["namespace"], said)
             self.core.patch_namespaced_pod_status(
                 meta["name"], meta["namespace"], {"status": podrefs.waiting_status(pod, refusal)}
             )
@@ -169,6 +176,7 @@ class Gate:
     def forget(self, uid: str) -> None:
         with self._lock:
             self._held.pop(uid, None)
+            self._pulls.pop(uid, None)
 
     def retry_held(self) -> None:
         while not self.stop.wait(RETRY_SECONDS):

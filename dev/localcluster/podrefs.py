@@ -14,6 +14,9 @@ The kubelet's words, from pkg/kubelet (kubelet_pods.go, volume/configmap, volume
   the message `secret "NAME" not found`, `configmap "NAME" not found`, `couldn't find key KEY in
   Secret NS/NAME` (or `in ConfigMap NS/NAME`), and an Event `Failed`: `Error: <the message>`.
 
+A container's image comes between the two: `check` takes the node's pull decisions (imagepull.py,
+the images an air-gapped node holds) and asks them before the container's environment.
+
 A missing PersistentVolumeClaim never reaches a node: the scheduler holds the pod
 (`persistentvolumeclaim "NAME" not found`).
 """
@@ -35,6 +38,15 @@ Lookup = Callable[[str, str, str], Collection[str] | None]
 
 
 @dataclass(frozen=True)
+class Note:
+    """An Event the kubelet posts on the way to a refusal (`Pulling`, then `Failed` to pull)."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Refusal:
     """Why a kubelet does not start a container (yet)."""
 
@@ -43,6 +55,11 @@ class Refusal:
     waiting_message: str
     event_reason: str
     event_message: str
+    earlier: tuple[Note, ...] = ()  # posted before the Warning above, in this order
+
+
+# pod, container -> why the kubelet would not start the container for its image (imagepull.py).
+ImageCheck = Callable[[Mapping[str, Any], Mapping[str, Any]], Refusal | None]
 
 
 def api_lookup(core: client.CoreV1Api) -> Lookup:
@@ -119,10 +136,15 @@ def _env(ns: str, container: Mapping[str, Any], lookup: Lookup) -> Refusal | Non
 
 
 def check(
-    pod: Mapping[str, Any], lookup: Lookup, containers: Iterable[str] | None = None
+    pod: Mapping[str, Any],
+    lookup: Lookup,
+    containers: Iterable[str] | None = None,
+    images: ImageCheck | None = None,
 ) -> Refusal | None:
-    """Why the kubelet would not start `pod` now (volumes first, as it mounts them before it
-    builds any container's environment), or None. `containers`: only those (default: all)."""
+    """Why the kubelet would not start `pod` now, or None: its volumes first, as it mounts them
+    before it starts any container; then, container by container, the image (`images`, which
+    may pull) before the environment, as it pulls before it builds a container's config.
+    `containers`: only those (default: all)."""
     refused = _volumes(pod, lookup)
     if refused is not None:
         return refused
@@ -130,14 +152,27 @@ def check(
     spec = pod["spec"]
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         if wanted is None or container["name"] in wanted:
+            if images is not None and (refused := images(pod, container)) is not None:
+                return refused
             refused = _env(pod["metadata"]["namespace"], container, lookup)
             if refused is not None:
                 return refused
     return None
 
 
+def events(pod: Mapping[str, Any], refusal: Refusal, node: str) -> list[dict[str, Any]]:
+    """The Events a kubelet posts on `pod` for `refusal`, in order: the earlier ones (a pull's
+    `Pulling`), then the Warning."""
+    notes = [*refusal.earlier, Note("Warning", refusal.event_reason, refusal.event_message)]
+    return [_event(pod, refusal.container, n, node) for n in notes]
+
+
 def event(pod: Mapping[str, Any], refusal: Refusal, node: str) -> dict[str, Any]:
     """The Warning Event a kubelet posts on `pod` for `refusal`."""
+    return events(pod, refusal, node)[-1]
+
+
+def _event(pod: Mapping[str, Any], container: str | None, note: Note, node: str) -> dict[str, Any]:
     meta = pod["metadata"]
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     involved = {
@@ -147,8 +182,8 @@ def event(pod: Mapping[str, Any], refusal: Refusal, node: str) -> dict[str, Any]
         "namespace": meta["namespace"],
         "uid": meta["uid"],
     }
-    if refusal.container is not None:
-        involved["fieldPath"] = f"spec.containers{{{refusal.container}}}"
+    if container is not None:
+        involved["fieldPath"] = f"spec.containers{{{container}}}"
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -157,9 +192,9 @@ def event(pod: Mapping[str, Any], refusal: Refusal, node: str) -> dict[str, Any]
             "namespace": meta["namespace"],
         },
         "involvedObject": involved,
-        "type": "Warning",
-        "reason": refusal.event_reason,
-        "message": refusal.event_message,
+        "type": note.type,
+        "reason": note.reason,
+        "message": note.message,
         "source": {"component": "kubelet", "host": node},
         "reportingComponent": "kubelet",
         "reportingInstance": node,

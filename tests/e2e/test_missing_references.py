@@ -1,10 +1,12 @@
 """Careless manifests, applied as a user would: each names an object that does not exist (a claim,
-a Secret, a ConfigMap, a GPU no node has). Status and one Warning Event name the spec field and
-the object within 20 s, in the words of the scheduler or the kubelet; creating the object clears
-it and the resource becomes Available (kwok) or serves (the emulated GPU), with no edit to it.
+a Secret, a ConfigMap, a GPU no node has, an image no node can pull). Status and one Warning Event
+name the spec field and the object within 20 s, in the words of the scheduler or the kubelet;
+creating the object clears it and the resource becomes Available (kwok) or serves (the emulated
+GPU), with no edit to it; an image is fixed by correcting the field, the one edit.
 
 The kwok rows rely on the lab failing like a cluster: the kwok gate holds a pod whose Secret or
-ConfigMap is missing as a kubelet does (docs/cpu-adaptations.md, "What the lab's nodes refuse").
+ConfigMap is missing, or whose image the nodes do not hold, as a kubelet does
+(docs/cpu-adaptations.md, "What the lab's nodes refuse").
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from localcluster.supervisor import Cluster
 
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
+from llmfleet.models import DEFAULT_ENGINE_IMAGE
 from llmfleet.render.names import HTTP_PORT
 
 from . import localnode
@@ -58,6 +61,9 @@ LATE_POOL = "e2e-late"
 # After recovery, until the last stale condition is rewritten (one reconcile: a few seconds).
 CAUSE_CLEARS_WITHIN = 15.0
 LATE_NODE = f"kwok-{LATE_POOL}-0"
+NAME = "careless"
+# An image no registry of the lab has (its nodes hold only the images they were given).
+UNPULLABLE = "docker.io/llmfleet/no-such-engine:1"
 PLURALS = {"LLMDeployment": "llmdeployments", "LLMBatchJob": "llmbatchjobs"}
 
 
@@ -108,6 +114,16 @@ def gpu_node(product: str) -> Callable[[World], None]:
     return create
 
 
+def engine_image(image: str) -> Callable[[World], None]:
+    """Corrects the LLMDeployment's spec.engine.image: the operator rolls a new pod template."""
+
+    def fix(w: World) -> None:
+        patch = json.dumps({"spec": {"engine": {"image": image}}})
+        w.cluster.kubectl("patch", "llmd", NAME, "-n", w.namespace, "--type=merge", "-p", patch)
+
+    return fix
+
+
 def llmd(**spec: Any) -> dict[str, Any]:
     body = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "gpus": dict(GPUS)} | spec
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LLMDeployment", "spec": body}
@@ -133,6 +149,7 @@ class Row:
     create: Callable[[World], None]  # makes it exist
     present: tuple[Callable[[World], None], ...] = ()  # what exists from the start
     undo: Callable[[World], None] | None = None  # what `create` made outside the namespace
+    edits: int = 0  # edits of the resource that `create` makes (a corrected field)
 
 
 ROWS = {
@@ -169,6 +186,14 @@ ROWS = {
         f"no node carries nvidia.com/gpu.product={MISSING_GPU}",
         gpu_node(MISSING_GPU),
         undo=lambda w: w.core.delete_node(LATE_NODE),
+    ),
+    "engine-image-no-node-holds": Row(
+        llmd(engine={"image": UNPULLABLE}),
+        "EngineImagePullFailed",
+        "spec.engine.image",
+        f'cannot pull image "{UNPULLABLE}"',
+        engine_image(DEFAULT_ENGINE_IMAGE),
+        edits=1,
     ),
     "batch-input-configmap": Row(
         batch(),
@@ -240,7 +265,7 @@ def recovered(w: World, kind: str, name: str) -> bool:
 def test_a_missing_object_is_named_with_its_field_and_clears_once_it_exists(
     operator: Operator, world: World, row: Row
 ) -> None:
-    kind, name = row.body["kind"], "careless"
+    kind, name = row.body["kind"], NAME
     for make in row.present:
         make(world)
     body = row.body | {"metadata": {"name": name}}
@@ -269,7 +294,7 @@ def test_a_missing_object_is_named_with_its_field_and_clears_once_it_exists(
             0.5,
             f"{cause} gone from status",
         )
-        assert after["metadata"]["generation"] == 1  # no edit to it
+        assert after["metadata"]["generation"] == 1 + row.edits  # no other edit to it
         assert len([e for e in warnings(world, kind, name) if e.reason == row.reason]) == 1
     finally:
         if row.undo is not None:

@@ -275,6 +275,22 @@ def test_the_same_crash_reads_the_same_on_every_restart() -> None:
     assert backing_off[0].said_by == started_again[0].said_by
 
 
+PULL_ERROR = (
+    'rpc error: code = NotFound desc = failed to pull and unpack image "docker.io/x/y:1": '
+    'failed to resolve reference "docker.io/x/y:1": docker.io/x/y:1: not found'
+)
+
+
+def test_a_failed_pull_reads_the_same_between_pulls_and_during_the_back_off() -> None:
+    """A kubelet since 1.32 repeats the last pull's error in its back-off message."""
+    backing_off = f'Back-off pulling image "x/y:1": ErrImagePull: {PULL_ERROR}'
+    pulled = blockers([waiting("ErrImagePull", PULL_ERROR)], REFS)
+    waited = blockers([waiting("ImagePullBackOff", backing_off)], REFS)
+    assert len(pulled) == len(waited) == 1
+    assert pulled[0].summary == waited[0].summary
+    assert "not found" in waited[0].summary
+
+
 def deployment_status(pods: list[dict[str, Any]], ready: int) -> dict[str, tuple[str, str, str]]:
     st = ready_status(
         old=LLMDeploymentStatus(),

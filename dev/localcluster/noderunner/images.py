@@ -96,6 +96,15 @@ def find_image(ref: str | None, directory: Path | None = None) -> Image | None:
     return None
 
 
+def built_images(directory: Path | None = None) -> list[Image]:
+    """Every image of every archive `make images` built, whichever runs here (the router's too)."""
+    found: list[Image] = []
+    for archive in sorted((directory or images_dir()).glob("*.oci.tar")):
+        with contextlib.suppress(OSError, tarfile.TarError, ValueError, KeyError):
+            found += _archive_images(archive)
+    return found
+
+
 def _repo(ref: str) -> str:
     """`host/path:tag` without the tag."""
     head, _, tail = ref.rpartition("/")

@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from .. import imagepull
 from . import procs, volumes
 from .container import BACKOFF_START, Conditions, Container, timestamp
 from .podstart import ContainerStarts
@@ -49,6 +50,7 @@ class PodWorker(ContainerStarts, ContainerStops, threading.Thread):
         self.start_time = pod.get("status", {}).get("startTime") or timestamp()
         self.conditions = Conditions()
         self._said: set[str] = set()  # the refusals already posted as Events
+        self.pulls = imagepull.Puller()
         self.last_status: dict[str, Any] | None = None
         self.terminal = False
         self._adopt(pod.get("status") or {})

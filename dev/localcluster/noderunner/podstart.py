@@ -52,14 +52,16 @@ class ContainerStarts(PodState):
         return env
 
     def _refuse(self, c: Container, refused: podrefs.Refusal) -> None:
-        """Wait as a kubelet does for a missing Secret or ConfigMap, saying so once per cause."""
+        """Wait as a kubelet does for a missing Secret or ConfigMap, or an image this node cannot
+        pull, saying so once per cause (a kubelet counts the repeats of one Event instead)."""
         c.waiting_reason, c.waiting_message = refused.waiting_reason, refused.waiting_message
         c.next_start = time.monotonic() + REFUSED_RETRY
         if refused.event_message not in self._said:
             self._said.add(refused.event_message)
-            log.info("%s/%s %s: %s", self.ns, self.pod_name, c.name, refused.event_message)
+            log.info("%s/%s %s: %s", self.ns, self.pod_name, c.name, refused.waiting_message)
             try:
-                self.hooks.post_event(podrefs.event(self.pod, refused, self.hooks.node))
+                for said in podrefs.events(self.pod, refused, self.hooks.node):
+                    self.hooks.post_event(said)
             except Exception as e:  # an Event is worth less than the pod; said again if lost
                 self._said.discard(refused.event_message)
                 log.warning("%s/%s: event not posted: %s", self.ns, self.pod_name, e)
@@ -70,7 +72,7 @@ class ContainerStarts(PodState):
 
     def _start(self, c: Container) -> None:
         command = c.spec.get("command") or []
-        refused = podrefs.check(self.pod, self.hooks.lookup, [c.name])
+        refused = podrefs.check(self.pod, self.hooks.lookup, [c.name], self.pulls.check)
         if refused is not None:
             self._refuse(c, refused)
             return

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import podrefs
+from .. import imagepull, podrefs
 from . import oci, volumes
 from .adaptations import Context
 from .container import Conditions, Container
@@ -54,6 +54,7 @@ class PodState:
     start_time: str
     conditions: Conditions
     _said: set[str]
+    pulls: imagepull.Puller  # the pod's image pulls on this node (their back-off)
     last_status: dict[str, Any] | None
     log_path: Path
     _last_env: dict[str, dict[str, str]]

@@ -34,6 +34,10 @@ OOM_KILLED = "OOMKilled"
 # What an eviction says of the pod's own use: its cpu/memory requests were too low for it.
 _OVER_REQUEST = re.compile(r"exceeds its request", re.IGNORECASE)
 _LIMIT = 300
+# During the pull back-off a kubelet (1.32 and later) says `Back-off pulling image "REF":
+# ErrImagePull: <the last pull's error>`, between pulls that say the error alone: the cause is
+# that error either way, so that status and its Event do not change with every attempt.
+_PULL_BACKOFF = re.compile(r'Back-off pulling image "[^"]*": \w+: (?=.)')
 
 
 def _stem(refs: Sequence[Reference], container: str) -> str:
@@ -63,6 +67,7 @@ def said_as(said: Said, cause: str) -> Said:
 
 def _image(cs: Mapping[str, Any], message: str, refs: Sequence[Reference], said: Said) -> Blocker:
     image = str(cs.get("image") or "")
+    message = _PULL_BACKOFF.sub("", message, count=1)
     cause = f'cannot pull image "{image}"' + (f": {message[:_LIMIT]}" if message else "")
     mine = [r for r in refs if r.kind == IMAGE and r.name == cs.get("name")]
     if mine:
