@@ -3,6 +3,7 @@
 and the figures standby engines rest on. One JSON line per step on stdout and in --results.
 
   python3 bench/gpu/sleep_contract.py $MODELS/llama-3.1-8b --results $OUT/sleep.jsonl
+  python3 bench/gpu/sleep_contract.py $MODELS/llama-3.1-8b --tp 2 --cycles 5 --results $OUT/c.jsonl
 
 Starts `vllm serve MODEL --load-format dummy --enable-sleep-mode` with VLLM_SERVER_DEV_MODE=1,
 then: a completion (awake), GET /is_sleeping, POST /sleep?level=1 (timed), GET /is_sleeping,
@@ -68,7 +69,7 @@ def gpu_used_mib() -> int:
     return int(out[0])
 
 
-def serve(model: str, dev_mode: bool, log: Path) -> subprocess.Popen[bytes]:
+def serve(model: str, dev_mode: bool, log: Path, tp: int = 1) -> subprocess.Popen[bytes]:
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1" if dev_mode else "0"}
     cmd = [
         sys.executable,
@@ -83,6 +84,8 @@ def serve(model: str, dev_mode: bool, log: Path) -> subprocess.Popen[bytes]:
         "--max-model-len",
         "8192",
         "--enable-sleep-mode",
+        "--tensor-parallel-size",
+        str(tp),
         "--port",
         str(PORT),
         "--host",
@@ -99,11 +102,56 @@ def serve(model: str, dev_mode: bool, log: Path) -> subprocess.Popen[bytes]:
     raise TimeoutError("vllm serve not healthy after 400 s")
 
 
+def gpus_used_mib() -> list[int]:
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [int(x) for x in out]
+
+
+def cycles(model: str, tp: int, n: int, results: Path) -> int:
+    """Is sleep reliable at this TP? n rounds of sleep, wake and a completion, each bounded: a call
+    that does not answer within its bound is a hang (sleep at TP > 1 has been reported to hang)."""
+    proc = serve(model, True, results.with_suffix(".log"), tp)
+    hung = 0
+    try:
+        for i in range(n):
+            row: dict[str, Any] = {"step": "cycle", "tp": tp, "i": i}
+            row["sleep"] = call("POST", "/sleep?level=1", timeout=240)
+            row["asleep_mib"] = gpus_used_mib()
+            row["wake"] = call("POST", "/wake_up", timeout=120)
+            t0 = time.monotonic()
+            row["completion"] = completion(timeout=60)
+            row["first_token_after_wake_s"] = round(row["wake"]["s"] + time.monotonic() - t0, 3)
+            ok = all(row[k]["status"] == 200 for k in ("sleep", "wake", "completion"))
+            row["ok"] = ok
+            print(json.dumps(row), flush=True)
+            with results.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            if not ok:
+                hung += 1
+                break
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return 1 if hung else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("model")
     p.add_argument("--results", type=Path, required=True)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--cycles", type=int, default=0, help="only the sleep/wake rounds, n times")
     args = p.parse_args()
+    if args.cycles:
+        return cycles(args.model, args.tp, args.cycles, args.results)
     rows: list[dict[str, Any]] = []
 
     def note(step: str, **kv: Any) -> None:

@@ -74,7 +74,7 @@ SCENARIOS = {
     for s in (
         Scenario("8b", LLAMA_8B),
         Scenario("8b-cache", LLAMA_8B, model_cache=True),
-        Scenario("8b-tp2", LLAMA_8B, gpus=2),
+        Scenario("8b-tp2", LLAMA_8B, gpus=2, model_cache=True),
         Scenario("70b-fp8", LLAMA_70B, quantization="fp8", model_cache=True, max_model_len=4096),
         # The procedure itself, on a machine without GPUs (README.md, "Try it here first").
         Scenario("smoke", LLAMA_8B, max_model_len=1024, restarts=0, timeout_s=300),
