@@ -25,11 +25,20 @@ LOGS = GPU_DIR / "logs"
 # An earlier H200 run (h200-2026-11-27-gpulab.jsonl) is cold only: its replacement missed the
 # cache through a fault of the lab then (each pod's HOME-derived vLLM paths entered vLLM's cache
 # key; fixed in realgpus.py).
+# - 2026-11-28, two H200s: Llama-3.1-70B fp8 on one of them (`70b-fp8`), the replacement on the
+#   other GPU, so it did not wait for its predecessor's.
 RUNS = {
     "": (GPU_DIR / "h200-2026-11-27-gpulab-triton.jsonl", "h200-gpulab-triton-8b-cache"),
     "h100_no_triton_cache_": (GPU_DIR / "h100-2026-11-27-gpulab.jsonl", "h100-gpulab-8b-cache"),
+    "70b_fp8_": (GPU_DIR / "h200x2-2026-11-28-gpulab-70b-fp8.jsonl", "h200x2-gpulab-70b-fp8"),
 }
 SLEEP = GPU_DIR / "h200-2026-11-27-sleep.jsonl"
+# Five rounds of sleep, wake and a completion on one TP2 engine (sleep_contract.py --cycles).
+SLEEP_TP2 = GPU_DIR / "h200x2-2026-11-28-sleep-tp2.jsonl"
+# Two 8B replicas (Auto chose two TP1 pods for two GPUs) started at once on one model cache claim.
+TWO_AT_ONCE = ("h200x2-gpulab-two-8b-0", "h200x2-gpulab-two-8b-1")
+# vLLM's own `vllm serve` on the same machine, no operator: where a warm start's time goes.
+PROBE = GPU_DIR / "h200x2-2026-11-28-start-probe.jsonl"
 PHASES_OUT = GPU_DIR / "operator-start-phases.json"
 
 _START = re.compile(r"===== (\S+Z) node-runner: start vllm")
@@ -100,7 +109,16 @@ def one_run(path: Path, logs: str) -> tuple[dict[str, dict[str, float]], dict[st
         "compile_cache_init_speedup": round(cold["engine_init_s"] / warm["engine_init_s"], 2),
         "kv_error_cold_pct": round(100 * (cold["kv_cache_tokens"] / planned - 1), 2),
         "kv_error_warm_pct": round(100 * (warm["kv_cache_tokens"] / planned - 1), 2),
-    }
+    } | _against_cached_plan(record, warm)
+
+
+def _against_cached_plan(record: dict[str, Any], warm: dict[str, float]) -> dict[str, float]:
+    """The warm engine against the plan's figure for an engine that finds its compile cache
+    (status.plan.kvCacheTokensCompileCached; runs before it had none)."""
+    cached = record["status"]["plan"].get("kvCacheTokensCompileCached")
+    if cached is None:
+        return {}
+    return {"kv_error_warm_cached_plan_pct": round(100 * (warm["kv_cache_tokens"] / cached - 1), 2)}
 
 
 def run() -> dict[str, float]:
@@ -112,10 +130,54 @@ def run() -> dict[str, float]:
         figures |= {f"gpu_operator_{suffix}{k}": v for k, v in run_figures.items()}
     PHASES_OUT.write_text(json.dumps(all_phases, indent=1) + "\n")
     sleep = {row["step"]: row for row in _runs(SLEEP)}
-    return figures | {
-        "gpu_standby_sleep_s": sleep["sleep level 1"]["s"],
-        "gpu_standby_asleep_gpu_gib": round(sleep["gpu used asleep"]["mib"] / 1024, 2),
-        "gpu_standby_wake_first_token_s": sleep["first token after wake"]["since_wake_s"],
+    return (
+        figures
+        | {
+            "gpu_standby_sleep_s": sleep["sleep level 1"]["s"],
+            "gpu_standby_asleep_gpu_gib": round(sleep["gpu used asleep"]["mib"] / 1024, 2),
+            "gpu_standby_wake_first_token_s": sleep["first token after wake"]["since_wake_s"],
+        }
+        | tp2_sleep()
+        | two_at_once()
+        | probe()
+    )
+
+
+def tp2_sleep() -> dict[str, float]:
+    rounds = [r for r in _runs(SLEEP_TP2) if r["step"] == "cycle"]
+    return {
+        "gpu_standby_tp2_rounds_ok": sum(1 for r in rounds if r["ok"]),
+        "gpu_standby_tp2_rounds": len(rounds),
+        # The first sleep pins the host buffers the weights go to; later ones reuse them.
+        "gpu_standby_tp2_first_sleep_s": rounds[0]["sleep"]["s"],
+        "gpu_standby_tp2_sleep_max_s": max(r["sleep"]["s"] for r in rounds[1:]),
+        "gpu_standby_tp2_wake_first_token_max_s": max(
+            r["first_token_after_wake_s"] for r in rounds
+        ),
+        "gpu_standby_tp2_asleep_gpu_gib": round(
+            max(max(r["asleep_mib"]) for r in rounds) / 1024, 2
+        ),
+    }
+
+
+def two_at_once() -> dict[str, float]:
+    found = [phases(LOGS / f"{name}.log") for name in TWO_AT_ONCE]
+    tokens = {f["kv_cache_tokens"] for f in found}
+    if len(tokens) != 1:
+        raise ValueError(f"two replicas at once allocated different KV caches: {tokens}")
+    return {
+        "gpu_operator_two_at_once_engine_init_max_s": max(f["engine_init_s"] for f in found),
+        "gpu_operator_two_at_once_compile_max_s": max(f["torch_compile_s"] for f in found),
+    }
+
+
+def probe() -> dict[str, float]:
+    runs = _runs(PROBE)
+    warm = sorted(r["first_token_s"] for r in runs if r["run"] == "warm" and "first_token_s" in r)
+    entry = [r["first_token_s"] for r in runs if r["run"] == "api-server"]
+    return {
+        "gpu_serve_warm_first_token_median_s": warm[len(warm) // 2],
+        "gpu_serve_warm_first_token_api_server_entry_median_s": sorted(entry)[len(entry) // 2],
     }
 
 

@@ -528,6 +528,71 @@ FIGURES: dict[str, tuple[str, str]] = {
         "… POST /wake_up to the first token of a completion sent after it",
         "s",
     ),
+    "gpu_operator_70b_fp8_first_token_cold_s": (
+        "The operator's engine pod on a real GPU (dev/gpulab, scenario `70b-fp8`): "
+        "Llama-3.1-70B-Instruct quantized to fp8 on load, one H200 of a two-H200 machine, model "
+        "cache claim, dummy weights, vLLM 0.26.0, 2026-11-28; first pod, container start to "
+        "first token (PlanVerified=True)",
+        "s",
+    ),
+    "gpu_operator_70b_fp8_first_token_warm_s": (
+        "… the replacement pod (on the machine's other GPU), loading the first pod's compile "
+        "cache from the claim",
+        "s",
+    ),
+    "gpu_operator_70b_fp8_imports_cold_s": ("… imports, first pod", "s"),
+    "gpu_operator_70b_fp8_imports_warm_s": ("… imports, replacement pod", "s"),
+    "gpu_operator_70b_fp8_compile_cold_s": ("… torch.compile, first pod", "s"),
+    "gpu_operator_70b_fp8_compile_warm_s": ("… torch.compile, replacement (cache hit)", "s"),
+    "gpu_operator_70b_fp8_compile_cache_init_speedup": (
+        "… vLLM's engine init, first pod over replacement pod",
+        "x",
+    ),
+    "gpu_operator_70b_fp8_kv_error_cold_pct": ("… KV vs plan, first pod", "%"),
+    "gpu_operator_70b_fp8_kv_error_warm_pct": (
+        "… KV vs the plan's fresh-compile figure, replacement (the compiled forward peaks lower)",
+        "%",
+    ),
+    "gpu_operator_70b_fp8_kv_error_warm_cached_plan_pct": (
+        "… KV vs the plan's figure for an engine that finds its compile cache "
+        "(status.plan.kvCacheTokensCompileCached), replacement",
+        "%",
+    ),
+    "gpu_operator_two_at_once_engine_init_max_s": (
+        "Two Llama-3.1-8B replicas (two TP1 pods on two H200s) started by the operator at once "
+        "on one model cache claim, 2026-11-28: neither found a cache (both compiled), both "
+        "allocated the same KV cache; vLLM's engine init, the slower",
+        "s",
+    ),
+    "gpu_operator_two_at_once_compile_max_s": ("… torch.compile, the slower", "s"),
+    "gpu_standby_tp2_rounds_ok": (
+        "vLLM sleep mode at TP 2 (`sleep_contract.py --tp 2 --cycles 5`): Llama-3.1-8B's shape "
+        "on two H200s, dummy weights, vLLM 0.26.0, 2026-11-28; rounds of sleep level 1, wake "
+        "and a completion that answered within their bounds (240, 120 and 60 s), of",
+        "rounds",
+    ),
+    "gpu_standby_tp2_rounds": ("… rounds run", "rounds"),
+    "gpu_standby_tp2_first_sleep_s": (
+        "… the first POST /sleep (it pins the host buffers the weights go to)",
+        "s",
+    ),
+    "gpu_standby_tp2_sleep_max_s": ("… every later POST /sleep, the slowest", "s"),
+    "gpu_standby_tp2_wake_first_token_max_s": (
+        "… POST /wake_up to the first token of a completion after it, the slowest round",
+        "s",
+    ),
+    "gpu_standby_tp2_asleep_gpu_gib": ("… GPU memory in use per GPU while asleep", "GiB"),
+    "gpu_serve_warm_first_token_median_s": (
+        "`vllm serve` alone (bench/gpu/start_probe.py, no operator) on the operator's command line "
+        "for Llama-3.1-8B, one H200 of a two-H200 machine, its compile caches warm, dummy "
+        "weights, vLLM 0.26.0, 2026-11-28: process start to first token, median of 3",
+        "s",
+    ),
+    "gpu_serve_warm_first_token_api_server_entry_median_s": (
+        "… the same started as `python -m vllm.entrypoints.openai.api_server` instead of the "
+        "`vllm` CLI (which imports every subcommand): no gain, median of 3",
+        "s",
+    ),
     "startup_prediction_error_max_pct": (
         "The planner's predicted `vllm.LLM()` to ready (planner/startup.py: imports, load, "
         "torch.compile cold or warm, CUDA graphs, KV profiling) vs each of the 40 engine starts "

@@ -9,7 +9,9 @@ GPULAB=${GPULAB:-/tmp/gpulab}
 . .gpu-bundle/gpu/env.sh  # the bundle's PYTHONPATH (vLLM), offline switches, MODELS
 # Pods get the bundle's packages; the lab, the node runner and the operator get their own.
 export LLMFLEET_GPU_PYTHONPATH=$PYTHONPATH
-export PYTHONPATH=dev:operator/src:$GPULAB/labsite
+# Absolute: the node runner works in its own folder, and its imports (localcluster.imagepull)
+# reach the operator package.
+export PYTHONPATH=$PWD/dev:$PWD/operator/src:$GPULAB/labsite
 export LLMFLEET_CACHE=$GPULAB/cache LLMFLEET_CLUSTER_DIR=$GPULAB/cluster
 export LLMFLEET_KWOK=0 LLMFLEET_LWS=0 LLMFLEET_KEDA=0
 OUT=${OUT:-/tmp/gpulab-out}

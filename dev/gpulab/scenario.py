@@ -39,6 +39,9 @@ class Scenario:
     restarts: int = 1
     extra_args: tuple[str, ...] = ("--load-format=dummy",)
     timeout_s: float = 300  # per pod start
+    # SinglePod makes gpus one tensor-parallel pod; the default (Auto, Throughput) chose two TP1
+    # pods for 8B on two H200s (bench/gpu/h200x2-2026-11-28-gpulab-two-8b.jsonl).
+    strategy: str = "Auto"
 
     @staticmethod
     def named(name: str) -> Scenario:
@@ -61,6 +64,7 @@ class Scenario:
             "spec": {
                 "model": model,
                 "gpus": {"count": self.gpus, "profile": profile},
+                "strategy": self.strategy,
                 "engine": {"maxModelLen": self.max_model_len, "extraArgs": list(self.extra_args)},
                 "router": {"enabled": False},
             },
@@ -74,7 +78,8 @@ SCENARIOS = {
     for s in (
         Scenario("8b", LLAMA_8B),
         Scenario("8b-cache", LLAMA_8B, model_cache=True),
-        Scenario("8b-tp2", LLAMA_8B, gpus=2, model_cache=True),
+        Scenario("8b-tp2", LLAMA_8B, gpus=2, model_cache=True, strategy="SinglePod"),
+        Scenario("two-8b", LLAMA_8B, gpus=2, model_cache=True, restarts=0),
         Scenario("70b-fp8", LLAMA_70B, quantization="fp8", model_cache=True, max_model_len=4096),
         # The procedure itself, on a machine without GPUs (README.md, "Try it here first").
         Scenario("smoke", LLAMA_8B, max_model_len=1024, restarts=0, timeout_s=300),
