@@ -67,8 +67,8 @@ def test_malformed_standby_is_refused_naming_the_field(
         pytest.param(
             spec(LLAMA_70B, {"count": 8, "memoryGiB": 80}, standby={"replicas": 1}),
             "spec.autoscaling.standby.replicas",
-            "StandbyNeedsOneGpu",
-            id="tensor-parallel-engines-cannot-sleep-reliably",
+            "StandbyUnmeasuredParallelism",
+            id="engines-above-tensor-parallel-2-are-not-known-to-sleep-reliably",
         ),
         pytest.param(
             spec(targetQueueDepth=4, standby={"replicas": 1, "sleepQueueDepth": 4}),
@@ -103,6 +103,15 @@ def test_plan_counts_the_gpus_and_host_memory_standby_engines_hold(replicas: int
     assert (planned.replicas, planned.total_gpus) == (without.replicas, without.total_gpus)
     assert without.standby is None
     assert "standby" not in without.model_dump(by_alias=True, mode="json")
+
+
+def test_a_tensor_parallel_2_engine_may_stand_by_holding_both_its_gpus() -> None:
+    # Measured reliable at TP 2 (bench/gpu/h200x2-2026-11-28-sleep-tp2.jsonl), so planned.
+    deployment = spec(standby={"replicas": 1}) | {"strategy": "SinglePod"}
+    planned = plan(LLMDeploymentSpec.model_validate(deployment))
+    assert planned.tensor_parallel_size == 2
+    assert planned.standby is not None
+    assert planned.standby.gpus == 2
 
 
 def test_plan_table_states_the_standby_cost_only_with_standby(

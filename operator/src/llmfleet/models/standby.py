@@ -42,7 +42,8 @@ class StandbySpec(ApiModel):
             "StandbyWoken), and puts one back to sleep after sleepQueueDepth held for "
             "cooldownSeconds (StandbySlept). vLLM's dev-mode endpoints that sleep mode opens "
             "answer only the operator (docs/security.md). Refused (Planned=False, reason "
-            f"StandbyNeedsOneGpu) at tensor or pipeline parallel above 1. 0 to "
+            f"StandbyUnmeasuredParallelism) at tensor parallel above 2 or pipeline parallel "
+            f"above 1 (sleep measured only at TP 1 and 2). 0 to "
             f"{MAX_STANDBY_REPLICAS}, default 0."
         ),
     )

@@ -6,9 +6,11 @@ from llmfleet.models.standby import StandbyPlan, StandbySpec
 from llmfleet.planner.errors import PlanError
 
 STANDBY_FIELD = "spec.autoscaling.standby.replicas"
-# Sleep was reported to hang at tensor parallel > 1 and is unmeasured at pipeline parallel > 1;
-# a refusal with this reason beats shipping a standby engine that never wakes.
-STANDBY_NEEDS_ONE_GPU = "StandbyNeedsOneGpu"
+# Sleep was reported to hang at tensor parallel > 1. It was measured reliable at TP 1 and TP 2
+# (bench/gpu/h200x2-2026-11-28-sleep-tp2.jsonl: five rounds of five) and is unmeasured above or
+# at pipeline parallel > 1; a refusal with this reason beats shipping an engine that never wakes.
+STANDBY_UNMEASURED_PARALLELISM = "StandbyUnmeasuredParallelism"
+STANDBY_MAX_TENSOR_PARALLEL = 2
 STANDBY_THRESHOLDS = "StandbyThresholds"
 
 
@@ -24,14 +26,15 @@ def plan_standby(
     """The standby plan, None without standby replicas; PlanError where they cannot run."""
     if standby is None or standby.replicas == 0:
         return None
-    if tensor_parallel_size > 1 or pipeline_parallel_size > 1:
+    if tensor_parallel_size > STANDBY_MAX_TENSOR_PARALLEL or pipeline_parallel_size > 1:
         raise PlanError(
             STANDBY_FIELD,
-            f"standby engines need one GPU per engine; the plan has tensor parallel "
-            f"{tensor_parallel_size} and pipeline parallel {pipeline_parallel_size}. vLLM's "
-            "sleep mode was reported to hang above 1 and is not measured there; set "
-            "standby.replicas to 0, or give each engine one GPU",
-            reason=STANDBY_NEEDS_ONE_GPU,
+            f"standby engines need tensor parallel {STANDBY_MAX_TENSOR_PARALLEL} or less and "
+            f"pipeline parallel 1; the plan has tensor parallel {tensor_parallel_size} and "
+            f"pipeline parallel {pipeline_parallel_size}. vLLM's sleep mode is measured "
+            "reliable at TP 1 and 2 only and was reported to hang above; set "
+            "standby.replicas to 0, or give each engine at most two GPUs of one node",
+            reason=STANDBY_UNMEASURED_PARALLELISM,
         )
     sleep_depth = (
         target_queue_depth // 2 if standby.sleep_queue_depth is None else standby.sleep_queue_depth
