@@ -153,8 +153,12 @@ def test_engines_admit_only_their_router_prometheus_and_the_operator(
         # The router of this namespace (no namespaceSelector), and only it.
         assert router_peer["namespace_selector"] is None
         assert pod_names(core, namespace, router_peer["pod_selector"]) == routers
-        # Prometheus pods of any namespace, as the chart's default says.
-        assert scraper["namespace_selector"] == {"match_expressions": None, "match_labels": None}
+        # Prometheus pods of the namespace `monitoring` only, as the chart's default says: a pod
+        # label anyone may set is not enough.
+        assert scraper["namespace_selector"] == {
+            "match_expressions": None,
+            "match_labels": {"kubernetes.io/metadata.name": "monitoring"},
+        }
         assert scraper["pod_selector"]["match_labels"] == {"app.kubernetes.io/name": "prometheus"}
         # The operator's own pods in the chart's namespace (they read the engines' KV cache).
         selected = core.list_namespace(

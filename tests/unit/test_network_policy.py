@@ -188,7 +188,7 @@ def test_the_chart_admits_its_own_operator_pods_and_the_configured_scrapers() ->
     }
     assert policy.scrapers == (
         {
-            "namespaceSelector": {},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
         },
     )
