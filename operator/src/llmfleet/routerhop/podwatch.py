@@ -30,6 +30,7 @@ MAX_RETRY_SECONDS = 15.0
 # A watch event is one line; a pod with many conditions and annotations runs to tens of KiB,
 # past aiohttp's default line limit (64 KiB).
 MAX_EVENT_BYTES = 4 << 20
+GONE = 410
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class ApiAccess:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
 
+class WatchExpiredError(Exception):
+    """The API server no longer has the watch's resourceVersion (410 Gone)."""
+
+
 class PodWatch:
     """Keeps `table` equal to the pods of `namespace` that match `selector`."""
 
@@ -68,7 +73,10 @@ class PodWatch:
         self.table, self.access, self.session = table, access, session
         self.url = f"{access.server}/api/v1/namespaces/{namespace}/pods"
         self.selector = selector
-        self._ssl = access.ssl_context()
+        # True: aiohttp's default checks, which an http:// URL (a test's fake API) never uses.
+        self._ssl: ssl.SSLContext | bool = (
+            access.ssl_context() if access.server.startswith("https:") else True
+        )
 
     async def run(self) -> None:
         delay = RETRY_SECONDS
@@ -79,6 +87,8 @@ class PodWatch:
                 await self._watch(version)
             except asyncio.CancelledError:
                 raise
+            except WatchExpiredError:
+                continue  # routine after a long watch: list again at once
             except Exception as e:  # the API server restarts, a token expires: list again
                 log.warning("pod watch: %s; listing again in %.0f s", e, delay)
                 await asyncio.sleep(delay)
@@ -120,7 +130,9 @@ class PodWatch:
 
     def _event(self, event: dict[str, Any]) -> None:
         kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":  # e.g. 410 Gone: the version is too old; list again
+        if kind == "ERROR" and obj.get("code") == GONE:
+            raise WatchExpiredError()
+        if kind == "ERROR":
             raise RuntimeError(f"watch pods: {obj.get('message') or obj}")
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             self.table.apply(str(kind), obj)
