@@ -116,11 +116,9 @@ class Lab:
 
 
 @asynccontextmanager
-async def lab(
-    engines: dict[str, set[str]], hold_seconds: float = 2.0, adapters: set[str] | None = None
-) -> AsyncIterator[Lab]:
+async def lab(engines: dict[str, set[str]], hold_seconds: float = 2.0) -> AsyncIterator[Lab]:
     """Engines by IP (127.0.0.2, ...) -> the adapters each serves; the hop's table starts with
-    each marked as serving exactly those."""
+    each marked as serving exactly those, and the hop's list of adapters is sql and chat."""
     log = Answered()
     runners: list[web.AppRunner] = []
     port = 0
@@ -133,10 +131,9 @@ async def lab(
     table.replace(
         [pod(f"engine-{i}", ip, sorted(s)) for i, (ip, s) in enumerate(sorted(engines.items()))]
     )
-    known = adapters if adapters is not None else set().union(*engines.values(), {"sql", "chat"})
     config = HopConfig(
         base_models=frozenset({BASE}),
-        adapters=frozenset(known),
+        adapters=frozenset({"sql", "chat"}),
         router_url=f"http://127.0.0.1:{router_port}",
         router_metrics_url=f"http://127.0.0.1:{router_port}/metrics",
         engine_port=port,

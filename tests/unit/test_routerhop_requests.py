@@ -36,6 +36,13 @@ ROUTES: dict[str, tuple[dict[str, set[str]], dict[str, Any], int, set[str]]] = {
     "base-model-to-the-router": ({A: {"sql"}, B: set()}, {"model": BASE}, 200, {"router"}),
     "no-model-to-the-router": ({A: {"sql"}}, {"prompt": "hi"}, 200, {"router"}),
     "unknown-model-404-at-once": ({A: {"sql"}}, {"model": "gpt-9"}, 404, set()),
+    # Added to spec.adapters after this router pod started: marked on an engine, so served.
+    "marked-adapter-this-pod-does-not-list-yet": (
+        {A: {"new"}},
+        {"model": "new"},
+        200,
+        {"engine-0"},
+    ),
     "adapter-loaded-nowhere-503": ({A: set(), B: set()}, {"model": "sql"}, 503, set()),
 }
 

