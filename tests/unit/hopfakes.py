@@ -142,7 +142,10 @@ async def lab(engines: dict[str, set[str]], hold_seconds: float = 2.0) -> AsyncI
     )
     async with upstream_session() as upstream, aiohttp.ClientSession() as client:
         hop = Hop(config, table, upstream)
-        hop_runner, hop_port = await _site(hop.app(), "127.0.0.1", 0)
+        hop_runner = hop.runner(drain_seconds=0.1)
+        await hop_runner.setup()
+        await web.TCPSite(hop_runner, "127.0.0.1", 0).start()
+        hop_port = hop_runner.addresses[0][1]
         metrics_runner, metrics_port = await _site(hop.metrics_app(), "127.0.0.1", 0)
         runners += [hop_runner, metrics_runner]
         try:

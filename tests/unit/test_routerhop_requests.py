@@ -96,6 +96,25 @@ def test_a_request_held_for_an_adapter_goes_out_when_an_engine_is_marked() -> No
     asyncio.run(run())
 
 
+def test_a_held_request_whose_client_went_away_stops_waiting_and_is_never_sent() -> None:
+    async def run() -> None:
+        engines: dict[str, set[str]] = {A: set()}
+        async with lab(engines, hold_seconds=5) as hop:
+            held = "llmfleet_router_hop_requests_held"
+            gone = asyncio.create_task(post(hop.session, hop.hop_url, {"model": "sql"}))
+            await asyncio.sleep(0.3)
+            assert hop.hop.metrics.registry.get_sample_value(held) == 1
+            gone.cancel()  # the client closes its connection
+            await asyncio.sleep(0.3)
+            assert hop.hop.metrics.registry.get_sample_value(held) == 0
+            engines[A].add("sql")
+            hop.table.apply("MODIFIED", pod("engine-0", A, ["sql"]))
+            await asyncio.sleep(0.3)
+            assert hop.log.calls == []  # no engine got it
+
+    asyncio.run(run())
+
+
 def test_an_engine_whose_mark_is_stale_never_answers_404() -> None:
     """The mark names sql on both, but engine A lost it (its withdrawal not seen yet): its 404 is
     not passed on; the request goes to B."""

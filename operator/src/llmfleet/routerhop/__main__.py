@@ -86,7 +86,7 @@ async def serve(args: argparse.Namespace, config: HopConfig) -> None:
             session,
         )
         runners = [
-            web.AppRunner(hop.app(), access_log=None, shutdown_timeout=DRAIN_SECONDS),
+            hop.runner(DRAIN_SECONDS),
             web.AppRunner(hop.metrics_app(), access_log=None),
         ]
         for runner, port in zip(runners, (args.port, args.metrics_port), strict=True):

@@ -50,6 +50,17 @@ class Hop:
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
+    def runner(self, drain_seconds: float) -> web.AppRunner:
+        """The server of app(). A client that goes away cancels its request, as it does in
+        vllm-router: a held request stops waiting, and an engine's connection is closed, which
+        aborts the generation there."""
+        return web.AppRunner(
+            self.app(),
+            access_log=None,
+            handler_cancellation=True,
+            shutdown_timeout=drain_seconds,
+        )
+
     def metrics_app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/metrics", self.serve_metrics)

@@ -64,7 +64,7 @@ async def forward(
     """Pass `request` (whose body was read: `body`) to `base` + its path and query. Raises
     aiohttp.ClientConnectionError where nothing came back (the caller may try elsewhere), and
     NotServedError where `refuse(status, body)` says the answer must not reach the client; `refuse`
-    reads only a body of a status it may refuse, at most a small error body."""
+    reads only the body of a 404, an error body."""
     url = URL(base + request.raw_path, encoded=True)
     async with session.request(
         request.method,
@@ -74,7 +74,7 @@ async def forward(
         allow_redirects=False,
     ) as upstream:
         if refuse is not None and upstream.status == 404:
-            head = await upstream.content.read(64 << 10)
+            head = await upstream.read()  # an error: small, and never streamed
             if refuse(upstream.status, head):
                 raise NotServedError()
             first = head

