@@ -18,9 +18,9 @@ from .passthrough import NotServedError, forward
 
 log = logging.getLogger(__name__)
 
-# vllm-router's own limit on a request body (its --max-payload-size default): the hop must not
-# refuse a request the router would take.
-MAX_BODY_BYTES = 256 << 20
+# vllm-router's own limit on a request body (its --max-payload-size default, 536870912 in
+# 0.1.17's --help): the hop must not refuse a request the router would take.
+MAX_BODY_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
