@@ -588,6 +588,7 @@ def test_a_request_for_an_adapter_reaches_only_engines_that_serve_it(
     refused."""
     core = client.CoreV1Api(api)
     namespace = lora.namespace
+    set_adapters(api, namespace, [lora.chat])  # as the test before leaves it, or run alone
     custom = client.CustomObjectsApi(api)
     custom.patch_namespaced_custom_object(
         GROUP,
