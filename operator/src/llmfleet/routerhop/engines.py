@@ -51,14 +51,12 @@ class EngineTable:
         self._in_flight: dict[str, int] = {}
         self._rng = rng or random.Random()
         self._changed = asyncio.Event()
-        self.synced = False  # the first list has been read
 
     def replace(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """The whole set, from a list."""
         self._engines = {}
         for pod in pods:
             self._put(pod)
-        self.synced = True
         self._wake()
 
     def apply(self, event_type: str, pod: Mapping[str, Any]) -> None:

