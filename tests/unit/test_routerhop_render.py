@@ -21,6 +21,7 @@ from llmfleet.render.routerhop import (
     ROUTER_LOOPBACK_PORT,
 )
 from llmfleet.routerhop.__main__ import config_of, parse
+from llmfleet.routerhop.metrics import HopMetrics
 from llmfleet.settings import OperatorSettings
 
 OWNER = Owner(name="chat", namespace="team-a", uid="1234")
@@ -124,3 +125,32 @@ def test_editing_the_adapter_list_changes_the_router_pod_only_in_the_hops_list()
     assert {k: v for k, v in h1.items() if k != "env"} == {
         k: v for k, v in h2.items() if k != "env"
     }
+
+
+ZERO = {"minReplicas": 0, "maxReplicas": 2, "wakeTimeoutSeconds": 300}
+WAKES = {
+    # case: (spec, the hop's hold in seconds, held adapter requests count as demand)
+    "adapters-always-on": (spec(engine=LORA, adapters=ADAPTERS), 120, None),
+    "adapters-at-zero": (spec(engine=LORA, adapters=ADAPTERS, autoscaling=ZERO), 420, True),
+    "no-adapters-at-zero": (spec(engine=LORA, autoscaling=ZERO), None, False),
+}
+
+
+@pytest.mark.parametrize(("s", "hold", "wakes"), WAKES.values(), ids=WAKES.keys())
+def test_a_request_held_for_an_adapter_wakes_a_fleet_at_zero_and_waits_for_it(
+    s: LLMDeploymentSpec, hold: int | None, wakes: bool | None
+) -> None:
+    containers = {c["name"]: c for c in router_template(s)["spec"]["containers"]}
+    if hold is not None:
+        assert flag(containers[HOP_CONTAINER]["args"], "--hold-seconds") == str(hold)
+    objects = render_fleet(OWNER, s, plan(s), OperatorSettings().fleet).objects()
+    scaled = [o for o in objects if o["kind"] == "ScaledObject"]
+    if wakes is None:
+        assert not scaled
+        return
+    (demand,) = [t for t in scaled[0]["spec"]["triggers"] if t["name"] == "demand"]
+    query = demand["metadata"]["query"]
+    held = 'llmfleet_router_hop_requests_held{namespace="team-a",llmdeployment="chat"}'
+    assert (held in query) == wakes
+    # The series the query reads is the one the hop exports.
+    assert HopMetrics().registry.get_sample_value("llmfleet_router_hop_requests_held") == 0

@@ -33,6 +33,14 @@ def runs_hop(spec: LLMDeploymentSpec) -> bool:
     return bool(spec.adapters)
 
 
+def hold_seconds(spec: LLMDeploymentSpec) -> int:
+    """How long a request for an adapter waits: a load; at zero engines also the wake (the
+    hop's held requests wake the LLMDeployment: render.scaledobject), as vllm-router holds the
+    base's."""
+    wake = spec.autoscaling.wake_timeout if spec.autoscaling.scales_to_zero else 0
+    return wake + HOLD_SECONDS
+
+
 def behind_hop(args: list[str]) -> list[str]:
     """vllm-router's arguments with its listening addresses moved to loopback."""
     moved = {
@@ -75,7 +83,7 @@ def hop_container(
             "--base-model",
             spec.served_model_name,
             "--hold-seconds",
-            str(HOLD_SECONDS),
+            str(hold_seconds(spec)),
         ],
         "env": [{"name": ADAPTERS_ENV, "value": ",".join(sorted(a.name for a in spec.adapters))}],
         "ports": [
