@@ -178,6 +178,18 @@ FIGURES: dict[str, tuple[str, str]] = {
         "vLLM Router: added latency per request vs one engine, p99",
         "ms",
     ),
+    "router_hop_adapter_overhead_p50_ms": (
+        "Router hop (LLMDeployments with adapters): added latency per request for an adapter vs "
+        "its engine, p50",
+        "ms",
+    ),
+    "router_hop_adapter_overhead_p99_ms": ("… p99", "ms"),
+    "router_hop_base_overhead_p50_ms": (
+        "Router hop: added latency per request for the base model vs vllm-router, p50 (the "
+        "router's own comes on top)",
+        "ms",
+    ),
+    "router_hop_base_overhead_p99_ms": ("… p99", "ms"),
     "router_rps": (
         "vLLM Router: requests/s passed to a no-op upstream (2 shared cores)",
         "req/s",

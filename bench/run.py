@@ -30,6 +30,7 @@ BENCHMARKS = (
     "spare",
     "router",
     "router_prefix",
+    "router_hop",
     "lora",
     "gpu_model",
     "gpu_four",

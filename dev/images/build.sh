@@ -5,6 +5,9 @@
 #   build/images/adapter-fetcher.oci.tar
 #                                   the same image as docker.io/llmfleet/adapter-fetcher:<the
 #                                   chart's llmfleet.dev/adapter-fetcher-version>
+#   build/images/router-hop.oci.tar
+#                                   the same image as docker.io/llmfleet/router-hop:<the chart's
+#                                   llmfleet.dev/router-hop-version>
 #   build/images/router.oci.tar     the operator's DEFAULT_ROUTER_IMAGE
 # With Docker where its daemon answers (`docker info`); otherwise without a daemon, with Debian's
 # buildah on a stand-in for the Dockerfiles' base made from Debian's archive (base.sh), since no
@@ -37,11 +40,12 @@ SMOKE_operator=(llmfleet --version)
 # shellcheck disable=SC2034
 SMOKE_router=(vllm-router --help)
 
-# The adapter fetcher runs from the operator's image, under a name whose tag is the fetcher's own
-# version: LoRA engine pod templates name it, so it must not move with the operator's release.
-# Saved beside the operator's archive from the same build; not built on its own.
+# The adapter fetcher and the router hop run from the operator's image, each under a name whose
+# tag is its own version: LoRA engine pod templates name the first, the router pods of
+# LLMDeployments with adapters the second, so neither may move with the operator's release.
+# Saved beside the operator's archive from the same build; not built on their own.
 # shellcheck disable=SC2034  # read through ALIAS_<image>
-ALIAS_operator=adapter-fetcher
+ALIAS_operator="adapter-fetcher router-hop"
 
 log() { printf '[images] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -51,9 +55,9 @@ tag_of() {
     operator)
       echo "docker.io/llmfleet/operator:$(sed -n 's/^appVersion: *"\{0,1\}\([^" ]*\)"\{0,1\} *$/\1/p' \
         "$REPO/charts/llmfleet/Chart.yaml")" ;;
-    adapter-fetcher)
-      echo "docker.io/llmfleet/adapter-fetcher:$(sed -n \
-        's/^ *llmfleet\.dev\/adapter-fetcher-version: *"\{0,1\}\([^" ]*\)"\{0,1\} *$/\1/p' \
+    adapter-fetcher|router-hop)
+      echo "docker.io/llmfleet/$1:$(sed -n \
+        "s/^ *llmfleet\.dev\/$1-version: *\"\{0,1\}\([^\" ]*\)\"\{0,1\} *\$/\1/p" \
         "$REPO/charts/llmfleet/Chart.yaml")" ;;
     router)
       sed -n 's/^DEFAULT_ROUTER_IMAGE = "\(.*\)"$/\1/p' "$REPO/operator/src/llmfleet/models/router.py" ;;
@@ -141,13 +145,13 @@ build_buildah() {  # build_buildah IMAGE TAG EPOCH ARCHIVE LOG
   rm -f "$archive"
   buildah_ push --quiet "$iid" "oci-archive:$archive:$tag" >>"$buildlog" 2>&1 \
     || { tail -n 20 "$buildlog" >&2; die "$name: buildah push failed (log: $buildlog)"; }
-  local alias="ALIAS_$name"
-  if [ -n "${!alias:-}" ]; then
-    rm -f "$OUT/${!alias}.oci.tar"
-    buildah_ push --quiet "$iid" "oci-archive:$OUT/${!alias}.oci.tar:$(tag_of "${!alias}")" \
+  local alias="ALIAS_$name" a
+  for a in ${!alias:-}; do
+    rm -f "$OUT/$a.oci.tar"
+    buildah_ push --quiet "$iid" "oci-archive:$OUT/$a.oci.tar:$(tag_of "$a")" \
       >>"$buildlog" 2>&1 \
-      || { tail -n 20 "$buildlog" >&2; die "${!alias}: buildah push failed (log: $buildlog)"; }
-  fi
+      || { tail -n 20 "$buildlog" >&2; die "$a: buildah push failed (log: $buildlog)"; }
+  done
   rm -f "$OUT/.$name.iid"
   # Older images of this tag, no longer tagged, would pile up in the storage.
   buildah_ rmi --prune >/dev/null 2>&1 || true
@@ -161,11 +165,11 @@ build_docker() {  # build_docker IMAGE TAG EPOCH ARCHIVE LOG
     || { tail -n 40 "$buildlog" >&2; die "$name: docker build failed (log: $buildlog)"; }
   # Docker 25 and later save an OCI image layout (earlier ones the docker-archive format).
   docker save -o "$archive" "$tag"
-  local alias="ALIAS_$name"
-  if [ -n "${!alias:-}" ]; then
-    docker tag "$tag" "$(tag_of "${!alias}")"
-    docker save -o "$OUT/${!alias}.oci.tar" "$(tag_of "${!alias}")"
-  fi
+  local alias="ALIAS_$name" a
+  for a in ${!alias:-}; do
+    docker tag "$tag" "$(tag_of "$a")"
+    docker save -o "$OUT/$a.oci.tar" "$(tag_of "$a")"
+  done
 }
 
 smoke() {  # smoke IMAGE ARCHIVE: run the smoke command in the image, print its output
@@ -187,8 +191,9 @@ build() {  # build IMAGE: build, smoke-run and stamp IMAGE unless its stamp is c
   key="$(key_of "$name" "$epoch")"
   archive="$OUT/$name.oci.tar"
   stamp="$OUT/$name.stamp"
-  local alias="ALIAS_$name"
-  if [ -f "$archive" ] && [ -f "$OUT/${!alias:-$name}.oci.tar" ] \
+  local alias="ALIAS_$name" a aliases_saved=1
+  for a in ${!alias:-}; do [ -f "$OUT/$a.oci.tar" ] || aliases_saved=0; done
+  if [ -f "$archive" ] && [ "$aliases_saved" = 1 ] \
       && [ "$(cat "$stamp" 2>/dev/null)" = "$key" ]; then
     log "$name: up to date ($archive)"
     return 0
@@ -229,7 +234,7 @@ main() {
   local names=("$@")
   [ ${#names[@]} -gt 0 ] || names=("${IMAGES[@]}")
   for n in "${names[@]}"; do
-    [ "$n" = adapter-fetcher ] && die "adapter-fetcher is built with the operator: build.sh operator"
+    case "$n" in adapter-fetcher|router-hop) die "$n is built with the operator: build.sh operator" ;; esac
     tag_of "$n" >/dev/null
   done
   BUILDER="$(builder)"

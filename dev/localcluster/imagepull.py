@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from llmfleet.models import DEFAULT_BATCH_IMAGE, DEFAULT_ENGINE_IMAGE
-from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
+from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE, DEFAULT_ROUTER_HOP_IMAGE
 from llmfleet.models.router import DEFAULT_ROUTER_IMAGE
 
 from .noderunner import images
@@ -105,13 +105,15 @@ def _chart_engine_image() -> tuple[str, ...]:
 def held_images(directory: Path | None = None) -> frozenset[str]:
     """What the lab's nodes can pull, normalised: every image `make images` built (its archive's
     ref names, and each as REPO@DIGEST), the images LLMFleet renders by default for engines,
-    batch shards, routers and adapter fetchers, the chart's engine.defaultImage, and LAB_IMAGES."""
+    batch shards, routers, router hops and adapter fetchers, the chart's engine.defaultImage, and
+    LAB_IMAGES."""
     folder = directory or images.images_dir()
     refs = [
         DEFAULT_ENGINE_IMAGE,
         DEFAULT_BATCH_IMAGE,
         DEFAULT_ROUTER_IMAGE,
         DEFAULT_FETCHER_IMAGE,
+        DEFAULT_ROUTER_HOP_IMAGE,
         *_chart_engine_image(),
         *LAB_IMAGES,
     ]

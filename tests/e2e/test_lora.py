@@ -8,6 +8,11 @@ and a request without it is refused. One adapter comes from a real S3 server (ve
 from spec.engine.lora.objectStore's Secret) through the engine pod's adapter fetcher, a container
 of the operator's image; a prefix that holds nothing is named in status. See docs/lora.md.
 
+Requests go through the router Service (a Ready router pod, as kube-proxy would pick one), whose
+router hop sends a request for an adapter only to an engine marked as serving it: with two
+engines and an adapter lost on one of them, every request for it succeeds (N of N, none 404),
+where vllm-router alone answers some with that engine's 404 (docs/router.md, "Adapters").
+
 Nobody but the operator may fetch, prune or load: an unprivileged pod of another namespace, with
 no token or a wrong one, is refused by every door of the fetcher and by the engine's LoRA API,
 and the fetcher's volume on the node's disk does not change; with engine.networkPolicy on, the
@@ -47,9 +52,12 @@ from llmfleet.fetcher.paths import FETCHER_PORT, fetched_path
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.network_policy import parse_engine_network_policy
 from llmfleet.planner import plan
+from llmfleet.reconcile.llmdeployment.adapter_marks import mark_condition
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.fetcher import FETCH_VOLUME, FETCHER_CONTAINER
 from llmfleet.render.names import ADAPTERS_GATE, HTTP_PORT
+from llmfleet.render.router import METRICS_PORT
+from llmfleet.render.routerhop import ADAPTERS_ENV, HOP_CONTAINER, ROUTER_LOOPBACK_PORT
 from llmfleet.settings import OperatorSettings
 
 from . import localnode
@@ -79,7 +87,8 @@ NETWORK_POLICY_FLAG = "--engine-network-policy="
 
 @pytest.fixture(scope="module")
 def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
-    with localnode.local_node(cluster, gpus=1) as node:
+    # Two slots: the last test runs a second engine.
+    with localnode.local_node(cluster, gpus=2) as node:
         yield node
 
 
@@ -110,10 +119,10 @@ def post(ip: str, port: int, path: str, body: dict[str, Any]) -> tuple[int, dict
         return e.code, json.loads(e.read() or b"{}")
 
 
-def complete(router_ip: str, model: str) -> tuple[int, str]:
+def complete(router_ip: str, model: str, port: int = ROUTER_PORT) -> tuple[int, str]:
     """Greedy, seeded: the same weights give the same text."""
     body = {"model": model, "prompt": "Hello, world", "max_tokens": 8, "temperature": 0, "seed": 1}
-    status, answer = post(router_ip, ROUTER_PORT, "/v1/completions", body)
+    status, answer = post(router_ip, port, "/v1/completions", body)
     return status, str(answer["choices"][0]["text"]) if status == 200 else json.dumps(answer)
 
 
@@ -152,9 +161,46 @@ def served(api: client.ApiClient, namespace: str) -> dict[str, tuple[int, str | 
 
 
 def set_adapters(api: client.ApiClient, namespace: str, adapters: list[dict[str, str]]) -> None:
+    """Edit spec.adapters, and wait until the router pods know the new list (the router hop's
+    env: the router rolls, no engine does) and the old ones are leaving the Service."""
     client.CustomObjectsApi(api).patch_namespaced_custom_object(
         GROUP, VERSION, namespace, "llmdeployments", NAME, {"spec": {"adapters": adapters}}
     )
+    names = ",".join(sorted(a["name"] for a in adapters))
+    core = client.CoreV1Api(api)
+
+    def rolled() -> bool:
+        pods = [
+            p
+            for p in core.list_namespaced_pod(namespace, label_selector=ROUTERS).items
+            if not p.metadata.deletion_timestamp
+        ]
+        return bool(pods) and all(ready(p) and hop_adapters(p) == names for p in pods)
+
+    wait_until(rolled, SERVES_WITHIN, 0.5, f"the router pods rolled to adapters {names}")
+
+
+def hop_adapters(pod: client.V1Pod) -> str | None:
+    for c in pod.spec.containers:
+        if c.name == HOP_CONTAINER:
+            return next((e.value for e in c.env or [] if e.name == ADAPTERS_ENV), None)
+    return None
+
+
+def router_ip(api: client.ApiClient, namespace: str) -> str:
+    """Where the router Service sends a client now: a Ready router pod not being deleted (the
+    lab's Services get no endpoints for loopback pod IPs, so the test picks one as kube-proxy
+    would), once it has discovered an engine."""
+    core = client.CoreV1Api(api)
+
+    def pick() -> str | None:
+        for p in core.list_namespaced_pod(namespace, label_selector=ROUTERS).items:
+            if ready(p) and not p.metadata.deletion_timestamp and routed_engines(p.status.pod_ip):
+                return str(p.status.pod_ip)
+        return None
+
+    ip: str = wait_until(pick, SERVES_WITHIN, 0.5, "a Ready router pod that routes")
+    return ip
 
 
 def ready(pod: client.V1Pod) -> bool:
@@ -168,11 +214,13 @@ class Lora:
 
     namespace: str
     engine: client.V1Pod
-    router: str  # the router pod's name
-    router_ip: str
+    api: client.ApiClient
     sql: dict[str, str]
     chat: dict[str, str]  # from the object store: fetched into the engine pod by its fetcher
     chat_dir: Path
+
+    def router_ip(self) -> str:
+        return router_ip(self.api, self.namespace)
 
 
 @pytest.fixture(scope="module")
@@ -225,22 +273,8 @@ def lora(
                 0.5,
                 "the engine pod Ready",
             )
-            (router,) = wait_until(
-                lambda: (
-                    [
-                        p
-                        for p in core.list_namespaced_pod(namespace, label_selector=ROUTERS).items
-                        if ready(p)
-                    ]
-                    or None
-                ),
-                SERVES_WITHIN,
-                1,
-                "the router pod Ready",
-            )
-            rip = router.status.pod_ip
-            wait_until(lambda: routed_engines(rip), 60, 1, "the router discovering the engine")
-            yield Lora(namespace, engine, router.metadata.name, rip, sql, chat, chat_dir)
+            router_ip(api, namespace)  # a router serves
+            yield Lora(namespace, engine, api, sql, chat, chat_dir)
         finally:
             t0 = time.monotonic()
             delete_llmd(api, namespace, NAME)
@@ -251,13 +285,7 @@ def test_adapters_change_in_running_engines_without_a_restart(
     lora: Lora, api: client.ApiClient, vllm_python: Path
 ) -> None:
     core = client.CoreV1Api(api)
-    namespace, engine, rip, sql, chat = (
-        lora.namespace,
-        lora.engine,
-        lora.router_ip,
-        lora.sql,
-        lora.chat,
-    )
+    namespace, engine, sql, chat = lora.namespace, lora.engine, lora.sql, lora.chat
     ghost = {"name": "ghost", "source": f"s3://{BUCKET}/tiny/ghost"}
     wide = {"name": "wide", "source": adapter(vllm_python, "wide", "--rank", "32", "--seed", "3")}
     hollow = {
@@ -274,10 +302,10 @@ def test_adapters_change_in_running_engines_without_a_restart(
     assert [c.status for c in gate] == ["True"]
     wait_until(lambda: served(api, namespace) == {"sql": (1, None)}, CHANGED_WITHIN, 1)
 
-    status, base_text = complete(rip, BASE)
+    status, base_text = complete(lora.router_ip(), BASE)
     assert status == 200
-    assert complete(rip, "sql")[0] == 200
-    sql_text = complete(rip, "sql")[1]
+    assert complete(lora.router_ip(), "sql")[0] == 200
+    sql_text = complete(lora.router_ip(), "sql")[1]
     assert sql_text != base_text, "the adapter's weights served"
     # What the dashboard's LoRA panel reads: the engine names the adapter it just ran.
     info = lora_info(engine.status.pod_ip)
@@ -293,16 +321,19 @@ def test_adapters_change_in_running_engines_without_a_restart(
         "chat loaded",
     )
     assert condition(llmd(api, namespace), "AdaptersReady")["status"] == "True"
-    assert listed(rip, ROUTER_PORT) >= {BASE, "sql", "chat"}, "the router lists them"
-    status, chat_text = complete(rip, "chat")
+    assert listed(lora.router_ip(), ROUTER_PORT) >= {BASE, "sql", "chat"}, "the router lists them"
+    status, chat_text = complete(lora.router_ip(), "chat")
     assert status == 200
     assert chat_text not in (base_text, sql_text)
 
     # --- One removed: its name answers 404; the other serves as before.
     set_adapters(api, namespace, [chat])
-    wait_until(lambda: complete(rip, "sql")[0] == 404, CHANGED_WITHIN, 0.5, "sql gone")
-    assert complete(rip, "chat") == (200, chat_text)
-    assert served(api, namespace) == {"chat": (1, None)}
+    # The router hop answers it: a model neither the base nor an adapter.
+    status, answer = complete(lora.router_ip(), "sql")
+    assert status == 404
+    assert "`sql` does not exist" in answer
+    assert complete(lora.router_ip(), "chat") == (200, chat_text)
+    wait_until(lambda: served(api, namespace) == {"chat": (1, None)}, CHANGED_WITHIN, 0.5)
 
     # --- Three that cannot load are named in status with the reason; chat still serves.
     set_adapters(api, namespace, [chat, wide, hollow, ghost])
@@ -329,7 +360,7 @@ def test_adapters_change_in_running_engines_without_a_restart(
     assert "tensors" in str(now["hollow"][1])
     assert now["ghost"][0] == 0
     assert ghost["source"] in str(now["ghost"][1])
-    assert complete(rip, "chat") == (200, chat_text)
+    assert complete(lora.router_ip(), "chat") == (200, chat_text)
 
     # --- No engine restarted through all of it: the same pod, never restarted.
     (after,) = core.list_namespaced_pod(namespace, label_selector=ENGINES).items
@@ -491,7 +522,7 @@ def test_an_unprivileged_pod_elsewhere_can_neither_fetch_prune_nor_load(
         assert not Path(fetched_path(unasked, None, str(volume))).exists()
         assert "unasked" not in listed(engine.status.pod_ip, HTTP_PORT)
         assert served(api, namespace) == {"chat": (1, None)}
-        assert complete(lora.router_ip, "chat")[0] == 200
+        assert complete(lora.router_ip(), "chat")[0] == 200
 
         # --- engine.networkPolicy on: no rule for these ports without `from`, and no peer of
         # theirs selects the caller; the operator's pods, and only they, reach the fetcher.
@@ -513,7 +544,11 @@ def test_an_unprivileged_pod_elsewhere_can_neither_fetch_prune_nor_load(
         operator_pod = core.read_namespaced_pod(
             leader["metadata"]["name"], leader["metadata"]["namespace"]
         )
-        router = core.read_namespaced_pod(lora.router, namespace)
+        router = next(
+            p
+            for p in core.list_namespaced_pod(namespace, label_selector=ROUTERS).items
+            if ready(p) and not p.metadata.deletion_timestamp
+        )
         for port, peer_pod in ((fetcher_port, operator_pod), (engine_port, router)):
             # The selector queries say yes where they should: this check can fail.
             assert any(
@@ -526,3 +561,104 @@ def test_an_unprivileged_pod_elsewhere_can_neither_fetch_prune_nor_load(
         assert not [p for p in fetcher_peers if not admits(core, namespace, p, operator_pod)], (
             "a peer of the fetcher's port that is not the operator's pods"
         )
+
+
+REQUESTS = 20
+HELD_FOR = 3.0  # seconds a client waits on a request the hop holds, to see it held, not refused
+
+
+def hop_metric(router: str, name: str) -> float:
+    with urllib.request.urlopen(f"http://{router}:{METRICS_PORT}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    )
+
+
+def test_a_request_for_an_adapter_reaches_only_engines_that_serve_it(
+    lora: Lora, api: client.ApiClient
+) -> None:
+    """Two engines; `chat` is lost on one (unloaded there, as a failed load or a restart leaves
+    it, and its mark withdrawn, as the operator withdraws it). Through the router Service every
+    request for chat succeeds; vllm-router alone, behind the hop, sends some to the engine that
+    lacks it and passes on its 404. A request for an adapter no engine serves is held, not
+    refused."""
+    core = client.CoreV1Api(api)
+    namespace = lora.namespace
+    set_adapters(api, namespace, [lora.chat])  # as the test before leaves it, or run alone
+    custom = client.CustomObjectsApi(api)
+    custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "llmdeployments",
+        NAME,
+        {"spec": {"autoscaling": {"minReplicas": 2, "maxReplicas": 2}}},
+    )
+    engines = wait_until(
+        lambda: (
+            (
+                pods := [
+                    p
+                    for p in core.list_namespaced_pod(namespace, label_selector=ENGINES).items
+                    if ready(p)
+                ]
+            )
+            and len(pods) == 2
+            and pods
+        ),
+        SERVES_WITHIN,
+        1,
+        "two engines Ready",
+    )
+    wait_until(lambda: served(api, namespace) == {"chat": (2, None)}, CHANGED_WITHIN, 0.5)
+    # The module's first engine keeps chat; the one that joined now loses it.
+    lose = next(p for p in engines if p.metadata.uid != lora.engine.metadata.uid)
+    # chat gone from `lose`: vLLM unloads it, and its mark no longer names it.
+    unload = urllib.request.Request(
+        f"http://{lose.status.pod_ip}:{HTTP_PORT}/v1/unload_lora_adapter",
+        json.dumps({"lora_name": "chat"}).encode(),
+        headers={"Content-Type": "application/json", **AUTHORIZED},
+    )
+    with urllib.request.urlopen(unload, timeout=60) as r:  # vLLM answers it in plain text
+        assert r.status == 200
+    core.patch_namespaced_pod_status(
+        lose.metadata.name, namespace, {"status": {"conditions": [mark_condition([])]}}
+    )
+    assert "chat" not in listed(lose.status.pod_ip, HTTP_PORT)
+    router = lora.router_ip()
+    wait_until(lambda: len(routed_engines(router)) == 2, 60, 1, "vllm-router routing to both")
+
+    # vllm-router on its own (its port in the pod, here the pod IP): some of chat's requests
+    # reach the engine that lacks it. This is what the hop is for; without it the test below
+    # could not fail.
+    alone = [complete(router, "chat", ROUTER_LOOPBACK_PORT)[0] for _ in range(REQUESTS)]
+    assert 404 in alone, alone
+    print(f"vllm-router alone: {alone.count(404)} of {REQUESTS} requests for chat answered 404")
+
+    routed_before = hop_metric(router, "llmfleet_router_hop_routed_requests_total")
+    through = [complete(router, "chat")[0] for _ in range(REQUESTS)]
+    assert through == [200] * REQUESTS, f"{through.count(404)} of {REQUESTS} answered 404"
+    assert (
+        hop_metric(router, "llmfleet_router_hop_routed_requests_total") - routed_before >= REQUESTS
+    )
+    assert complete(router, BASE)[0] == 200  # the base, through vllm-router, to either
+
+    # An adapter that loads nowhere (a prefix that holds nothing): held, not refused.
+    ghost = {"name": "ghost", "source": f"s3://{BUCKET}/tiny/ghost-2"}
+    set_adapters(api, namespace, [lora.chat, ghost])
+    router = lora.router_ip()
+    body = json.dumps({"model": "ghost", "prompt": "hi", "max_tokens": 1}).encode()
+    req = urllib.request.Request(
+        f"http://{router}:{ROUTER_PORT}/v1/completions",
+        body,
+        headers={"Content-Type": "application/json", **AUTHORIZED},
+    )
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        urllib.request.urlopen(req, timeout=HELD_FOR)
+    assert time.monotonic() - started >= HELD_FOR
+    assert complete(router, "chat")[0] == 200

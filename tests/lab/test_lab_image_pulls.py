@@ -19,7 +19,7 @@ from localcluster.noderunner.pods import PodWorker
 from localcluster.noderunner.podstate import Hooks
 
 from llmfleet.models import DEFAULT_BATCH_IMAGE, DEFAULT_ENGINE_IMAGE
-from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
+from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE, DEFAULT_ROUTER_HOP_IMAGE
 from llmfleet.models.router import DEFAULT_ROUTER_IMAGE
 
 BUILT = "docker.io/llmfleet/operator:0.2.0"
@@ -70,6 +70,7 @@ DECISIONS = {
     "default-batch-image": (DEFAULT_BATCH_IMAGE, None, None),
     "default-router-image": (DEFAULT_ROUTER_IMAGE, None, None),
     "default-fetcher-image": (DEFAULT_FETCHER_IMAGE, None, None),
+    "default-router-hop-image": (DEFAULT_ROUTER_HOP_IMAGE, None, None),
     "built-image": (BUILT, None, None),
     "built-image-short-name": ("llmfleet/operator:0.2.0", None, None),
     "built-image-by-digest": (f"docker.io/llmfleet/operator@{BUILT_DIGEST}", None, None),

@@ -3,6 +3,7 @@ admits without a GPU, and how their command line is bound to the pod IP."""
 
 from __future__ import annotations
 
+import base64
 import copy
 from pathlib import Path
 from typing import Any
@@ -122,3 +123,75 @@ def test_prepare_runs_the_router_venv_with_a_pod_bound_token(
     assert pod["spec"]["containers"][0]["command"] == ["vllm-router"]  # the input is untouched
     router.cleanup(tmp_path, "u1")
     assert not Path(env["KUBECONFIG"]).exists()
+
+
+LORA_SPEC = LLMDeploymentSpec.model_validate(
+    {
+        **SPEC.model_dump(by_alias=True, exclude_none=True),
+        "engine": {"lora": {"maxAdapters": 2, "maxRank": 16}},
+        "adapters": [{"name": "sql", "source": "org/sql"}],
+    }
+)
+
+
+def hop_pod() -> dict[str, Any]:
+    (dep,) = [
+        o
+        for o in render_fleet(
+            Owner("chat", "team-a", "1"), LORA_SPEC, plan(LORA_SPEC), FLEET
+        ).objects()
+        if o["kind"] == "Deployment"
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] == "router"
+    ]
+    template = copy.deepcopy(dep["spec"]["template"])
+    return {
+        "metadata": {"name": "p", "namespace": "team-a", "uid": "u2", **template["metadata"]},
+        "spec": template["spec"],
+    }
+
+
+def test_a_router_pod_with_the_router_hop_is_admitted_and_nothing_more() -> None:
+    assert router.is_router_pod(hop_pod())
+    extra = hop_pod()
+    extra["spec"]["containers"].append({"name": "x", "command": ["sh"], "image": "busybox"})
+    assert not router.is_router_pod(extra)
+    two_hops = hop_pod()
+    two_hops["spec"]["containers"].append(copy.deepcopy(two_hops["spec"]["containers"][1]))
+    assert not router.is_router_pod(two_hops)
+
+
+def test_prepare_binds_the_hop_and_vllm_router_to_the_pod_ip_and_hands_the_hop_its_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router, "router_venv", lambda: Path("/venvs/router"))
+    kubeconfig = tmp_path / "runner.kubeconfig"
+    ca = b"-----BEGIN CERTIFICATE-----\nlab\n-----END CERTIFICATE-----\n"
+    cluster = {
+        "server": "https://127.0.0.1:6443",
+        "certificate-authority-data": base64.b64encode(ca).decode(),
+    }
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "admin"}}],
+                "users": [{"name": "admin", "user": {"client-key": "/secret"}}],
+            }
+        )
+    )
+    out = router.prepare(hop_pod(), "127.17.0.9", FakeCore(), kubeconfig, tmp_path)  # type: ignore[arg-type]
+    vllm_router, hop = out["spec"]["containers"]
+    assert vllm_router["command"] == ["/venvs/router/bin/vllm-router"]
+    assert vllm_router["args"][vllm_router["args"].index("--port") + 1] == "8001"
+    assert vllm_router["args"][-4:] == ["--host", "127.17.0.9", "--prometheus-host", "127.17.0.9"]
+    args = hop["args"]
+    assert args[args.index("--host") + 1] == "127.17.0.9"
+    assert args[args.index("--upstream-host") + 1] == "127.17.0.9"
+    folder = Path(args[args.index("--service-account-dir") + 1])
+    assert (folder / "token").read_text() == "tok-123"
+    assert (folder / "ca.crt").read_bytes() == ca
+    env = {e["name"]: e.get("value") for e in hop["env"]}
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", "6443")
+    assert env["LLMFLEET_ADAPTERS"] == "sql"
+    router.cleanup(tmp_path, "u2")
+    assert not folder.exists()

@@ -151,6 +151,30 @@ def test_the_adapter_fetcher_image_follows_its_own_values(
     assert settings.adapter_fetcher_image == image.format(version=version)
 
 
+HOP_IMAGE_CASES = {
+    # The operator's own tag moves with every release; the hop's does not follow it.
+    "operator-tag-moves": (("image.tag=9.9.9",), "docker.io/llmfleet/router-hop:{version}"),
+    "mirrored": (
+        ("routerHop.image.repository=registry.example/llmfleet/router-hop",),
+        "registry.example/llmfleet/router-hop:{version}",
+    ),
+    "pinned-tag": (("routerHop.image.tag=v7",), "docker.io/llmfleet/router-hop:v7"),
+    "pinned-digest": (
+        (f"routerHop.image.digest={FETCHER_DIGEST}", "routerHop.image.tag=v7"),
+        f"docker.io/llmfleet/router-hop@{FETCHER_DIGEST}",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("set_args", "image"), HOP_IMAGE_CASES.values(), ids=HOP_IMAGE_CASES.keys()
+)
+def test_the_router_hop_image_follows_its_own_values(set_args: tuple[str, ...], image: str) -> None:
+    settings = operator_settings(operator_container(render(*set_args)))
+    version = chart_annotations()["llmfleet.dev/router-hop-version"]
+    assert settings.router_hop_image == image.format(version=version)
+
+
 @pytest.mark.parametrize(
     ("value", "named"),
     [

@@ -4,8 +4,6 @@ then, and the chart, the operator and `make images` must name the same image."""
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import json
 import subprocess
 import tarfile
@@ -13,12 +11,12 @@ from pathlib import Path
 
 import yaml
 from localcluster.noderunner import images
+from sourcehash import SRC, component_sources, sources_sha256
 
 from llmfleet.fetcher.release import FETCHER_SOURCES_SHA256, FETCHER_VERSION
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
-SRC = REPO / "operator" / "src"
 BUILD_IMAGES = REPO / "dev" / "images" / "build.sh"
 # `llmfleet fetch-adapters`: the console script's dispatcher, the command and the fetcher package.
 FETCHER_ROOTS = ("llmfleet.cli", "llmfleet.commands.fetch_adapters", "llmfleet.fetcher")
@@ -27,46 +25,9 @@ FETCHER_ROOTS = ("llmfleet.cli", "llmfleet.commands.fetch_adapters", "llmfleet.f
 NOT_FETCHER_SOURCE = {SRC / "llmfleet" / "__init__.py", SRC / "llmfleet/fetcher/release.py"}
 
 
-def module_file(name: str) -> Path | None:
-    path = SRC.joinpath(*name.split("."))
-    for candidate in (path / "__init__.py", path.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def imported_llmfleet_modules(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module.split(".")[0] == "llmfleet":
-                names.add(node.module)
-                names.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            names.update(a.name for a in node.names if a.name.split(".")[0] == "llmfleet")
-    return names
-
-
 def fetcher_sources() -> list[Path]:
     """Every llmfleet source file the fetcher's modules import, directly or through others."""
-    found: set[Path] = set()
-    todo = list(FETCHER_ROOTS)
-    while todo:
-        path = module_file(todo.pop())
-        if path is None or path in found:
-            continue
-        found.add(path)
-        todo += imported_llmfleet_modules(path)
-        if path.name == "__init__.py" and path.parent.name == "fetcher":
-            todo += [f"llmfleet.fetcher.{p.stem}" for p in path.parent.glob("*.py")]
-    return sorted(found - NOT_FETCHER_SOURCE)
-
-
-def sources_sha256(paths: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(str(path.relative_to(SRC)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    return component_sources(FETCHER_ROOTS, ["llmfleet.fetcher"], NOT_FETCHER_SOURCE)
 
 
 def chart_fetcher_version() -> str:

@@ -50,7 +50,7 @@ def list_render(
         objects.append(render_hpa(owner, spec, p))
     if p.min_replicas > 1:
         objects.append(render_pdb(owner, p))
-    router = render_router(owner, spec, p)
+    router = render_router(owner, spec, p, fleet.router_hop_image)
     objects.extend(router.objects() if router else [])
     kinds = [kind for _, kind in MANAGED_KINDS]
     return sorted(objects, key=lambda o: (kinds.index(o["kind"]), o["metadata"]["name"]))

@@ -102,3 +102,4 @@ def test_every_rendered_port_is_documented_and_every_documented_port_rendered() 
 def test_the_table_lists_the_fetcher_and_the_engine() -> None:
     # The test above must be able to fail: the table is read, not skipped.
     assert {("adapter-fetcher", "fetcher", 8081), ("vllm", "http", 8000)} <= documented()
+    assert {("router-hop", "http", 8000), ("router-hop", "metrics", 29000)} <= documented()

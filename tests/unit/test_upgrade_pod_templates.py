@@ -34,11 +34,12 @@ from examplepods import EXAMPLES, engine_pod_templates
 import llmfleet
 from llmfleet import __version__
 from llmfleet.models import LLMDeploymentSpec
-from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
+from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE, DEFAULT_ROUTER_HOP_IMAGE
 from llmfleet.planner import plan
 from llmfleet.render import Owner, render_fleet
 from llmfleet.render.fetcher import FETCHER_CONTAINER
 from llmfleet.render.names import VERSION_LABEL
+from llmfleet.render.routerhop import HOP_CONTAINER
 from llmfleet.settings import OperatorSettings
 
 FLEET = OperatorSettings().fleet
@@ -261,6 +262,36 @@ def test_a_release_that_changes_only_the_version_restarts_no_engine(
     assert json.dumps(after, sort_keys=True) == json.dumps(before, sort_keys=True), "".join(
         diff(before.get(where), after.get(where)) for where in before.keys() | after.keys()
     )
+
+
+def router_pod_templates(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        o["metadata"]["name"]: o["spec"]["template"]
+        for o in objects
+        if o["kind"] == "Deployment"
+        and o["metadata"]["labels"].get("app.kubernetes.io/component") == "router"
+    }
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_a_release_that_changes_only_the_version_restarts_no_router(
+    example: str, two_versions: tuple[Rendered, Rendered]
+) -> None:
+    """Router pods too, the router hop's image of an LLMDeployment with adapters included: it
+    is tagged with the hop's version, not the operator's."""
+    this, next_release = (router_pod_templates(rendered[example]) for rendered in two_versions)
+    assert json.dumps(next_release, sort_keys=True) == json.dumps(this, sort_keys=True)
+
+
+def test_the_lora_example_runs_the_router_hop_under_its_own_version() -> None:
+    """So that the test above holds the hop's image, whatever the operator's release."""
+    doc = EXAMPLES["llama-3.1-8b-lora.yaml"]
+    spec = LLMDeploymentSpec.model_validate(doc["spec"])
+    objects = render_fleet(Owner(doc["metadata"]["name"], NAMESPACE, UID), spec, plan(spec), FLEET)
+    (template,) = router_pod_templates(objects.objects()).values()
+    images = {c["name"]: c["image"] for c in template["spec"]["containers"]}
+    assert images[HOP_CONTAINER] == DEFAULT_ROUTER_HOP_IMAGE
+    assert __version__ not in DEFAULT_ROUTER_HOP_IMAGE
 
 
 def test_the_lora_example_runs_the_adapter_fetcher_under_its_own_version() -> None:

@@ -87,6 +87,21 @@ LoRA engine pod template alone.
 {{- end -}}
 {{- end -}}
 
+{{/*
+The router hop's image (the operator's --router-hop-image): tagged with the hop's own version,
+never the chart's appVersion, so an upgrade that leaves the hop alone leaves the router pods of
+LLMDeployments with adapters alone.
+*/}}
+{{- define "llmfleet.routerHopImage" -}}
+{{- with .Values.routerHop.image -}}
+{{- if .digest -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- else -}}
+{{- printf "%s:%s" .repository (default (index $.Chart.Annotations "llmfleet.dev/router-hop-version") .tag) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The leader Lease (flag --leader-election-id): one per release, in the release namespace. */}}
 {{- define "llmfleet.leaseName" -}}
 {{- include "llmfleet.fullname" . -}}

@@ -87,6 +87,8 @@ ADAPTATIONS: tuple[tuple[str, str], ...] = (
     ("stand-in", f"annotation `{STAND_IN_ANNOTATION}: stand-in` -> `-m {STAND_IN_MODULE}`"),
     # vLLM told a path at run time (a LoRA adapter the pod's fetcher copied into an emptyDir).
     ("runtime-paths", "a LoRA path vLLM is sent under a volumeMount -> the emulated directory"),
+    # The router hop beside vllm-router in a router pod (routerhop.py).
+    ("router-hop", "the router hop: `--host`/`--upstream-host` -> pod IP; its token and CA folder"),
 )
 
 _VALUE_FLAGS = {

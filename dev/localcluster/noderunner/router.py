@@ -9,6 +9,7 @@ docs/cpu-adaptations.md):
 
 * `vllm-router` -> the router virtualenv's `vllm-router`;
 * `--host` and `--prometheus-host` (any value, or none) -> the pod IP;
+* a router hop beside it (routerhop.py: an LLMDeployment with adapters) is adapted there;
 * identity: a pod gets its ServiceAccount token through a projected volume and the in-cluster
   config (KUBERNETES_SERVICE_HOST and the token file). Neither exists here, so the runner asks the
   TokenRequest API for a token of the pod's ServiceAccount, bound to the pod (it stops working
@@ -20,6 +21,7 @@ docs/cpu-adaptations.md):
 from __future__ import annotations
 
 import copy
+import shutil
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -29,6 +31,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from . import routerhop
 from .gpurequest import container_gpus
 
 ROUTER_COMMAND = "vllm-router"
@@ -42,15 +45,23 @@ _venv_lock = threading.Lock()
 _venv: list[Path] = []
 
 
+def _is_router_container(container: dict[str, Any]) -> bool:
+    return Path((container.get("command") or [""])[0]).name == ROUTER_COMMAND
+
+
 def is_router_pod(pod: dict[str, Any]) -> bool:
+    """One `vllm-router` container, and beside it at most the router hop (routerhop.py)."""
     labels = pod["metadata"].get("labels") or {}
     containers = pod["spec"].get("containers") or []
+    routers = [c for c in containers if _is_router_container(c)]
+    hops = [c for c in containers if routerhop.is_hop_container(c)]
     return (
         labels.get(MANAGED_BY_LABEL) == "llmfleet"
         and labels.get(COMPONENT_LABEL) == "router"
-        and len(containers) == 1
-        and Path((containers[0].get("command") or [""])[0]).name == ROUTER_COMMAND
-        and container_gpus(containers[0]) == 0
+        and len(routers) == 1
+        and len(hops) <= 1
+        and len(containers) == len(routers) + len(hops)
+        and all(container_gpus(c) == 0 for c in containers)
     )
 
 
@@ -101,16 +112,20 @@ def bound_token(
     return token
 
 
+def runner_cluster(runner_kubeconfig: Path) -> dict[str, Any]:
+    """The cluster entry (server, CA) of the runner's own kubeconfig."""
+    base = yaml.safe_load(runner_kubeconfig.read_text())
+    context = base["contexts"][0]["context"]
+    cluster: dict[str, Any] = next(c for c in base["clusters"] if c["name"] == context["cluster"])
+    return cluster
+
+
 def token_kubeconfig(
-    core: client.CoreV1Api, runner_kubeconfig: Path, pod: dict[str, Any], state_dir: Path
+    token: str, cluster: dict[str, Any], pod: dict[str, Any], state_dir: Path
 ) -> Path:
     """A kubeconfig for the pod's ServiceAccount, with a token bound to the pod."""
     meta = pod["metadata"]
     account = pod["spec"].get("serviceAccountName") or "default"
-    token = bound_token(core, pod, TOKEN_SECONDS)
-    base = yaml.safe_load(runner_kubeconfig.read_text())
-    context = base["contexts"][0]["context"]
-    cluster = next(c for c in base["clusters"] if c["name"] == context["cluster"])
     user = f"system:serviceaccount:{meta['namespace']}:{account}"
     cfg = {
         "apiVersion": "v1",
@@ -145,17 +160,25 @@ def prepare(
 ) -> dict[str, Any]:
     """The pod as the runner runs it: a copy with the adaptations above applied."""
     out = copy.deepcopy(pod)
-    (container,) = out["spec"]["containers"]
-    container["command"] = [
-        str(router_venv() / "bin" / ROUTER_COMMAND),
-        *container["command"][1:],
-    ]
-    container["args"] = adapt_args(list(container.get("args") or []), pod_ip)
-    kubeconfig = token_kubeconfig(core, runner_kubeconfig, pod, state_dir)
-    env = [e for e in container.get("env") or [] if e.get("name") != "KUBECONFIG"]
-    container["env"] = [*env, {"name": "KUBECONFIG", "value": str(kubeconfig)}]
+    token = bound_token(core, pod, TOKEN_SECONDS)
+    cluster = runner_cluster(runner_kubeconfig)
+    for container in out["spec"]["containers"]:
+        if routerhop.is_hop_container(container):
+            uid = pod["metadata"]["uid"]
+            folder, api = routerhop.write_account(state_dir, uid, token, cluster)
+            routerhop.adapt_hop(container, pod_ip, folder, api)
+            continue
+        container["command"] = [
+            str(router_venv() / "bin" / ROUTER_COMMAND),
+            *container["command"][1:],
+        ]
+        container["args"] = adapt_args(list(container.get("args") or []), pod_ip)
+        kubeconfig = token_kubeconfig(token, cluster, pod, state_dir)
+        env = [e for e in container.get("env") or [] if e.get("name") != "KUBECONFIG"]
+        container["env"] = [*env, {"name": "KUBECONFIG", "value": str(kubeconfig)}]
     return out
 
 
 def cleanup(state_dir: Path, uid: str) -> None:
     (state_dir / "router-tokens" / f"{uid}.kubeconfig").unlink(missing_ok=True)
+    shutil.rmtree(routerhop.account_dir(state_dir, uid), ignore_errors=True)

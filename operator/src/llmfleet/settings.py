@@ -16,7 +16,11 @@ from typing import Any
 
 from llmfleet import setting_values as values
 from llmfleet.catalog.hub import DEFAULT_ENDPOINT
-from llmfleet.models.defaults import DEFAULT_ENGINE_IMAGE, DEFAULT_FETCHER_IMAGE
+from llmfleet.models.defaults import (
+    DEFAULT_ENGINE_IMAGE,
+    DEFAULT_FETCHER_IMAGE,
+    DEFAULT_ROUTER_HOP_IMAGE,
+)
 from llmfleet.models.network_policy import EngineNetworkPolicy
 from llmfleet.render.fleet_defaults import FleetDefaults
 
@@ -221,6 +225,17 @@ class OperatorSettings:
             parse=values.or_default(str),
         ),
     )
+    router_hop_image: str = field(
+        default=DEFAULT_ROUTER_HOP_IMAGE,
+        metadata=_about(
+            "--router-hop-image",
+            "LLMFLEET_ROUTER_HOP_IMAGE",
+            "image of the router hop in the router pods of LLMDeployments with adapters, which "
+            "sends a request for an adapter only to engines serving it: the operator's image "
+            "under the hop's own version, which changes only when the hop does",
+            parse=values.or_default(str),
+        ),
+    )
     fetcher_key_secret: str = field(
         default="llmfleet-fetcher-key",
         metadata=_about(
@@ -300,6 +315,7 @@ class OperatorSettings:
         return FleetDefaults(
             engine_image=self.default_engine_image,
             fetcher_image=self.adapter_fetcher_image,
+            router_hop_image=self.router_hop_image,
             engine_priority_class=self.engine_priority_class,
             spare_priority_class=self.spare_priority_class,
             network_policy=self.engine_network_policy,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmfleet.fetcher.release import FETCHER_REPOSITORY, FETCHER_VERSION
+from llmfleet.routerhop.release import HOP_REPOSITORY, HOP_VERSION
 
 # Pinned rather than `latest`: the planner's memory model and the derived vLLM flags are checked
 # against this release.
@@ -10,6 +11,9 @@ DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.32.0"
 # The adapter fetcher beside LoRA engines: the operator's image under the fetcher's own version,
 # so that an operator release that leaves the fetcher alone leaves LoRA engine pods alone.
 DEFAULT_FETCHER_IMAGE = f"{FETCHER_REPOSITORY}:{FETCHER_VERSION}"
+# The router hop in front of vllm-router where an LLMDeployment has adapters: the operator's image
+# under the hop's own version, for the same reason.
+DEFAULT_ROUTER_HOP_IMAGE = f"{HOP_REPOSITORY}:{HOP_VERSION}"
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_GPUS_PER_NODE = 8

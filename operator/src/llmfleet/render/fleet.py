@@ -99,7 +99,7 @@ def render_fleet(
         autoscaler = render_scaled_object(owner, spec, plan, fleet.keda_prometheus_url)
     elif spec.autoscaling.enabled:
         autoscaler = render_hpa(owner, spec, plan)
-    router = render_router(owner, spec, plan)
+    router = render_router(owner, spec, plan, fleet.router_hop_image)
     return RenderedFleet(
         service=render_service(owner),
         engine=engines(owner, spec, plan, fleet),

@@ -15,6 +15,8 @@ class FleetDefaults:
     engine_image: str
     # Runs the adapter fetcher beside single-node LoRA engines.
     fetcher_image: str
+    # Runs the router hop in the router pods of LLMDeployments with adapters.
+    router_hop_image: str
     # PriorityClass of LLMDeployments' engine pods; "": the cluster's default priority.
     engine_priority_class: str
     # PriorityClass of Spare LLMBatchJobs' pods; "": such jobs wait, reported.

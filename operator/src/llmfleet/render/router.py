@@ -24,6 +24,7 @@ from llmfleet.render.names import (
     selector_labels,
 )
 from llmfleet.render.podspec import node_placement, pod_security_context
+from llmfleet.render.routerhop import runs_hop, with_hop
 
 COMPONENT_ROUTER = "router"
 ROUTER_COMMAND = "vllm-router"
@@ -152,7 +153,11 @@ def _resources(spec: LLMDeploymentSpec) -> dict[str, Any]:
     return out
 
 
-def render_router_deployment(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
+def render_router_deployment(
+    owner: Owner, spec: LLMDeploymentSpec, plan: Plan, hop_image: str
+) -> dict[str, Any]:
+    """The router's Deployment; with adapters, the router hop (render.routerhop) in front of
+    vllm-router, run from `hop_image`."""
     name = router_name(owner.name)
     health = {"httpGet": {"path": "/health", "port": "http"}}
     container: dict[str, Any] = {
@@ -189,7 +194,11 @@ def render_router_deployment(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) 
         "serviceAccountName": name,
         # Discovery reads pods with this account's token (the Role below).
         "automountServiceAccountToken": True,
-        "containers": [container],
+        "containers": (
+            with_hop(container, owner, spec, hop_image, METRICS_PORT)
+            if runs_hop(spec)
+            else [container]
+        ),
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": pod_security_context(fs_group=False),
@@ -274,8 +283,11 @@ class RouterObjects:
         return [self.service_account, self.role, self.role_binding, self.service, self.deployment]
 
 
-def render_router(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> RouterObjects | None:
-    """Everything the router needs, or None when it is off."""
+def render_router(
+    owner: Owner, spec: LLMDeploymentSpec, plan: Plan, hop_image: str
+) -> RouterObjects | None:
+    """Everything the router needs, or None when it is off; `hop_image` runs the router hop of
+    an LLMDeployment with adapters."""
     if not router_enabled(spec, plan):
         return None
     account, role, binding = render_router_rbac(owner)
@@ -284,7 +296,7 @@ def render_router(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> RouterOb
         role=role,
         role_binding=binding,
         service=render_router_service(owner),
-        deployment=render_router_deployment(owner, spec, plan),
+        deployment=render_router_deployment(owner, spec, plan, hop_image),
     )
 
 

@@ -25,6 +25,7 @@ from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
 from llmfleet.render.autoscaling import hpa_behavior, scale_target_ref
 from llmfleet.render.names import Owner, metadata
+from llmfleet.render.routerhop import runs_hop
 
 KEDA_API_VERSION: Final = "keda.sh/v1alpha1"
 SCALED_OBJECT_KIND: Final = "ScaledObject"
@@ -37,6 +38,8 @@ UNREACHABLE_TARGET = "1000000"
 RECENT_WINDOW = "1m"
 # Counted per attempt by vllm-router 0.1.17 when no engine is there to take a request.
 NO_ENGINE_ERROR = "no_available_workers"
+# The router hop's gauge of requests it holds for an adapter no engine serves (routerhop.metrics).
+HOP_HELD_METRIC = "llmfleet_router_hop_requests_held"
 
 
 def keda_hpa_name(owner_name: str) -> str:
@@ -54,7 +57,10 @@ def queue_query(owner: Owner) -> str:
     return f"sum(avg_over_time(vllm:num_requests_waiting{{{_selector(owner)}}}[30s]))"
 
 
-def demand_query(owner: Owner) -> str:
+def demand_query(owner: Owner, held_by_hop: bool = False) -> str:
+    """`held_by_hop`: the router pods run the router hop (an LLMDeployment with adapters), which
+    holds a request for an adapter itself, so vllm-router never sees it: the hop's held requests
+    are demand too."""
     sel = _selector(owner)
     parts = (
         f'sum(rate(vllm_router_request_errors_total{{{sel},error_type="{NO_ENGINE_ERROR}"}}'
@@ -62,6 +68,7 @@ def demand_query(owner: Owner) -> str:
         f"sum(vllm:num_requests_running{{{sel}}})",
         f"sum(vllm:num_requests_waiting{{{sel}}})",
         f"sum(rate(vllm:request_success_total{{{sel}}}[{RECENT_WINDOW}]))",
+        *([f"sum({HOP_HELD_METRIC}{{{sel}}})"] if held_by_hop else []),
     )
     # A part with no series (no engine at zero, no router error yet) is 0, not an empty result
     # that would make the whole sum empty.
@@ -104,7 +111,7 @@ def render_scaled_object(
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": hpa_behavior(spec)}},
             "triggers": [
                 trigger("queue", queue_query(owner), str(plan.target_queue_depth)),
-                trigger("demand", demand_query(owner), UNREACHABLE_TARGET),
+                trigger("demand", demand_query(owner, runs_hop(spec)), UNREACHABLE_TARGET),
             ],
         },
     }
