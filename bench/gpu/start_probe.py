@@ -67,7 +67,13 @@ def http(path: str, body: dict[str, Any] | None = None, timeout: float = 5) -> i
         return 0
 
 
-def serve_once(model: str, cache: Path, log: Path, env_extra: dict[str, str]) -> dict[str, Any]:
+def serve_once(
+    model: str,
+    cache: Path,
+    log: Path,
+    env_extra: dict[str, str],
+    load_args: tuple[str, ...] = ("--load-format=dummy",),
+) -> dict[str, Any]:
     env = {
         **os.environ,
         "VLLM_CACHE_ROOT": str(cache / "vllm"),
@@ -86,7 +92,7 @@ def serve_once(model: str, cache: Path, log: Path, env_extra: dict[str, str]) ->
         "--served-model-name", "model", "--dtype", "auto", "--tensor-parallel-size", "1",
         "--max-model-len", "8192", "--gpu-memory-utilization", "0.9", "--max-num-seqs", "512",
         "--max-num-batched-tokens", "16384", "--scheduling-policy", "fcfs",
-        "--load-format=dummy", "--port", str(PORT), "--shutdown-timeout", "5",
+        *load_args, "--port", str(PORT), "--shutdown-timeout", "5",
         "--host", "127.0.0.1",
     ]  # fmt: skip
     t0 = time.monotonic()

@@ -18,6 +18,8 @@ OUT=${OUT:-/tmp/gpulab-out}
 mkdir -p "$OUT"
 args=()
 for s in "$@"; do args+=(--scenario "$s"); done
+# NAME=DIR model table entries over the bundle's config-only folders (8b-real: a written checkpoint).
+for m in ${GPULAB_MODEL:-}; do args+=(--model "$m"); done
 status=0
 timeout "${GPULAB_TIMEOUT:-480}" python3 -m gpulab run "${args[@]}" --results "$OUT" || status=$?
 # What explains a failure: every component's log and the pods' logs, small enough to come back.

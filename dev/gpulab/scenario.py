@@ -80,6 +80,9 @@ SCENARIOS = {
         Scenario("8b-cache", LLAMA_8B, model_cache=True),
         Scenario("8b-tp2", LLAMA_8B, gpus=2, model_cache=True, strategy="SinglePod"),
         Scenario("two-8b", LLAMA_8B, gpus=2, model_cache=True, restarts=0),
+        # Real bytes: the model table must map the 8B to a checkpoint load_probe.py wrote
+        # (GPULAB_MODEL in remote-run.sh), as the model cache would hold it.
+        Scenario("8b-real", LLAMA_8B, model_cache=True, extra_args=()),
         Scenario("70b-fp8", LLAMA_70B, quantization="fp8", model_cache=True, max_model_len=4096),
         # The procedure itself, on a machine without GPUs (README.md, "Try it here first").
         Scenario("smoke", LLAMA_8B, max_model_len=1024, restarts=0, timeout_s=300),
