@@ -137,7 +137,7 @@ def time_options(model: str, out: Path, options: list[str]) -> None:
             log = out / f"{option}-{page_cache}.log"
             row: dict[str, Any] = {"step": "serve", "option": option, "page_cache": page_cache,
                    "dropped": dropped}  # fmt: skip
-            row |= serve_once(model, cache, log, {}, OPTIONS[option])
+            row |= serve_once(model, cache, log, {}, load_args=OPTIONS[option])
             found = LOAD.search(log.read_text(errors="replace"))
             if found:
                 row |= {"weights_gib": float(found.group(1)), "load_s": float(found.group(2))}

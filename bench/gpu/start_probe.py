@@ -7,12 +7,13 @@ container started with a warm compile cache, 28 s of it before the engine began 
 
 Runs `vllm serve` on the operator's command line for that pod (dummy weights), compile caches
 (VLLM_CACHE_ROOT, TRITON_CACHE_DIR) in one folder, as the model-cache claim holds them: once cold,
-then warm with a stack sampler (a sitecustomize that has faulthandler dump every thread of every
-vLLM process each 0.5 s, re-armed in forked children), then warm once per variant (extra
-environment). Each run: seconds from the process's start to /health and to the first streamed
-token. Then `python -X importtime` of the API server's module. Writes runs.jsonl, the logs, the
-raw stacks and timeline-<pid>.txt (the main thread's innermost vLLM/torch/transformers frame per
-half second, runs of the same frame merged)."""
+then warm, then warm under py-spy (`record --subprocesses --idle`, 10 samples a second; the binary
+dev/gpulab/pack.sh carries, found under /tmp/gpulab/cache/bin or given with --py-spy), then warm
+once per variant (extra environment). Each run: seconds from the process's start to /health and
+to the first streamed token. Then `python -X importtime` of the API server's module. Writes
+runs.jsonl, the logs, py-spy's speedscope profile and timeline.txt: per process, its main
+thread's innermost vLLM/torch/transformers frame per half second, runs of one frame merged.
+(A faulthandler sampler, tried first, crashed vLLM's start: SIGSEGV.)"""
 
 from __future__ import annotations
 
@@ -31,24 +32,7 @@ from typing import Any
 
 PORT = 8012
 SAMPLE_S = 0.5
-SITECUSTOMIZE = f"""
-import faulthandler, os, time
-_d = os.environ.get("PROBE_STACKS")
-_keep = []
-def _arm():
-    f = open(os.path.join(_d, "stacks.%d" % os.getpid()), "w", buffering=1)
-    f.write("start %f\\n" % time.time())
-    faulthandler.dump_traceback_later({SAMPLE_S}, repeat=True, file=f)
-    _keep.append(f)
-def _rearm():
-    faulthandler.dump_traceback_later({SAMPLE_S}, repeat=True, file=_keep[-1])
-if _d:
-    _arm()
-    # Cancel before forking: a child that inherits a watchdog mid-wait deadlocks on its lock.
-    os.register_at_fork(
-        before=faulthandler.cancel_dump_traceback_later, after_in_parent=_rearm, after_in_child=_arm
-    )
-"""
+SPY_RATE = 10
 
 
 def http(path: str, body: dict[str, Any] | None = None, timeout: float = 5) -> int:
@@ -72,7 +56,9 @@ def serve_once(
     cache: Path,
     log: Path,
     env_extra: dict[str, str],
+    *,
     load_args: tuple[str, ...] = ("--load-format=dummy",),
+    wrap: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     env = {
         **os.environ,
@@ -88,7 +74,7 @@ def serve_once(
         else ["vllm.entrypoints.cli.main", "serve", model]
     )
     cmd = [
-        sys.executable, "-m", *entry,
+        *wrap, sys.executable, "-m", *entry,
         "--served-model-name", "model", "--dtype", "auto", "--tensor-parallel-size", "1",
         "--max-model-len", "8192", "--gpu-memory-utilization", "0.9", "--max-num-seqs", "512",
         "--max-num-batched-tokens", "16384", "--scheduling-policy", "fcfs",
@@ -124,33 +110,41 @@ FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 PKG = re.compile(r"/(vllm|torch|transformers|triton|tokenizers|huggingface_hub|flashinfer)/")
 
 
-def timeline(stacks: Path) -> str:
-    """The main thread's innermost frame in vLLM, torch or a library they call, per sample."""
-    text = stacks.read_text(errors="replace")
-    start = float(text.split("\n", 1)[0].split()[1])
-    dumps = text.split("Timeout (")[1:]
-    rows: list[tuple[str, int]] = []
-    for dump in dumps:
-        threads = re.split(r"\n(?=Thread 0x|Current thread 0x)", dump)
-        main = next(
-            (t for t in threads if "_bootstrap" in t and "multiprocessing" in t),
-            None,
-        ) or next((t for t in threads if "<module>" in t), threads[-1])
-        frames = FRAME.findall(main)
-        inner = next((f for f in frames if PKG.search(f[0])), frames[0] if frames else None)
-        top = frames[0] if frames else None
-        sig = "idle" if inner is None else f"{inner[0].split('site/')[-1]}:{inner[1]} {inner[2]}"
-        if top is not None and top != inner:
-            sig += f"  <- {top[0].rsplit('/', 1)[-1]}:{top[1]} {top[2]}"
-        if rows and rows[-1][0] == sig:
-            rows[-1] = (sig, rows[-1][1] + 1)
-        else:
-            rows.append((sig, 1))
-    out, t = [f"start {time.strftime('%H:%M:%S', time.gmtime(start))}"], 0.0
-    for sig, n in rows:
-        out.append(f"{t:6.1f}s +{n * SAMPLE_S:5.1f}s {sig}")
-        t += n * SAMPLE_S
+def timeline(profile: Path) -> str:
+    """Per process, its main thread's innermost frame in vLLM, torch or a library they call."""
+    doc = json.loads(profile.read_text())
+    frames = doc["shared"]["frames"]
+    out: list[str] = []
+    for prof in doc["profiles"]:
+        m = re.match(r"Process (\d+) Thread (\d+)", prof["name"])
+        if m is None or m.group(1) != m.group(2):
+            continue  # not a process's main thread
+        rows: list[tuple[str, float]] = []
+        for stack, weight in zip(prof["samples"], prof["weights"], strict=True):
+            found = [frames[i] for i in stack if PKG.search(frames[i]["file"])]
+            inner = found[-1] if found else None
+            leaf = frames[stack[-1]] if stack else None
+            sig = "-" if inner is None else _short(inner)
+            if leaf is not None and leaf is not inner:
+                sig += f"  <- {_short(leaf)}"
+            if rows and rows[-1][0] == sig:
+                rows[-1] = (sig, rows[-1][1] + weight)
+            else:
+                rows.append((sig, weight))
+        out.append(f"== {prof['name']}")
+        t = 0.0
+        for sig, w in rows:
+            if w >= SAMPLE_S:
+                out.append(f"{t:6.1f}s +{w:5.1f}s {sig}")
+            t += w
     return "\n".join(out)
+
+
+def _short(frame: dict[str, Any]) -> str:
+    path = str(frame["file"])
+    for marker in ("site-packages/", "site/"):
+        path = path.rsplit(marker, maxsplit=1)[-1]
+    return f"{path}:{frame['line']} {frame['name']}"
 
 
 def main() -> int:
@@ -158,33 +152,32 @@ def main() -> int:
     p.add_argument("model")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--variant", action="append", default=[], help="NAME=K=V,K=V")
+    p.add_argument("--py-spy", type=Path, help="default: /tmp/gpulab/cache/bin/py-spy-*/py-spy")
     args = p.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     cache = Path("/tmp/probe-cache")
     shutil.rmtree(cache, ignore_errors=True)
-    site, stacks = out / "site", out / "stacks"
-    site.mkdir(exist_ok=True)
-    stacks.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    sampled = {
-        "PROBE_STACKS": str(stacks),
-        "PYTHONPATH": f"{site}:{os.environ.get('PYTHONPATH', '')}",
-    }
-    runs = [("cold", {}), ("warm", {}), ("warm-sampled", sampled)]
+    spies = sorted(Path("/tmp/gpulab/cache/bin").glob("py-spy-*/py-spy"))
+    spy = args.py_spy or (spies[-1] if spies else None)
+    profile = out / "profile.speedscope.json"
+    runs: list[tuple[str, dict[str, str], tuple[str, ...]]] = [("cold", {}, ()), ("warm", {}, ())]
+    if spy is not None:
+        spied: tuple[str, ...] = (
+            *(str(spy), "record", "--subprocesses", "--idle", "--rate", str(SPY_RATE)),
+            *("--format", "speedscope", "-o", str(profile), "--"),
+        )
+        runs.append(("warm-sampled", {}, spied))
     for v in args.variant:
         name, _, kvs = v.partition("=")
-        runs.append((name, dict(kv.split("=", 1) for kv in kvs.split(",") if kv)))
-    for name, env in runs:
-        row = {"run": name, **serve_once(args.model, cache, out / f"{name}.log", env)}
+        runs.append((name, dict(kv.split("=", 1) for kv in kvs.split(",") if kv), ()))
+    for name, env, wrap in runs:
+        row = {"run": name, **serve_once(args.model, cache, out / f"{name}.log", env, wrap=wrap)}
         print(json.dumps(row), flush=True)
         with (out / "runs.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")
-    for sf in sorted(stacks.glob("stacks.*")):
-        try:
-            (out / f"timeline-{sf.name.split('.')[1]}.txt").write_text(timeline(sf))
-        except (IndexError, ValueError) as e:
-            print(f"{sf.name}: no timeline ({e})")
+    if profile.exists():
+        (out / "timeline.txt").write_text(timeline(profile))
     for mod in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main"):
         importtime(mod, out)
     return 0

@@ -2,6 +2,7 @@
 # Here, with the lab's tools built (`make tools`) and PyPI reachable: what dev/gpulab carries to the
 # GPU machine, in files small enough for its 64 MiB calls (README.md: which file goes in which call).
 #   .gpu-lab/bin/<component>-<version>/<binary>.xz   the control plane, kubectl and helm (xz -9e)
+#   .gpu-lab/bin/py-spy-<version>/py-spy.xz         py-spy, which bench/gpu/start_probe.py samples with
 #   .gpu-lab/labsite.tar.xz                          the operator's and the lab's Python packages
 #                                                    for the machine's Python 3.12 (pinned by the lock)
 #   .gpu-lab/SHA256SUMS                              what stage.sh checks before it unpacks
@@ -23,6 +24,16 @@ pack kubernetes kube-apiserver kube-controller-manager &
 pack kubernetes kube-scheduler kubectl &
 pack helm helm &
 wait
+# py-spy, the sampling profiler bench/gpu/start_probe.py runs vLLM's start under (a static binary
+# from its PyPI wheel; the machine has no network to fetch it).
+PY_SPY=0.4.3
+spy=$(mktemp -d)
+"$PY" -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_5_x86_64 \
+  -d "$spy" "py-spy==$PY_SPY"
+(cd "$spy" && unzip -q ./*.whl)
+mkdir -p "$OUT/bin/py-spy-$PY_SPY"
+xz -9e -T1 -c "$spy"/py_spy-*.data/scripts/py-spy > "$OUT/bin/py-spy-$PY_SPY/py-spy.xz"
+rm -rf "$spy"
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
 grep -E '^[A-Za-z0-9_.-]+==' operator/requirements.lock | sed 's/[ \\].*//' > "$site/constraints.txt"
