@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from .. import podrefs
+from .. import containerstart, podrefs
 from . import oci, procs, volumes
 from .adaptations import adapt_command, is_vllm_server, stand_in
 from .bundle import ContainerConfigError
@@ -87,6 +87,10 @@ class ContainerStarts(PodState):
         env = self._env(c, self.hooks.base_env)
         if env is None:
             return
+        image = str(c.spec.get("image") or "")
+        if (error := containerstart.start_error(image, str(command[0]))) is not None:
+            self._start_failed(c, error)
+            return
         try:
             c.volumes = volumes.prepare(
                 self.pod, c.spec, self.hooks.state_dir, self.hooks.read_configmap
@@ -125,6 +129,21 @@ class ContainerStarts(PodState):
         workdir = c.spec.get("workingDir")
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.hooks.log_dir)
         self._spawn(c, argv, env, cwd)
+
+    def _start_failed(self, c: Container, error: str) -> None:
+        """The runtime cannot run the command in the container's image (containerstart.py):
+        created, failed to start, and then a crash loop like any failed exit."""
+        notes = [
+            podrefs.Note("Normal", "Created", f"Created container: {c.name}"),
+            podrefs.Note("Warning", "Failed", f"Error: {error}"),
+        ]
+        try:
+            for note in notes:
+                self.hooks.post_event(podrefs.note_event(self.pod, c.name, note, self.hooks.node))
+        except Exception as e:  # an Event is worth less than the pod
+            log.warning("%s/%s: event not posted: %s", self.ns, self.pod_name, e)
+        c.started_at = time.time()
+        self._on_exit(c, containerstart.START_ERROR_CODE, "StartError", error)
 
     def _start_container(self, c: Container, node: oci.Node) -> None:
         """A container of a built image, run by crun (oci.py) with its volumes mounted."""
