@@ -52,6 +52,21 @@ ENGINE_LOG = (
 )
 
 
+IMAGE = "vllm/vllm-openai:v9"  # stuckpods.waiting's
+SHIM = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+    "runc create failed: unable to start container process: error during container init"
+)
+NO_VLLM = 'exec: "vllm": executable file not found in $PATH'
+NO_PY = 'exec: "python3": executable file not found in $PATH'
+CRIO_NO_VLLM = "executable file `vllm` not found in $PATH"
+
+
+def batch_shard(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["status"]["containerStatuses"][0]["name"] = BATCH_CONTAINER
+    return pod
+
+
 def pending_with(message: str, **spec: Any) -> dict[str, Any]:
     pod = unschedulable(message)
     pod["spec"] = {"containers": [{"name": "vllm"}], **spec}
@@ -94,11 +109,49 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...], Any, tuple[str, str, str
         REFS,
         ("", "CreateContainerError", 'container vllm: failed to reserve container name "vllm_p-0"'),
     ),
-    "run-container-error": (
-        waiting("RunContainerError", 'exec: "vllm": executable file not found in $PATH'),
+    "run-container-error-of-the-node": (
+        waiting("RunContainerError", "failed to create shim task: context deadline exceeded"),
         (),
         REFS,
-        ("", "RunContainerError", 'container vllm: exec: "vllm": executable file not found'),
+        ("", "RunContainerError", "container vllm: failed to create shim task: context deadline"),
+    ),
+    "command-not-in-the-engine-image": (
+        waiting("RunContainerError", f"{SHIM}: {NO_VLLM}: unknown"),
+        (),
+        REFS,
+        ("spec.engine.image", "EngineImageStartFailed", f'vllm cannot start in image "{IMAGE}"'),
+    ),
+    "command-not-in-the-image-crash-loop": (
+        crash_looping("StartError", 128, f"{SHIM}: {NO_VLLM}: unknown"),
+        (),
+        REFS,
+        ("spec.engine.image", "EngineImageStartFailed", NO_VLLM),
+    ),
+    "command-not-in-the-image-cri-o": (
+        waiting("CreateContainerError", f"{CRIO_NO_VLLM}: No such file or directory"),
+        (),
+        REFS,
+        ("spec.engine.image", "EngineImageStartFailed", CRIO_NO_VLLM),
+    ),
+    "image-of-another-platform": (
+        crash_looping("StartError", 128, f"{SHIM}: exec format error: unknown"),
+        (),
+        REFS,
+        ("spec.engine.image", "EngineImageStartFailed", "exec format error"),
+    ),
+    "batch-shard-whose-command-is-not-in-the-image": (
+        batch_shard(
+            failed(
+                terminated={
+                    "reason": "StartError",
+                    "exitCode": 128,
+                    "message": f"{SHIM}: {NO_PY}: unknown",
+                }
+            )
+        ),
+        (),
+        BATCH_REFS,
+        ("spec.engine.image", "EngineImageStartFailed", f"container runner cannot start: {NO_PY}"),
     ),
     "a-reason-no-one-listed-is-quoted-as-is": (
         waiting("SomeFutureKubeletReason", "the node said no"),
@@ -339,5 +392,12 @@ def batch_running(pods: list[dict[str, Any]]) -> tuple[str, str, str]:
 def test_a_batch_job_names_why_its_shards_cannot_start() -> None:
     stuck = waiting("RunContainerError", "exec format error", container=BATCH_CONTAINER)
     status, reason, message = batch_running([stuck])
+    assert (status, reason) == ("False", "EngineImageStartFailed")
+    assert (
+        'the others cannot start: spec.engine.image: container runner cannot start in image "vllm'
+        in message
+    )
+    stuck = waiting("RunContainerError", "context deadline exceeded", container=BATCH_CONTAINER)
+    status, reason, message = batch_running([stuck])
     assert (status, reason) == ("False", "RunContainerError")
-    assert "the others cannot start: container runner: exec format error" in message
+    assert "the others cannot start: container runner: context deadline exceeded" in message
