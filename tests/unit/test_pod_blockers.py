@@ -255,6 +255,35 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...], Any, tuple[str, str, str
             "pod has unbound immediate PersistentVolumeClaims",
         ),
     ),
+    "claim-no-volume-can-bind-as-the-lab-scheduler-says-it": (
+        pending_with(
+            "0/6 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found.",
+            volumes=[{"name": "cache", **CACHE_VOLUME}],
+        ),
+        (),
+        REFS,
+        (
+            "spec.model.cache.claimName",
+            "ModelCacheClaimUnbound",
+            "pod has unbound immediate PersistentVolumeClaims",
+        ),
+    ),
+    "cpu-no-node-has-beside-what-post-filters-said": (
+        pending_with(
+            "0/6 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu, 3 "
+            "node(s) didn't match Pod's node affinity/selector. no new claims to deallocate, "
+            "preemption: 0/6 nodes are available: 2 No preemption victims found for incoming "
+            "pod, 4 Preemption is not helpful for scheduling."
+        ),
+        (),
+        REFS,
+        (
+            "spec.engine.resources",
+            "InsufficientResources",
+            "Insufficient cpu, node(s) didn't match Pod's node affinity/selector, node(s) had "
+            "untolerated taint(s)",
+        ),
+    ),
     "scheduler-reason-no-one-listed": (
         pending_with(
             "0/3 nodes are available: 3 node(s) didn't have free ports for the requested pod "
@@ -292,6 +321,8 @@ def test_each_reason_a_pod_cannot_run_is_named_by_field_or_quoted(
     assert (found[0].field, found[0].reason) == (field, reason)
     assert cause in found[0].cause
     assert found[0].pod == "p-0"
+    if found[0].reason.endswith(("Unbound", "InsufficientResources")):
+        assert found[0].cause == cause  # nothing but the nodes' reasons
 
 
 def deleting(pod: dict[str, Any]) -> dict[str, Any]:
