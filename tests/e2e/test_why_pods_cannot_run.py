@@ -11,11 +11,14 @@ All rows run at once in one namespace, on kwok's nodes (nothing real starts): th
 for all of them together, so it takes about as long as its slowest row. The kwok rows rely on the
 lab refusing as a kubelet does: the kwok gate holds a pod whose Secret or ConfigMap is missing,
 whose image the nodes do not hold, or whose command its image lacks (docs/cpu-adaptations.md,
-"What the lab's nodes refuse"). The last test runs the engine stand-in on the node runner.
+"What the lab's nodes refuse"). The last rows run the engine stand-in on the node runner, both
+at once, each until it serves: a missing Secret, and a memory limit the engine exceeds (the node
+runner kills it as a node's cgroup does: OOMKilled).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
@@ -51,7 +54,6 @@ from .harness import (
     bound_claim,
     condition,
     stand_in,
-    wait_until,
 )
 
 pytestmark = [
@@ -373,6 +375,7 @@ class Outcome:
     recovered_after: float | None = None
     after: dict[str, Any] = field(default_factory=dict)  # the resource once the cause left
     warnings: int = 0  # Warning Events of the row's reason at the end
+    last_seen: dict[str, Any] = field(default_factory=dict)  # the condition when last asked
 
 
 def get(w: World, kind: str, name: str) -> dict[str, Any]:
@@ -393,11 +396,18 @@ def warnings(w: World) -> dict[tuple[str, str, str], list[str]]:
 
 
 def said_now(
-    w: World, name: str, row: Row, events: dict[tuple[str, str, str], list[str]]
+    w: World,
+    name: str,
+    row: Row,
+    events: dict[tuple[str, str, str], list[str]],
+    seen: Outcome | None = None,
 ) -> tuple[dict[str, Any], str] | None:
-    """The condition and the Event naming the row's cause, once status and an Event both do."""
+    """The condition and the Event naming the row's cause, once status and an Event both do;
+    `seen` keeps the condition as it was, for a row that never gets there."""
     ctype = "Available" if row.kind == "LLMDeployment" else "Running"
     cond = condition(get(w, row.kind, name), ctype)
+    if seen is not None:
+        seen.last_seen = cond
     if cond.get("status") != "False" or cond.get("reason") != row.reason:
         return None
     messages = events.get((row.kind, name, row.reason), [])
@@ -451,6 +461,9 @@ def outcomes(
         found = {name: Outcome() for name in ROWS}
         try:
             for name, row in ROWS.items():
+                if row.undo is not None:  # what a run stopped half-way left (a GPU node)
+                    with contextlib.suppress(client.ApiException):
+                        row.undo(w, name)
                 for make in row.present:
                     make(w, name)
             docs = [row.body | {"metadata": {"name": name}} for name, row in ROWS.items()]
@@ -463,7 +476,7 @@ def outcomes(
                 events.update(warnings(w))
 
             def named(name: str) -> bool:
-                said = said_now(w, name, ROWS[name], events)
+                said = said_now(w, name, ROWS[name], events, found[name])
                 if said is None:
                     return False
                 found[name].said_after = time.monotonic() - started
@@ -491,6 +504,8 @@ def outcomes(
             # that says Available may still carry the pod's last scheduling failure, until the
             # pod's own update is reconciled.
             wait_all("recovered", RECOVERS_WITHIN + CAUSE_CLEARS_WITHIN, fixable, cleared)
+            took = time.monotonic() - started
+            print(f"{len(ROWS)} rows: applied, named, fixed and recovered in {took:.1f} s")
             read_events()
             for name, row in ROWS.items():
                 found[name].warnings = len(events.get((row.kind, name, row.reason), []))
@@ -510,7 +525,9 @@ def test_status_and_an_event_name_the_field_and_quote_kubernetes_within_20s(
     outcomes: dict[str, Outcome], name: str
 ) -> None:
     row, got = ROWS[name], outcomes[name]
-    assert got.said_after is not None, f"no {row.reason} in status within {SAID_WITHIN:.0f} s"
+    assert got.said_after is not None, (
+        f"no {row.reason} in status within {SAID_WITHIN:.0f} s: {got.last_seen}"
+    )
     print(f"after {got.said_after:.1f} s: {got.said['reason']}: {got.said['message']}")
     assert row.cause in got.said["message"]
     assert row.cause in got.event
@@ -536,14 +553,52 @@ def test_fixing_the_cause_clears_it_with_no_other_edit(
 # --- the emulated GPU: the node runner refuses as a kubelet does, and the engine then serves ---
 
 
-@pytest.fixture
-def world(api: client.ApiClient, cluster: Cluster, namespace: str) -> World:
-    return World(api, cluster, namespace)
+def on_the_node_runner(
+    name: str, model: dict[str, Any] | None = None, **engine_fields: Any
+) -> dict[str, Any]:
+    """A tiny LLMDeployment on the node runner's emulated GPU, served by the engine stand-in:
+    what is checked is the kubelet's refusal, status and the engine starting once fixed, none of
+    which is vLLM's doing (test_demo.py serves on real vLLM)."""
+    body = stand_in(tiny_llmd(name))
+    body["spec"]["engine"] |= engine_fields
+    body["spec"]["model"] |= model or {}
+    body["spec"]["router"] = {"enabled": False}
+    return body
+
+
+ENGINE_ROWS = {
+    "token-secret": Row(
+        on_the_node_runner("token", {"tokenSecretRef": {"name": "hf-token", "key": "token"}}),
+        "TokenSecretNotFound",
+        "spec.model.tokenSecretRef",
+        'secret "hf-token" not found',
+        secret("hf-token", "token"),
+    ),
+    "memory-limit": Row(
+        on_the_node_runner("memory", resources={"limits": {"memory": "10Mi"}}),
+        "EngineOOMKilled",
+        "spec.engine.resources",
+        "container vllm keeps exiting (last: OOMKilled, exit code 137)",
+        engine(resources={"limits": {"memory": "2Gi"}}),
+        edits=1,
+    ),
+}
+# The kubelet's own words for each row, in the engine pod's container status while it waits.
+KUBELET_SAID = {
+    "token-secret": ("CreateContainerConfigError", 'secret "hf-token" not found'),
+    "memory-limit": ("CrashLoopBackOff", "back-off 10s restarting failed container=vllm"),
+}
+
+
+# One GPU per row, and one for the surge pod of the row whose fix rolls its engine: the engine
+# Deployment (maxSurge 1, maxUnavailable 0) starts the new pod before it removes the old one, and
+# on a full node the new one would wait for a GPU the crash-looping one holds.
+NODE_GPUS = len(ENGINE_ROWS) + 1
 
 
 @pytest.fixture(scope="module")
 def node_runner(cluster: Cluster, vllm_python: Path) -> Iterator[str]:
-    with localnode.local_node(cluster, gpus=1) as node:
+    with localnode.local_node(cluster, gpus=NODE_GPUS, exactly=True) as node:
         yield node
 
 
@@ -559,37 +614,101 @@ def completion(pod_ip: str) -> str:
         return str(json.load(r)["choices"][0]["text"])
 
 
-def test_an_engine_waits_for_its_token_secret_and_serves_once_it_exists(
-    operator: Operator, world: World, node_runner: str
+def engine_pod(w: World, name: str) -> client.V1Pod | None:
+    pods = w.core.list_namespaced_pod(w.namespace, label_selector=f"llmfleet.dev/deployment={name}")
+    live = [p for p in pods.items if not p.metadata.deletion_timestamp]
+    return live[-1] if live else None
+
+
+@dataclass
+class Served:
+    """What one engine row did: named (and what the kubelet said), then served once fixed."""
+
+    outcome: Outcome = field(default_factory=Outcome)
+    waiting: tuple[str, str] = ("", "")  # the engine container's waiting reason and message
+    answer: str = ""
+
+
+@pytest.fixture(scope="module")
+def served(
+    api: client.ApiClient,
+    cluster: Cluster,
+    operator: Operator,
+    node_runner: str,
+    test_namespaces: list[str],
+    finish_namespace: Callable[[str], None],
+) -> Iterator[dict[str, Served]]:
+    """Both engine rows applied at once on the node runner, named, fixed and serving."""
+    wait_free_gpus(client.CoreV1Api(api), node_runner, NODE_GPUS)
+    with fresh_namespace(api, "engines-cannot-run", test_namespaces, finish_namespace) as ns:
+        w = World(api, cluster, ns)
+        found = {name: Served() for name in ENGINE_ROWS}
+        names = {row: str(r.body["metadata"]["name"]) for row, r in ENGINE_ROWS.items()}
+        try:
+            docs = [r.body for r in ENGINE_ROWS.values()]
+            started = time.monotonic()
+            cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
+            events: dict[tuple[str, str, str], list[str]] = {}
+
+            def read_events() -> None:
+                events.clear()
+                events.update(warnings(w))
+
+            def named(row: str) -> bool:
+                said = said_now(w, names[row], ENGINE_ROWS[row], events)
+                pod = engine_pod(w, names[row])
+                if said is None or pod is None:
+                    return False
+                waiting = pod.status.container_statuses[0].state.waiting
+                if waiting is None:
+                    return False
+                found[row].outcome.said_after = time.monotonic() - started
+                found[row].outcome.said, found[row].outcome.event = said
+                found[row].waiting = (waiting.reason, waiting.message or "")
+                return True
+
+            wait_all("named", SAID_WITHIN, ENGINE_ROWS, named, read_events)
+            fixed = time.monotonic()
+            for row, r in ENGINE_ROWS.items():
+                assert r.fix is not None
+                r.fix(w, names[row])
+
+            def serving(row: str) -> bool:
+                obj = get(w, "LLMDeployment", names[row])
+                pod = engine_pod(w, names[row])
+                if not recovered(obj, ENGINE_ROWS[row]) or pod is None:
+                    return False
+                found[row].answer = completion(pod.status.pod_ip)
+                found[row].outcome.recovered_after = time.monotonic() - fixed
+                found[row].outcome.after = obj
+                return True
+
+            wait_all("serving", SERVES_WITHIN, ENGINE_ROWS, serving)
+            took = time.monotonic() - started
+            print(f"{len(ENGINE_ROWS)} engine rows: named, fixed and serving in {took:.1f} s")
+            yield found
+        finally:
+            for name in names.values():
+                with contextlib.suppress(client.ApiException):
+                    delete_llmd(api, ns, name)
+
+
+@pytest.mark.parametrize("row", ENGINE_ROWS, ids=ENGINE_ROWS)
+def test_an_engine_the_kubelet_refuses_is_named_and_serves_once_fixed(
+    served: dict[str, Served], row: str
 ) -> None:
-    wait_free_gpus(world.core, node_runner, 1)
-    # The stand-in: what is checked is the kubelet's refusal, status and the engine starting
-    # once the Secret exists, none of which is vLLM's doing (test_demo.py serves on real vLLM).
-    body = stand_in(tiny_llmd("careless"))
-    body["spec"]["model"]["tokenSecretRef"] = {"name": "hf-token", "key": "token"}
-    body["spec"]["router"] = {"enabled": False}
-    world.cluster.kubectl("apply", "-n", world.namespace, "-f", "-", input=yaml.safe_dump(body))
-    row = ROWS["model-token-secret"]
-    try:
-        said = wait_until(
-            lambda: said_now(world, "careless", row, warnings(world)), SAID_WITHIN, 0.5, row.reason
-        )
-        assert row.cause in said[0]["message"]
-        pod = world.core.list_namespaced_pod(world.namespace).items[0]
-        waiting = pod.status.container_statuses[0].state.waiting
-        assert (waiting.reason, waiting.message) == (
-            "CreateContainerConfigError",
-            'secret "hf-token" not found',
-        )
-        assert row.fix is not None
-        row.fix(world, "careless")
-        wait_until(
-            lambda: recovered(get(world, "LLMDeployment", "careless"), row),
-            SERVES_WITHIN,
-            2,
-            "serving",
-        )
-        pod = world.core.list_namespaced_pod(world.namespace).items[0]
-        assert completion(pod.status.pod_ip)
-    finally:
-        delete_llmd(world.api, world.namespace, "careless")
+    r, got = ENGINE_ROWS[row], served[row]
+    said = got.outcome.said
+    assert got.outcome.said_after is not None, f"no {r.reason} within {SAID_WITHIN:.0f} s"
+    print(f"after {got.outcome.said_after:.1f} s: {said['reason']}: {said['message']}")
+    assert r.cause in said["message"]
+    assert r.cause in got.outcome.event
+    reason, message = KUBELET_SAID[row]
+    assert got.waiting[0] == reason
+    assert message in got.waiting[1]
+    assert got.outcome.recovered_after is not None, (
+        f"not serving {SERVES_WITHIN:.0f} s after the fix"
+    )
+    print(f"serving {got.outcome.recovered_after:.1f} s after the fix")
+    assert got.answer
+    assert got.outcome.after["metadata"]["generation"] == 1 + r.edits

@@ -262,9 +262,13 @@ def test_the_node_runner_does_not_start_a_process_its_image_cannot_run(
     ended = status["state"]["terminated"] if finished else status["lastState"]["terminated"]
     assert (ended["reason"], ended["exitCode"]) == ("StartError", 128)
     assert NOT_IN_PATH in ended["message"]
+    said = [(e["type"], e["reason"]) for e in posted]
+    assert said[:2] == [("Normal", "Created"), ("Warning", "Failed")]
     if not finished:
-        assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
-    assert [(e["type"], e["reason"]) for e in posted] == [
-        ("Normal", "Created"),
-        ("Warning", "Failed"),
-    ]
+        waiting = status["state"]["waiting"]
+        assert waiting == {
+            "reason": "CrashLoopBackOff",
+            "message": "back-off 10s restarting failed container=vllm pod=p_ns(u)",
+        }
+        assert said[2:] == [("Warning", "BackOff")]
+        assert posted[2]["message"] == "Back-off restarting failed container vllm in pod p_ns(u)"
