@@ -67,7 +67,7 @@ SLOWEST_FIRST = (
     "test_leader_election",  # 81 s
     "test_observability",  # 70 s
     "test_observability_kv",  # 66 s
-    "test_missing_references",  # 48 s
+    "test_why_pods_cannot_run",  # 48 s before its rows ran at once
     "test_pod_security",  # 33 s
     "test_fuzz",
     "test_multinode",

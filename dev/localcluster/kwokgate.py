@@ -4,11 +4,14 @@ kwok starts every pod bound to its nodes at once: a pod whose Secret does not ex
 image no registry has, would go Running, where a kubelet holds it in CreateContainerConfigError
 or ErrImagePull. This process stands where the kubelet's checks would: it watches the pods bound to
 kwok's nodes and, for each not yet admitted, checks what the pod references (podrefs.py) and
-pulls its images from what the nodes hold (imagepull.py). A pod that passes gets the annotation
+pulls its images from what the nodes hold (imagepull.py), and whether the runtime could start each
+container's command (containerstart.py). A pod that passes gets the annotation
 ADMITTED, the only pods kwok's pod-ready Stage starts (`gated_stages` adds that selector to the
 Stage the cluster runs kwok with). A pod that does not gets the kubelet's waiting status and
 Events, and is checked again every RETRY_SECONDS until the object exists (an image is pulled
-again only once its back-off has passed: ImagePullBackOff meanwhile).
+again only once its back-off has passed: ImagePullBackOff meanwhile; a container whose command
+its image lacks is tried again likewise, CrashLoopBackOff meanwhile, or ends the pod under
+restartPolicy Never).
 
 Started by `Cluster.up()` beside kwok (a component: `Cluster.down()` stops it).
 """
@@ -28,7 +31,7 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from . import imagepull, podrefs
+from . import containerstart, imagepull, podrefs
 from .nodes import KWOK_NODE_PREFIX
 
 log = logging.getLogger("kwokgate")
@@ -121,6 +124,7 @@ class Gate:
         # uid -> (pod, what was said last): the pods held back, checked again every RETRY_SECONDS.
         self._held: dict[str, tuple[dict[str, Any], podrefs.Refusal]] = {}
         self._pulls: dict[str, imagepull.Puller] = {}  # uid -> its images' pull back-off
+        self._starts: dict[str, containerstart.Starter] = {}  # uid -> its crash-loop back-off
 
     def consider(self, pod: dict[str, Any]) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
@@ -132,15 +136,14 @@ class Gate:
                 or (meta.get("annotations") or {}).get(ADMITTED) == "true"
                 or (pod.get("status") or {}).get("phase") not in (None, "Pending")
             ):
-                self._held.pop(meta["uid"], None)
-                self._pulls.pop(meta["uid"], None)
+                self._drop(meta["uid"])
                 return
             pulls = self._pulls.setdefault(meta["uid"], imagepull.Puller())
-            refusal = podrefs.check(pod, self.lookup, images=pulls.check)
+            starts = self._starts.setdefault(meta["uid"], containerstart.Starter())
+            refusal = podrefs.check(pod, self.lookup, images=pulls.check, start=starts.check)
             if refusal is None:
                 self._admit(pod)
-                self._held.pop(meta["uid"], None)
-                self._pulls.pop(meta["uid"], None)
+                self._drop(meta["uid"])
                 return
             held = self._held.get(meta["uid"])
             self._held[meta["uid"]] = (pod, refusal)
@@ -173,10 +176,14 @@ class Gate:
             if e.status != 404:
                 raise
 
+    def _drop(self, uid: str) -> None:
+        self._held.pop(uid, None)
+        self._pulls.pop(uid, None)
+        self._starts.pop(uid, None)
+
     def forget(self, uid: str) -> None:
         with self._lock:
-            self._held.pop(uid, None)
-            self._pulls.pop(uid, None)
+            self._drop(uid)
 
     def retry_held(self) -> None:
         while not self.stop.wait(RETRY_SECONDS):

@@ -15,7 +15,8 @@ The kubelet's words, from pkg/kubelet (kubelet_pods.go, volume/configmap, volume
   Secret NS/NAME` (or `in ConfigMap NS/NAME`), and an Event `Failed`: `Error: <the message>`.
 
 A container's image comes between the two: `check` takes the node's pull decisions (imagepull.py,
-the images an air-gapped node holds) and asks them before the container's environment.
+the images an air-gapped node holds) and asks them before the container's environment; after the
+environment, whether the runtime can start the container's command (containerstart.py).
 
 A missing PersistentVolumeClaim never reaches a node: the scheduler holds the pod
 (`persistentvolumeclaim "NAME" not found`).
@@ -47,6 +48,15 @@ class Note:
 
 
 @dataclass(frozen=True)
+class Exit:
+    """How a container's last instance ended (its lastState, or its state once the pod ended)."""
+
+    code: int
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Refusal:
     """Why a kubelet does not start a container (yet)."""
 
@@ -56,9 +66,13 @@ class Refusal:
     event_reason: str
     event_message: str
     earlier: tuple[Note, ...] = ()  # posted before the Warning above, in this order
+    restarts: int = 0  # instances of the container that started and ended before this one
+    exited: Exit | None = None  # the last instance's end, once one was created
+    ended: bool = False  # restartPolicy Never: the pod is over (phase Failed)
 
 
-# pod, container -> why the kubelet would not start the container for its image (imagepull.py).
+# pod, container -> why the kubelet would not start the container: for its image (imagepull.py),
+# or because the runtime cannot run its command (containerstart.py).
 ImageCheck = Callable[[Mapping[str, Any], Mapping[str, Any]], Refusal | None]
 
 
@@ -140,11 +154,12 @@ def check(
     lookup: Lookup,
     containers: Iterable[str] | None = None,
     images: ImageCheck | None = None,
+    start: ImageCheck | None = None,
 ) -> Refusal | None:
     """Why the kubelet would not start `pod` now, or None: its volumes first, as it mounts them
     before it starts any container; then, container by container, the image (`images`, which
-    may pull) before the environment, as it pulls before it builds a container's config.
-    `containers`: only those (default: all)."""
+    may pull) before the environment, as it pulls before it builds a container's config, and
+    the start (`start`) last. `containers`: only those (default: all)."""
     refused = _volumes(pod, lookup)
     if refused is not None:
         return refused
@@ -156,6 +171,8 @@ def check(
                 return refused
             refused = _env(pod["metadata"]["namespace"], container, lookup)
             if refused is not None:
+                return refused
+            if start is not None and (refused := start(pod, container)) is not None:
                 return refused
     return None
 
@@ -170,6 +187,13 @@ def events(pod: Mapping[str, Any], refusal: Refusal, node: str) -> list[dict[str
 def event(pod: Mapping[str, Any], refusal: Refusal, node: str) -> dict[str, Any]:
     """The Warning Event a kubelet posts on `pod` for `refusal`."""
     return events(pod, refusal, node)[-1]
+
+
+def note_event(
+    pod: Mapping[str, Any], container: str | None, note: Note, node: str
+) -> dict[str, Any]:
+    """`note` as the Event a kubelet posts on `pod` (about `container`, if one)."""
+    return _event(pod, container, note, node)
 
 
 def _event(pod: Mapping[str, Any], container: str | None, note: Note, node: str) -> dict[str, Any]:
@@ -206,17 +230,32 @@ def _event(pod: Mapping[str, Any], container: str | None, note: Note, node: str)
 
 def waiting_status(pod: Mapping[str, Any], refusal: Refusal) -> dict[str, Any]:
     """The pod status a kubelet writes while it refuses: Pending, every container waiting (the
-    refused one with the reason, the others ContainerCreating), not ready."""
+    refused one with the reason, the others ContainerCreating), not ready; once a refused start
+    ended a pod of restartPolicy Never, Failed with that container terminated."""
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     containers = pod["spec"].get("containers") or []
     names = [str(c["name"]) for c in containers]
 
+    def ended(e: Exit) -> dict[str, Any]:
+        return {"exitCode": e.code, "reason": e.reason, "message": e.message, "finishedAt": now}
+
     def state(name: str) -> dict[str, Any]:
+        if refusal.container == name and refusal.ended and refusal.exited is not None:
+            return {"terminated": ended(refusal.exited)}
         if refusal.container == name and refusal.waiting_message:
-            return {"reason": refusal.waiting_reason, "message": refusal.waiting_message}
-        return {
-            "reason": refusal.waiting_reason if refusal.container == name else "ContainerCreating"
-        }
+            return {
+                "waiting": {"reason": refusal.waiting_reason, "message": refusal.waiting_message}
+            }
+        why = refusal.waiting_reason if refusal.container == name else "ContainerCreating"
+        return {"waiting": {"reason": why}}
+
+    def last(name: str) -> dict[str, Any]:
+        if refusal.container != name or refusal.ended or refusal.exited is None:
+            return {}
+        return {"lastState": {"terminated": ended(refusal.exited)}}
+
+    def restarts(name: str) -> int:
+        return refusal.restarts if refusal.container == name else 0
 
     def cond(kind: str, ok: bool, **why: str) -> dict[str, Any]:
         return {"type": kind, "status": "True" if ok else "False", "lastTransitionTime": now, **why}
@@ -226,7 +265,7 @@ def waiting_status(pod: Mapping[str, Any], refusal: Refusal) -> dict[str, Any]:
         "message": f"containers with unready status: [{' '.join(names)}]",
     }
     return {
-        "phase": "Pending",
+        "phase": "Failed" if refusal.ended else "Pending",
         "conditions": [
             # The sandbox waits for the volumes; an env var is looked up once it exists.
             cond("PodReadyToStartContainers", refusal.container is not None),
@@ -242,8 +281,9 @@ def waiting_status(pod: Mapping[str, Any], refusal: Refusal) -> dict[str, Any]:
                 "imageID": "",
                 "ready": False,
                 "started": False,
-                "restartCount": 0,
-                "state": {"waiting": state(str(c["name"]))},
+                "restartCount": restarts(str(c["name"])),
+                "state": state(str(c["name"])),
+                **last(str(c["name"])),
             }
             for c in containers
         ],

@@ -104,6 +104,29 @@ def test_the_termination_message_comes_from_its_file_else_the_log_of_a_failure(
     assert termination_message(v, 1, "FallbackToLogsOnError", log) == '{"shard": 0}'
 
 
+RUN_1 = "\n===== 2026-11-28T04:58:45Z node-runner: start vllm (restart 0) on 127.17.0.3: [...]\n"
+RUN_2 = "\n===== 2026-11-28T04:58:56Z node-runner: start vllm (restart 1) on 127.17.0.3: [...]\n"
+EXITED = "\n===== 2026-11-28T04:58:46Z node-runner: vllm exited 137 (OOMKilled) \n"
+# The pod's log (the runner's lines among the container's) -> what the last instance wrote.
+FALLBACKS = {
+    "killed-before-it-wrote-anything": (f"{RUN_1}{EXITED}", ""),
+    "the-last-instance-only": (
+        f"{RUN_1}loading\nValueError: first{EXITED}{RUN_2}loading\nValueError: second\n",
+        "loading\nValueError: second",
+    ),
+    "a-log-without-the-runners-lines": ("loading\nValueError: boom\n", "loading\nValueError: boom"),
+}
+
+
+@pytest.mark.parametrize(("log", "expected"), FALLBACKS.values(), ids=FALLBACKS)
+def test_the_log_fallback_is_what_the_last_instance_wrote_and_not_the_runners_lines(
+    tmp_path: Path, log: str, expected: str
+) -> None:
+    path = tmp_path / "pod.log"
+    path.write_text(log)
+    assert termination_message(None, 137, "FallbackToLogsOnError", path) == expected
+
+
 def test_a_checkout_under_tmp_stays_importable_beside_a_pods_tmp_emptydir(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

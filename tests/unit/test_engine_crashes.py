@@ -75,10 +75,35 @@ def test_a_crash_looping_engine_is_reported_with_its_last_words(
     assert (OUT_OF_MEMORY_ADVICE in text) is oom
 
 
-def test_the_same_failure_reads_the_same_on_every_restart() -> None:
-    first = pod("e-0", restarts=1, message=VLLM_OOM)
-    later = pod("e-0", restarts=4, message=VLLM_OOM.replace("18:00:09", "18:04:51"))
-    assert crashes((first,))[0].describe() == crashes((later,))[0].describe()
+# A log's last line as two restarts write it: the same failure, another time.
+LOG_FORMATS = {
+    "vllm": (
+        "ERROR 11-23 18:00:09 [core.py:700] ValueError: bad",
+        "ERROR 11-23 18:04:51 [core.py:700] ValueError: bad",
+    ),
+    "python-logging-default": (
+        "2026-11-28 05:11:22,174 [stand-in] ValueError: bad",
+        "2026-11-28 05:11:43,020 [stand-in] ValueError: bad",
+    ),
+    "python-logging-with-level": (
+        "2026-11-28 05:11:22,174 ERROR engine: ValueError: bad",
+        "2026-11-28 05:12:01,999 ERROR engine: ValueError: bad",
+    ),
+    "rfc3339": (
+        "2026-11-28T05:11:22.174Z ValueError: bad",
+        "2026-11-28T05:11:43.020Z ValueError: bad",
+    ),
+}
+
+
+@pytest.mark.parametrize(("first", "later"), LOG_FORMATS.values(), ids=LOG_FORMATS)
+def test_the_same_failure_reads_the_same_on_every_restart(first: str, later: str) -> None:
+    said = [
+        crashes((pod("e-0", restarts=n, message=m),))[0].describe()
+        for n, m in ((1, first), (4, later))
+    ]
+    assert said[0] == said[1]
+    assert "ValueError: bad" in said[0]
 
 
 NOT_CRASHING = {

@@ -52,6 +52,21 @@ ENGINE_LOG = (
 )
 
 
+IMAGE = "vllm/vllm-openai:v9"  # stuckpods.waiting's
+SHIM = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+    "runc create failed: unable to start container process: error during container init"
+)
+NO_VLLM = 'exec: "vllm": executable file not found in $PATH'
+NO_PY = 'exec: "python3": executable file not found in $PATH'
+CRIO_NO_VLLM = "executable file `vllm` not found in $PATH"
+
+
+def batch_shard(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["status"]["containerStatuses"][0]["name"] = BATCH_CONTAINER
+    return pod
+
+
 def pending_with(message: str, **spec: Any) -> dict[str, Any]:
     pod = unschedulable(message)
     pod["spec"] = {"containers": [{"name": "vllm"}], **spec}
@@ -94,11 +109,49 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...], Any, tuple[str, str, str
         REFS,
         ("", "CreateContainerError", 'container vllm: failed to reserve container name "vllm_p-0"'),
     ),
-    "run-container-error": (
-        waiting("RunContainerError", 'exec: "vllm": executable file not found in $PATH'),
+    "run-container-error-of-the-node": (
+        waiting("RunContainerError", "failed to create shim task: context deadline exceeded"),
         (),
         REFS,
-        ("", "RunContainerError", 'container vllm: exec: "vllm": executable file not found'),
+        ("", "RunContainerError", "container vllm: failed to create shim task: context deadline"),
+    ),
+    "command-not-in-the-engine-image": (
+        waiting("RunContainerError", f"{SHIM}: {NO_VLLM}: unknown"),
+        (),
+        REFS,
+        ("spec.engine.image", "EngineImageStartFailed", f'vllm cannot start in image "{IMAGE}"'),
+    ),
+    "command-not-in-the-image-crash-loop": (
+        crash_looping("StartError", 128, f"{SHIM}: {NO_VLLM}: unknown"),
+        (),
+        REFS,
+        ("spec.engine.image", "EngineImageStartFailed", NO_VLLM),
+    ),
+    "command-not-in-the-image-cri-o": (
+        waiting("CreateContainerError", f"{CRIO_NO_VLLM}: No such file or directory"),
+        (),
+        REFS,
+        ("spec.engine.image", "EngineImageStartFailed", CRIO_NO_VLLM),
+    ),
+    "image-of-another-platform": (
+        crash_looping("StartError", 128, f"{SHIM}: exec format error: unknown"),
+        (),
+        REFS,
+        ("spec.engine.image", "EngineImageStartFailed", "exec format error"),
+    ),
+    "batch-shard-whose-command-is-not-in-the-image": (
+        batch_shard(
+            failed(
+                terminated={
+                    "reason": "StartError",
+                    "exitCode": 128,
+                    "message": f"{SHIM}: {NO_PY}: unknown",
+                }
+            )
+        ),
+        (),
+        BATCH_REFS,
+        ("spec.engine.image", "EngineImageStartFailed", f"container runner cannot start: {NO_PY}"),
     ),
     "a-reason-no-one-listed-is-quoted-as-is": (
         waiting("SomeFutureKubeletReason", "the node said no"),
@@ -202,6 +255,35 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...], Any, tuple[str, str, str
             "pod has unbound immediate PersistentVolumeClaims",
         ),
     ),
+    "claim-no-volume-can-bind-as-the-lab-scheduler-says-it": (
+        pending_with(
+            "0/6 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found.",
+            volumes=[{"name": "cache", **CACHE_VOLUME}],
+        ),
+        (),
+        REFS,
+        (
+            "spec.model.cache.claimName",
+            "ModelCacheClaimUnbound",
+            "pod has unbound immediate PersistentVolumeClaims",
+        ),
+    ),
+    "cpu-no-node-has-beside-what-post-filters-said": (
+        pending_with(
+            "0/6 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu, 3 "
+            "node(s) didn't match Pod's node affinity/selector. no new claims to deallocate, "
+            "preemption: 0/6 nodes are available: 2 No preemption victims found for incoming "
+            "pod, 4 Preemption is not helpful for scheduling."
+        ),
+        (),
+        REFS,
+        (
+            "spec.engine.resources",
+            "InsufficientResources",
+            "Insufficient cpu, node(s) didn't match Pod's node affinity/selector, node(s) had "
+            "untolerated taint(s)",
+        ),
+    ),
     "scheduler-reason-no-one-listed": (
         pending_with(
             "0/3 nodes are available: 3 node(s) didn't have free ports for the requested pod "
@@ -239,6 +321,8 @@ def test_each_reason_a_pod_cannot_run_is_named_by_field_or_quoted(
     assert (found[0].field, found[0].reason) == (field, reason)
     assert cause in found[0].cause
     assert found[0].pod == "p-0"
+    if found[0].reason.endswith(("Unbound", "InsufficientResources")):
+        assert found[0].cause == cause  # nothing but the nodes' reasons
 
 
 def deleting(pod: dict[str, Any]) -> dict[str, Any]:
@@ -339,5 +423,12 @@ def batch_running(pods: list[dict[str, Any]]) -> tuple[str, str, str]:
 def test_a_batch_job_names_why_its_shards_cannot_start() -> None:
     stuck = waiting("RunContainerError", "exec format error", container=BATCH_CONTAINER)
     status, reason, message = batch_running([stuck])
+    assert (status, reason) == ("False", "EngineImageStartFailed")
+    assert (
+        'the others cannot start: spec.engine.image: container runner cannot start in image "vllm'
+        in message
+    )
+    stuck = waiting("RunContainerError", "context deadline exceeded", container=BATCH_CONTAINER)
+    status, reason, message = batch_running([stuck])
     assert (status, reason) == ("False", "RunContainerError")
-    assert "the others cannot start: container runner: exec format error" in message
+    assert "the others cannot start: container runner: context deadline exceeded" in message

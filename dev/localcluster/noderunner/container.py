@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .memlimit import limit_bytes
 from .probes import ProbeState
 from .volumes import PodVolumes
 
@@ -40,12 +41,15 @@ class Container:
     volumes: PodVolumes | None = None
     vllm_server: bool = False  # runs vLLM's OpenAI API server (MODEL_NICE applies)
     next_renice: float = 0.0  # monotonic
+    memory_limit: int | None = None  # resources.limits.memory in bytes (memlimit.py)
+    next_memory_check: float = 0.0  # monotonic
 
     @property
     def name(self) -> str:
         return str(self.spec["name"])
 
     def __post_init__(self) -> None:
+        self.memory_limit = limit_bytes(self.spec)
         for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
             if self.spec.get(kind):
                 self.probes[kind] = ProbeState(self.spec[kind])

@@ -37,7 +37,7 @@ FIELD_MANAGER = "llmfleet-node-runner"
 FEATURES_ANNOTATION = "llmfleet.dev/node-runner-features"
 FEATURES = (
     "volumes,termination-message,llmfleet-pythonpath,fieldref-metadata-maps,router,oci-containers,"
-    "kubelet-refusals,engine-stand-in,readiness-gates,image-pulls"
+    "kubelet-refusals,engine-stand-in,readiness-gates,image-pulls,start-errors,memory-limits"
 )
 
 

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from .. import imagepull
-from . import procs, volumes
+from . import memlimit, procs, volumes
 from .container import BACKOFF_START, Conditions, Container, timestamp
 from .podstart import ContainerStarts
 from .podstate import Hooks
@@ -122,11 +122,35 @@ class PodWorker(ContainerStarts, ContainerStops, threading.Thread):
             return
         if now - c.started_mono > BACKOFF_RESET_AFTER:
             c.backoff = BACKOFF_START
+        if c.memory_limit is not None and now >= c.next_memory_check:
+            c.next_memory_check = now + memlimit.CHECK_SECONDS
+            if self._over_limit(c):
+                return
         if c.vllm_server and now >= c.next_renice:
             marker = procs.marker(self.hooks.runner_id, self.uid, c.name)
             procs.lower_priority(marker, spare=c.proc.pid, nice=MODEL_NICE)
             c.next_renice = now + RENICE_EVERY
         self._probe(c, now)
+
+    def _over_limit(self, c: Container) -> bool:
+        """Kill the container, as the kernel's OOM killer kills a cgroup's processes, once they
+        hold more than its memory limit; whether it did."""
+        marker = procs.marker(self.hooks.runner_id, self.uid, c.name)
+        held = memlimit.charged_bytes(procs.find(marker))
+        if c.proc is None or c.memory_limit is None or held <= c.memory_limit:
+            return False
+        log.info(
+            "%s/%s %s: %d bytes over its memory limit of %d: OOMKilled",
+            self.ns,
+            self.pod_name,
+            c.name,
+            held - c.memory_limit,
+            c.memory_limit,
+        )
+        procs.kill_all(marker)
+        c.proc.wait(timeout=5)
+        self._on_exit(c, memlimit.OOM_EXIT_CODE, reason=memlimit.OOM_REASON)
+        return True
 
     def _probe(self, c: Container, now: float) -> None:
         ports = c.spec.get("ports") or []

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from .. import podrefs
+from .. import containerstart, podrefs
 from . import oci, procs, volumes
 from .adaptations import adapt_command, is_vllm_server, stand_in
 from .bundle import ContainerConfigError
@@ -87,6 +87,10 @@ class ContainerStarts(PodState):
         env = self._env(c, self.hooks.base_env)
         if env is None:
             return
+        image = str(c.spec.get("image") or "")
+        if (error := containerstart.start_error(image, str(command[0]))) is not None:
+            self._start_failed(c, error)
+            return
         try:
             c.volumes = volumes.prepare(
                 self.pod, c.spec, self.hooks.state_dir, self.hooks.read_configmap
@@ -125,6 +129,22 @@ class ContainerStarts(PodState):
         workdir = c.spec.get("workingDir")
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.hooks.log_dir)
         self._spawn(c, argv, env, cwd)
+
+    def _start_failed(self, c: Container, error: str) -> None:
+        """The runtime cannot run the command in the container's image (containerstart.py):
+        created, failed to start, and then a crash loop like any failed exit."""
+        self._post(c, "Normal", "Created", f"Created container: {c.name}")
+        self._post(c, "Warning", "Failed", f"Error: {error}")
+        c.started_at = time.time()
+        self._on_exit(c, containerstart.START_ERROR_CODE, "StartError", error)
+
+    def _post(self, c: Container, kind: str, reason: str, message: str) -> None:
+        """An Event about `c`, as the kubelet posts it."""
+        note = podrefs.Note(kind, reason, message)
+        try:
+            self.hooks.post_event(podrefs.note_event(self.pod, c.name, note, self.hooks.node))
+        except Exception as e:  # an Event is worth less than the pod
+            log.warning("%s/%s: event not posted: %s", self.ns, self.pod_name, e)
 
     def _start_container(self, c: Container, node: oci.Node) -> None:
         """A container of a built image, run by crun (oci.py) with its volumes mounted."""
@@ -199,7 +219,14 @@ class ContainerStarts(PodState):
             return
         c.restart_count += 1
         c.next_start = time.monotonic() + c.backoff
-        c.waiting_reason, c.waiting_message = "CrashLoopBackOff", f"back-off {c.backoff:.0f}s"
+        pod = containerstart.pod_words(self.pod)
+        c.waiting_reason = "CrashLoopBackOff"
+        c.waiting_message = (
+            f"back-off {c.backoff:.0f}s restarting failed container={c.name} pod={pod}"
+        )
+        self._post(
+            c, "Warning", "BackOff", f"Back-off restarting failed container {c.name} in pod {pod}"
+        )
         c.backoff = min(BACKOFF_MAX, c.backoff * 2)
         log.info(
             "%s/%s %s: exited %d (%s); restart in %.0fs",
@@ -215,5 +242,5 @@ class ContainerStarts(PodState):
 
 
 def _header(logf: IO[bytes], text: str) -> None:
-    logf.write(f"\n===== {timestamp()} node-runner: {text}\n".encode())
+    logf.write(f"\n{volumes.RUNNER_HEADER}{timestamp()} node-runner: {text}\n".encode())
     logf.flush()

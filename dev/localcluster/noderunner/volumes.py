@@ -28,6 +28,9 @@ DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_LIMIT = 4096
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
+# Starts the lines the runner itself writes into a pod's log (podstart.py), which are no
+# container's output; `RUNNER_HEADER + <time> node-runner: start NAME ...` begins an instance.
+RUNNER_HEADER = "===== "
 
 ReadConfigMap = Callable[[str, str], Mapping[str, str] | None]  # namespace, name -> data
 # A token of the pod's ServiceAccount bound to the pod: (expirationSeconds, audience) -> token.
@@ -196,10 +199,17 @@ def termination_message(
             message = ""
     if not message and exit_code != 0 and policy == "FallbackToLogsOnError":
         try:
-            lines = log_path.read_bytes().splitlines()[-FALLBACK_LOG_LINES:]
+            lines = log_path.read_bytes().splitlines()
         except OSError:
             return ""
-        message = b"\n".join(lines)[-FALLBACK_LOG_BYTES:].decode(errors="replace")
+        # The kubelet reads the log of the instance that ended: what followed its start, without
+        # the runner's own lines (a process killed before it wrote anything leaves nothing).
+        header = RUNNER_HEADER.encode()
+        starts = [i for i, line in enumerate(lines) if line.startswith(header)]
+        starts = [i for i in starts if b" node-runner: start " in lines[i]]
+        since = lines[starts[-1] + 1 :] if starts else lines
+        own = [line for line in since if not line.startswith(header)][-FALLBACK_LOG_LINES:]
+        message = b"\n".join(own)[-FALLBACK_LOG_BYTES:].decode(errors="replace").strip("\n")
     return message
 
 

@@ -4,7 +4,11 @@ crash loop with the container's last termination, and a pod the kubelet gave up 
 container OOMKilled under `restartPolicy: Never`).
 
 Known reasons are attributed to the spec field behind them; any other is quoted as the kubelet
-wrote it, under its own name: a reason nobody listed here still reaches status."""
+wrote it, under its own name: a reason nobody listed here still reaches status. A container the
+runtime could not start because its image cannot run the command the operator renders (no such
+executable, or one built for another platform) is the image's field: RunContainerError,
+CreateContainerError (CRI-O says it at create), a crash loop whose last exit is StartError
+(containerd) or ContainerCannotRun, and a Job's pod that ended so."""
 
 from __future__ import annotations
 
@@ -34,6 +38,14 @@ OOM_KILLED = "OOMKilled"
 # What an eviction says of the pod's own use: its cpu/memory requests were too low for it.
 _OVER_REQUEST = re.compile(r"exceeds its request", re.IGNORECASE)
 _LIMIT = 300
+# The runtime's words for an image that cannot run the container's command: containerd and runc,
+# CRI-O and crun, and any of them for a binary of another platform.
+_CANNOT_RUN = re.compile(
+    r'exec: "[^"]+": (?:executable file not found in \$PATH|stat [^:]+: no such file or directory)'
+    r"|executable file `[^`]+` not found in \$PATH|exec format error"
+)
+# The exit reasons of a container the runtime created but could not start.
+_START_FAILED = ("StartError", "ContainerCannotRun")
 # During the pull back-off a kubelet (1.32 and later) says `Back-off pulling image "REF":
 # ErrImagePull: <the last pull's error>`, between pulls that say the error alone: the cause is
 # that error either way, so that status and its Event do not change with every attempt.
@@ -75,8 +87,24 @@ def _image(cs: Mapping[str, Any], message: str, refs: Sequence[Reference], said:
     return said_as(said, cause).blocker("", "ImagePullFailed")
 
 
+def _cannot_run(
+    name: str, image: str, message: str, refs: Sequence[Reference], said: Said
+) -> Blocker | None:
+    """A container its image cannot run, attributed to the image's field; None for another
+    failure to start."""
+    found = _CANNOT_RUN.search(message)
+    if found is None:
+        return None
+    where = f' in image "{image}"' if image else ""
+    cause = f"container {name} cannot start{where}: {found.group(0)}"
+    mine = [r for r in refs if r.kind == IMAGE and r.name == name]
+    if mine:
+        return said_as(said, cause).blocker(mine[0].field, mine[0].stem + "StartFailed")
+    return said_as(said, cause).blocker("", "ImageStartFailed")
+
+
 def _terminated(
-    name: str,
+    cs: Mapping[str, Any],
     terminated: Mapping[str, Any],
     refs: Sequence[Reference],
     said: Said,
@@ -85,8 +113,13 @@ def _terminated(
     """A container that exited: OOMKilled is its memory limit (spec.engine.resources); any other
     exit is quoted with its code and the last line it wrote (terminationMessagePolicy
     FallbackToLogsOnError puts the log's tail there)."""
+    name, image = str(cs.get("name") or ""), str(cs.get("image") or "")
     reason = str(terminated.get("reason") or "Error")
     code = int(terminated.get("exitCode") or 0)
+    if reason in _START_FAILED and (
+        blocker := _cannot_run(name, image, str(terminated.get("message") or ""), refs, said)
+    ):
+        return blocker
     words = last_words(str(terminated.get("message") or ""))
     how = f"keeps exiting (last: {reason}" if again else f"exited ({reason}"
     cause = f"container {name} {how}, exit code {code})" + (f": {words}" if words else "")
@@ -117,7 +150,7 @@ def _waiting(cs: Mapping[str, Any], refs: Sequence[Reference], pod: str) -> Bloc
     if _restarted_unready(cs):
         # Said as the back-off itself is, so that status does not change with every restart.
         said = Said("", f"kubelet: {CRASH_LOOP}", pod)
-        return _terminated(str(cs.get("name") or ""), _last_exit(cs), refs, said)
+        return _terminated(cs, _last_exit(cs), refs, said)
     waiting = (cs.get("state") or {}).get("waiting") or {}
     reason, message = str(waiting.get("reason") or ""), str(waiting.get("message") or "")
     if not reason or reason in ON_ITS_WAY:
@@ -127,10 +160,14 @@ def _waiting(cs: Mapping[str, Any], refs: Sequence[Reference], pod: str) -> Bloc
         return _config_error(message, refs, said)
     if reason in IMAGE_ERRORS:
         return _image(cs, message, refs, said)
-    name = str(cs.get("name") or "")
+    name, image = str(cs.get("name") or ""), str(cs.get("image") or "")
     if reason == CRASH_LOOP:
         # The back-off message names the pod and the delay, which grows: the last exit is stable.
-        return _terminated(name, _last_exit(cs), refs, said)
+        return _terminated(cs, _last_exit(cs), refs, said)
+    if reason in ("RunContainerError", "CreateContainerError") and (
+        blocker := _cannot_run(name, image, message, refs, said)
+    ):
+        return blocker
     # CreateContainerError, RunContainerError and any reason a future kubelet adds: quoted.
     return said_as(said, f"container {name}: {message[:_LIMIT] or reason}").blocker(
         "", as_reason(reason)
@@ -139,7 +176,8 @@ def _waiting(cs: Mapping[str, Any], refs: Sequence[Reference], pod: str) -> Bloc
 
 def _given_up(pod: Mapping[str, Any], refs: Sequence[Reference]) -> list[Blocker]:
     """A pod that ended Failed: evicted, refused by the kubelet's admission, or a container that
-    exited under `restartPolicy: Never` (a batch shard) with OOMKilled."""
+    exited under `restartPolicy: Never` (a batch shard) with OOMKilled or that its image cannot
+    run (StartError)."""
     status = pod.get("status") or {}
     name = pod["metadata"]["name"]
     if status.get("reason") == "Evicted":
@@ -156,10 +194,10 @@ def _given_up(pod: Mapping[str, Any], refs: Sequence[Reference]) -> list[Blocker
     out = []
     for cs in status.get("containerStatuses") or []:
         terminated = (cs.get("state") or {}).get("terminated") or {}
-        if terminated.get("reason") == OOM_KILLED:
-            said = Said("", f"kubelet: {OOM_KILLED}", name)
-            name = str(cs.get("name") or "")
-            out.append(_terminated(name, terminated, refs, said, again=False))
+        ended = str(terminated.get("reason") or "")
+        if ended == OOM_KILLED or ended in _START_FAILED:
+            said = Said("", f"kubelet: {ended}", name)
+            out.append(_terminated(cs, terminated, refs, said, again=False))
     return out
 
 

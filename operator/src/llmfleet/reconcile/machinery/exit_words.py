@@ -16,9 +16,13 @@ OUT_OF_MEMORY_ADVICE = (
     "the engine ran out of memory: quantize to fp8 (spec.model.quantization), give it more GPUs "
     "(spec.gpus.count) or a shorter context (spec.engine.maxModelLen)"
 )
-# A log line's prefix (level, date, time, source), which differs on every crash.
+# A log line's prefix (level, date, time, source), which differs on every crash: vLLM's
+# `INFO 11-27 10:00:00 [file.py:1]`, and an ISO date and time first (Python logging's default
+# `2026-11-27 10:00:00,123`, RFC 3339).
 _LOG_PREFIX = re.compile(
-    r"^(\(\w+ pid=\d+\)\s*)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)?\s*"
+    r"^(\(\w+ pid=\d+\)\s*)?"
+    r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}([.,]\d+)?(Z|[+-]\d{2}:?\d{2})?\s*)?"
+    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)?\s*"
     r"(\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?\s*)?(\[[^\]]*\]\s*)?"
 )
 

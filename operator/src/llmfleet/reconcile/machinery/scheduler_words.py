@@ -49,8 +49,11 @@ def _parts(message: str) -> tuple[int, list[tuple[int, str]]] | None:
     found = _NODES_SAID.match(head)
     if found is None:
         return None
+    # The nodes' reasons end at the first full stop; what follows is the PostFilter plugins'
+    # (`no new claims to deallocate,` of dynamic resources, `not found`), about no node.
+    reasons = found.group(2).split(". ", 1)[0].rstrip(".,")
     parts = []
-    for part in re.split(r", (?=\d+ )", found.group(2)):
+    for part in re.split(r", (?=\d+ )", reasons):
         count, _, said = part.partition(" ")
         parts.append((int(count) if count.isdigit() else 0, said if count.isdigit() else part))
     return int(found.group(1)), parts
