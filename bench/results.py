@@ -170,6 +170,50 @@ FIGURES: dict[str, tuple[str, str]] = {
         "(KEDA's cooldown after the last minute with demand, then the drain), median of 3",
         "s",
     ),
+    "burst_p99_ttft_s": (
+        "Burst replay (llm-d's bursty autoscaling profile, 15 -> 2 -> 10 -> 15 -> 5 -> 2 req/s "
+        "over 900 s, one replica at the start; they report 262 s) through the router, the HPA "
+        "and the operator, warm compile cache (the default with a model cache): P99 TTFT of "
+        "every request sent. A replay on the CPU lab with engine stand-ins whose start and "
+        "speed follow the planner's 32B-on-one-H100 prediction; not a GPU measurement",
+        "s",
+    ),
+    "burst_failed_requests": (
+        "… requests failed (not 200, an error, or not finished within the client's 300 s; "
+        "llm-d report 6,110 of about 7,350); replay with stand-ins, not a GPU measurement",
+        "requests",
+    ),
+    "burst_gpu_seconds": (
+        "… GPU-seconds held by engine pods over the 900 s (bound until stopped); replay with "
+        "stand-ins, not a GPU measurement",
+        "GPU-s",
+    ),
+    "burst_pod_start_s": (
+        "… mean start of the pods the HPA added, created to Ready (llm-d report 103 s); replay "
+        "with stand-ins, not a GPU measurement",
+        "s",
+    ),
+    "burst_p99_ttft_s_cold": (
+        "… the same with compile cache off (every pod compiles afresh), P99 TTFT; replay on the "
+        "CPU lab with engine stand-ins whose start and speed follow the planner's "
+        "32B-on-one-H100 prediction; not a GPU measurement",
+        "s",
+    ),
+    "burst_failed_requests_cold": ("… compile cache off, requests failed", "requests"),
+    "burst_gpu_seconds_cold": ("… compile cache off, GPU-seconds", "GPU-s"),
+    "burst_pod_start_s_cold": ("… compile cache off, mean start of the added pods", "s"),
+    "burst_p99_ttft_s_standby": (
+        "… warm compile cache and one standby replica (spec.autoscaling.standby), P99 TTFT; "
+        "replay on the CPU lab with engine stand-ins whose start and speed follow the planner's "
+        "32B-on-one-H100 prediction; not a GPU measurement",
+        "s",
+    ),
+    "burst_failed_requests_standby": ("… one standby replica, requests failed", "requests"),
+    "burst_gpu_seconds_standby": (
+        "… one standby replica, GPU-seconds (the sleeping engine's GPU included)",
+        "GPU-s",
+    ),
+    "burst_pod_start_s_standby": ("… one standby replica, mean start of the added pods", "s"),
     "router_overhead_p50_ms": (
         "vLLM Router: added latency per request vs one engine, p50",
         "ms",

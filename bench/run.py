@@ -16,6 +16,7 @@ from bench import results
 # committed under bench/gpu/; tp_published neither:
 # it reads published figures (bench/data/).
 # spare runs the day replay over kwok GPUs and the preemption on the node runner.
+# burst replays llm-d's bursty load (3 x 900 s) on engine stand-ins over the node runner.
 # images builds the images from a cold cache (needs root or Docker).
 # testloop times `make check` (and `make test` with LLMFLEET_BENCH_MAKE_TEST=1).
 BENCHMARKS = (
@@ -26,6 +27,7 @@ BENCHMARKS = (
     "upgrade",
     "autoscaling",
     "scale_to_zero",
+    "burst",
     "batch",
     "spare",
     "router",

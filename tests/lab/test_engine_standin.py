@@ -423,11 +423,13 @@ def test_the_stand_in_settings_annotations_become_its_environment() -> None:
         adaptations.STAND_IN_ANNOTATION: "stand-in",
         "lab.llmfleet.test/stand-in-token-seconds": "0.05",
         "lab.llmfleet.test/stand-in-warm-up-seconds": "3",
+        "lab.llmfleet.test/stand-in-start-phases": "imports=38,compile=8.3",
     }
     got = adaptations.stand_in(VLLM_SERVER, {}, annotations)
     assert got is not None
     assert got[1]["LLMFLEET_STANDIN_TOKEN_S"] == "0.05"
     assert got[1]["LLMFLEET_STANDIN_WARMUP_S"] == "3"
+    assert got[1]["LLMFLEET_STANDIN_START_PHASES"] == "imports=38,compile=8.3"
 
 
 def test_every_adaptation_is_a_row_of_the_documents_table_in_the_same_order() -> None:

@@ -40,7 +40,7 @@ TINY_MODEL_MAX_LEN = 2048
 
 # A vLLM server pod annotated so runs the engine stand-in (dev/localcluster/standin) in vLLM's
 # place, on the same command line. Not under llmfleet.dev/: the CRD refuses that prefix in
-# spec.engine.podAnnotations. The two settings annotations become the stand-in's environment.
+# spec.engine.podAnnotations. The settings annotations become the stand-in's environment.
 STAND_IN_ANNOTATION = "lab.llmfleet.test/engine"
 STAND_IN = "stand-in"
 STAND_IN_MODULE = "localcluster.standin"
@@ -48,11 +48,14 @@ STAND_IN_TOKEN_SECONDS = "lab.llmfleet.test/stand-in-token-seconds"
 STAND_IN_WARM_UP_SECONDS = "lab.llmfleet.test/stand-in-warm-up-seconds"
 STAND_IN_SLEEP_SECONDS = "lab.llmfleet.test/stand-in-sleep-seconds"
 STAND_IN_WAKE_SECONDS = "lab.llmfleet.test/stand-in-wake-seconds"
+# `name=seconds,...`: the start's phases, in place of the one warm-up (standin/startphases.py).
+STAND_IN_START_PHASES = "lab.llmfleet.test/stand-in-start-phases"
 STAND_IN_SETTINGS = {
     STAND_IN_TOKEN_SECONDS: "LLMFLEET_STANDIN_TOKEN_S",
     STAND_IN_WARM_UP_SECONDS: "LLMFLEET_STANDIN_WARMUP_S",
     STAND_IN_SLEEP_SECONDS: "LLMFLEET_STANDIN_SLEEP_S",
     STAND_IN_WAKE_SECONDS: "LLMFLEET_STANDIN_WAKE_S",
+    STAND_IN_START_PHASES: "LLMFLEET_STANDIN_START_PHASES",
 }
 # The container's volumeMounts (mountPath -> emulated directory), as JSON, for the sitecustomize:
 # vLLM is told LoRA paths over its API at run time, where no command line rewrite reaches.

@@ -41,6 +41,10 @@ FEATURES = (
 )
 
 
+# Pods without a GPU a lab puts on this node beside the engines: routers, a benchmark's ballast.
+NON_GPU_PODS = 8
+
+
 @dataclass
 class Config:
     state_dir: Path
@@ -50,6 +54,7 @@ class Config:
     gpus: int = 4
     cpu: str = "16"
     memory: str = "64Gi"
+    # At least: a node with more GPUs than that takes a pod per GPU and the non-GPU ones beside.
     max_pods: int = 16
     pod_network: str = POD_NETWORK  # loopback only
     # A system node (SYSTEM_TAINT, no GPU labels or capacity) rather than a GPU node.
@@ -92,7 +97,7 @@ class NodeRegistration:
         capacity = {
             "cpu": c.cpu,
             "memory": c.memory,
-            "pods": str(c.max_pods),
+            "pods": str(max(c.max_pods, self.gpu_count + NON_GPU_PODS)),
             "ephemeral-storage": "100Gi",
             **({} if c.system else {GPU_RESOURCE: str(self.gpu_count)}),
         }

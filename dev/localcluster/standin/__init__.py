@@ -45,6 +45,7 @@ estimates (no tokenizer), every request runs to max_tokens (finish reason `lengt
 prefix caching, LoRA, sampling parameter or tool call has any effect.
 
 Environment: LLMFLEET_STANDIN_TOKEN_S (seconds per engine step), LLMFLEET_STANDIN_WARMUP_S
-(seconds before the port opens, default 1), LLMFLEET_STANDIN_SLEEP_S and LLMFLEET_STANDIN_WAKE_S
-(seconds /sleep and /wake_up take).
+(seconds before the port opens, default 1), LLMFLEET_STANDIN_START_PHASES (the start as
+`name=seconds,...` phases, logged as each ends, in place of the warm-up: startphases.py),
+LLMFLEET_STANDIN_SLEEP_S and LLMFLEET_STANDIN_WAKE_S (seconds /sleep and /wake_up take).
 """

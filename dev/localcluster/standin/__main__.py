@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from . import asgi
+from . import asgi, startphases
 from .api import app
 from .config import EngineConfig, StartupError, engine_config
 from .engine import INSTANT, Engine, SleepTimes
@@ -40,17 +40,29 @@ def _seconds(name: str, default: float) -> float:
 
 
 async def serve(
-    cfg: EngineConfig, token_s: float, warmup_s: float, times: SleepTimes = INSTANT
+    cfg: EngineConfig,
+    token_s: float,
+    start: startphases.Phases,
+    times: SleepTimes = INSTANT,
+    started: float | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # vLLM opens its port only once the engine is up: until then a probe's connection is refused.
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), warmup_s)
-    if stop.is_set():
-        return 0
+    began = time.monotonic() if started is None else started
+    for name, seconds in start:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
+        if stop.is_set():
+            return 0
+        if len(start) > 1:
+            log.info(
+                "start phase %s over, %.1f s after the process started",
+                name,
+                time.monotonic() - began,
+            )
     engine = Engine(cfg, token_s, times)
     steps = asyncio.create_task(engine.run())
     # A client that goes away cancels its handler, whose requests then leave the engine, as vLLM
@@ -118,12 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     token_s = _seconds("LLMFLEET_STANDIN_TOKEN_S", DEFAULT_TOKEN_S)
     warmup_s = max(0.0, _seconds("LLMFLEET_STANDIN_WARMUP_S", DEFAULT_WARMUP_S))
-    warmup_s -= time.monotonic() - started
+    try:
+        start = startphases.phases(os.environ.get(startphases.PHASES_ENV, ""), warmup_s)
+    except ValueError as e:
+        log.error("%s", e)
+        return 1
     times = SleepTimes(
         sleep_s=max(0.0, _seconds("LLMFLEET_STANDIN_SLEEP_S", DEFAULT_SLEEP_S)),
         wake_s=max(0.0, _seconds("LLMFLEET_STANDIN_WAKE_S", DEFAULT_WAKE_S)),
     )
-    return asyncio.run(serve(cfg, token_s, warmup_s, times))
+    start = startphases.remaining(start, time.monotonic() - started)
+    return asyncio.run(serve(cfg, token_s, start, times, started))
 
 
 if __name__ == "__main__":
