@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kwokgate_fakes import FakeCore
 from localcluster import containerstart, imagepull, kwokgate, podrefs
 from localcluster.noderunner.container import container_status
 from localcluster.noderunner.pods import PodWorker
@@ -161,24 +162,6 @@ def test_the_start_comes_after_the_environment() -> None:
     refused = podrefs.check(p, lambda kind, ns, name: {"token"}, start=starter.check)
     assert refused is not None
     assert refused.waiting_reason == "RunContainerError"
-
-
-class FakeCore:
-    """What the kwok gate writes through the API, recorded."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.statuses: list[dict[str, Any]] = []
-        self.admitted: list[str] = []
-
-    def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self.events.append(body)
-
-    def patch_namespaced_pod_status(self, name: str, namespace: str, body: dict[str, Any]) -> None:
-        self.statuses.append(body["status"])
-
-    def patch_namespaced_pod(self, name: str, namespace: str, body: dict[str, Any]) -> None:
-        self.admitted.append(name)
 
 
 def kwok_pod(image: str, uid: str, policy: str | None = None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kwokgate_fakes import FakeCore
 from localcluster import imagepull, kwokgate, podrefs
 from localcluster.noderunner.container import container_status
 from localcluster.noderunner.images import REF_ANNOTATION
@@ -250,24 +251,6 @@ def test_the_image_is_pulled_before_the_environment_is_built_and_after_the_volum
     refused = podrefs.check(mounting, lookup, images=puller(held).check)
     assert refused is not None
     assert refused.event_reason == "FailedMount"
-
-
-class FakeCore:
-    """What the kwok gate writes through the API, recorded."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.statuses: list[dict[str, Any]] = []
-        self.admitted: list[str] = []
-
-    def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self.events.append(body)
-
-    def patch_namespaced_pod_status(self, name: str, namespace: str, body: dict[str, Any]) -> None:
-        self.statuses.append(body["status"])
-
-    def patch_namespaced_pod(self, name: str, namespace: str, body: dict[str, Any]) -> None:
-        self.admitted.append(name)
 
 
 def kwok_pod(image: str, uid: str) -> dict[str, Any]:
