@@ -9,17 +9,18 @@ so far used dummy weights, so the weight load was never measured).
 `write` makes a checkpoint of random bf16 weights in the model's config.json's shape (Llama and
 Qwen2 layouts: the tensor names vLLM's loader expects), in 5 GB safetensors shards, with the
 config-only folder's other files beside them, so the real safetensors loader reads real bytes.
-`time` starts `vllm serve` on it once per option, page cache dropped first where the machine lets
-us (`/proc/sys/vm/drop_caches`; a row says whether it did), then once more with the page cache
-warm; each row: vLLM's `Model loading took ... seconds`, and the process start to /health and to
-the first streamed token. Options: `default` (vLLM's own: memory-mapped), `lazy`, `eager`,
-`prefetch` (`--safetensors-load-strategy`), and `instanttensor` (`--load-format`, where its
-package is installed)."""
+`time` starts `vllm serve` on it once per option, page cache dropped first where the machine lets us
+(`/proc/sys/vm/drop_caches`, else POSIX_FADV_DONTNEED on each file; a row says which), then once
+more with the page cache warm; each row: vLLM's `Model loading took ... seconds`, and the process
+start to /health and to the first streamed token. Options: `default` (vLLM's own: memory-mapped),
+`lazy`, `eager`, `prefetch` (`--safetensors-load-strategy`), and `instanttensor` (`--load-format`,
+where its package is installed)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -116,13 +117,27 @@ def write(config_dir: Path, dest: Path) -> dict[str, Any]:
             "s": round(time.monotonic() - t0, 1)}  # fmt: skip
 
 
-def drop_caches() -> bool:
+def drop_caches(model: Path) -> str:
+    """How the checkpoint's pages left the page cache: `drop_caches` (all of it; needs a writable
+    /proc/sys), else `fadvise` (POSIX_FADV_DONTNEED on each file: a container may do that to its
+    own files, and clean pages go), else "" (they stayed)."""
+    subprocess.run(["sync"], check=True)
     try:
-        subprocess.run(["sync"], check=True)
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return True
+        return "drop_caches"
     except OSError:
-        return False
+        pass
+    try:
+        for f in sorted(model.iterdir()):
+            if f.is_file():
+                fd = os.open(f, os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+        return "fadvise"
+    except OSError:
+        return ""
 
 
 LOAD = re.compile(r"Model loading took ([\d.]+) GiB and ([\d.]+) seconds")
@@ -133,7 +148,7 @@ def time_options(model: str, out: Path, options: list[str]) -> None:
     cache = Path("/tmp/load-probe-cache")  # one compile cache: the load is what differs
     for option in options:
         for page_cache in ("dropped", "warm"):
-            dropped = drop_caches() if page_cache == "dropped" else False
+            dropped = drop_caches(Path(model)) if page_cache == "dropped" else ""
             log = out / f"{option}-{page_cache}.log"
             row: dict[str, Any] = {"step": "serve", "option": option, "page_cache": page_cache,
                    "dropped": dropped}  # fmt: skip

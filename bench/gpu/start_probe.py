@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-PORT = 8012
+PORT = int(os.environ.get("PROBE_PORT", "8012"))  # two probes at once: one each
 SAMPLE_S = 0.5
 SPY_RATE = 10
 

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-.gpu-lab}
 BUILD_TOOLS=dev/localcluster/build-tools.sh
 PY=${PY:-.venv/bin/python}
-"$BUILD_TOOLS" etcd kubernetes helm
+"$BUILD_TOOLS" etcd kubernetes helm keda prometheus prometheus-adapter kube-state-metrics
 rm -rf "$OUT" && mkdir -p "$OUT/bin"
 pack() {  # component binary...
   local dir; dir=$("$BUILD_TOOLS" --bindir "$1"); shift
@@ -24,6 +24,18 @@ pack kubernetes kube-apiserver kube-controller-manager &
 pack kubernetes kube-scheduler kubectl &
 pack helm helm &
 wait
+# Scale from zero (the `zero` scenario): KEDA, and the metrics stack KEDA queries (Prometheus,
+# prometheus-adapter, kube-state-metrics), as the CPU lab runs them.
+pack keda keda &
+pack keda keda-adapter &
+pack prometheus prometheus &
+pack prometheus-adapter adapter &
+pack kube-state-metrics kube-state-metrics &
+wait
+# KEDA's CRDs and RBAC (what its kustomize install applies) and the mark of its loopback build.
+keda_dir=$("$BUILD_TOOLS" --bindir keda)
+tar -C "$keda_dir" --sort=name --mtime=2026-01-01 --owner=0 --group=0 --numeric-owner \
+  -c config keda-adapter.loopback | xz -9e -T1 > "$OUT/bin/$(basename "$keda_dir")/config.tar.xz"
 # py-spy, the sampling profiler bench/gpu/start_probe.py runs vLLM's start under (a static binary
 # from its PyPI wheel; the machine has no network to fetch it).
 PY_SPY=0.4.3
@@ -44,6 +56,16 @@ grep -E '^[A-Za-z0-9_.-]+==' operator/requirements.lock | sed 's/[ \\].*//' > "$
   kopf==1.45.2 kubernetes==34.1.0 pydantic==2.14.3 prometheus-client==0.26.0 PyYAML==6.0.3
 # (cryptography stays: the kubernetes client imports google-auth, which imports it.)
 rm -rf "$site"/labsite/bin
+# The vLLM Router's packages at dev/dataplane/vllm-router.lock's pins, for Python 3.12 (stage.sh
+# makes the virtualenv install-vllm-router.sh would have made, over them).
+grep -E '^[A-Za-z0-9_.-]+==' dev/dataplane/vllm-router.lock > "$site/router.txt"
+"$PY" -m pip install -q --no-deps --target "$site/routersite" --python-version 3.12 \
+  --implementation cp --abi cp312 --abi abi3 --only-binary=:all: --platform manylinux2014_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -r "$site/router.txt"
+rm -rf "$site"/routersite/bin
+find "$site/routersite" -name __pycache__ -prune -exec rm -rf {} +
+tar -C "$site" --sort=name --mtime=2026-01-01 --owner=0 --group=0 --numeric-owner -c routersite \
+  | xz -9e -T1 > "$OUT/routersite.tar.xz"
 find "$site/labsite" -name __pycache__ -prune -exec rm -rf {} +
 tar -C "$site" --sort=name --mtime=2026-01-01 --owner=0 --group=0 --numeric-owner -c labsite \
   | xz -9e -T1 > "$OUT/labsite.tar.xz"

@@ -26,9 +26,25 @@ fi
 for xzf in "$stage"/bin/*/*.xz; do
   dir=$LLMFLEET_CACHE/bin/$(basename "$(dirname "$xzf")")
   mkdir -p "$dir"
-  xz -dc "$xzf" > "$dir/$(basename "$xzf" .xz)"
-  chmod +x "$dir/$(basename "$xzf" .xz)"
+  case $xzf in
+    *.tar.xz) xz -dc "$xzf" | tar -C "$dir" -x ;;  # KEDA's CRDs and RBAC
+    *) xz -dc "$xzf" > "$dir/$(basename "$xzf" .xz)"; chmod +x "$dir/$(basename "$xzf" .xz)" ;;
+  esac
 done
 xz -dc "$stage/labsite.tar.xz" | tar -C "$GPULAB" -x
+# The vLLM Router: the virtualenv install-vllm-router.sh would make (it cannot here: no PyPI), as
+# the machine's python3 over the lock's packages, marked complete so the node runner takes it.
+xz -dc "$stage/routersite.tar.xz" | tar -C "$GPULAB" -x
+venv=$(bash "$(dirname "$0")/../dataplane/install-vllm-router.sh" --print-path)
+py=$(command -v python3)
+mkdir -p "$venv/bin"
+printf '#!/bin/sh\nPYTHONPATH=%s exec %s "$@"\n' "$GPULAB/routersite" "$py" > "$venv/bin/python"
+printf '#!/bin/sh\nPYTHONPATH=%s exec %s -c %s "$@"\n' "$GPULAB/routersite" "$py" \
+  "'import sys; from vllm_router.launch_router import main; sys.argv[0] = \"vllm-router\"; sys.exit(main())'" \
+  > "$venv/bin/vllm-router"
+chmod +x "$venv/bin/python" "$venv/bin/vllm-router"
+"$venv/bin/python" -c "import vllm_router_rs, vllm_router.version as v; print('vllm-router', v.__version__)"
+"$venv/bin/vllm-router" --help > /dev/null
+touch "$venv/.llmfleet-complete"
 touch "$GPULAB/UNPACKED"
 echo "UNPACKED into $LLMFLEET_CACHE/bin and $GPULAB/labsite"

@@ -74,11 +74,13 @@ class Answer:
     tokens: int  # completion tokens, as the engine counted them
 
 
-def stream_completion(base: str, timeout: float, max_tokens: int = 16) -> Answer:
+def stream_completion(
+    base: str, timeout: float, max_tokens: int = 16, model: str = MODEL
+) -> Answer:
     """One streamed completion through `base` (…/v1), timed as a client would."""
     body = json.dumps(
         {
-            "model": MODEL,
+            "model": model,
             "prompt": "The first request after a quiet night",
             "max_tokens": max_tokens,
             "stream": True,
