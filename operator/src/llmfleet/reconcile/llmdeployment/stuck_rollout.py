@@ -70,8 +70,9 @@ def short_of_gpus(pod: dict[str, Any]) -> bool:
 def pods_to_replace_first(pods: Iterable[dict[str, Any]], plan: Plan) -> tuple[str, ...]:
     """The names of the engine pods of the plan's layout that serve nothing, hold GPUs and are of
     another template than pods waiting for GPUs, sorted; () when no pod waits for GPUs, and for
-    a multi-node layout (a LeaderWorkerSet rolls its groups its own way). Replacing them costs
-    no availability; waiting for them never ends."""
+    a multi-node layout (a LeaderWorkerSet replaces groups by index, not by health, so a larger
+    maxUnavailable there could stop a serving group). Replacing them costs no availability;
+    waiting for them never ends."""
     if plan.pipeline_parallel_size > 1:
         return ()
     layout = layout_id(plan)
