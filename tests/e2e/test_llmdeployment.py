@@ -11,8 +11,12 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client, watch
+from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
 from manifests import H100, apply, deployments, llmd
+
+from llmfleet.models import DEFAULT_ENGINE_IMAGE
+from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 
 from .harness import E2E_GPU_PRODUCT, Operator, condition, get_llmd, utcnow, wait_until
 
@@ -63,7 +67,12 @@ def test_apply_creates_owned_children_on_gpu_nodes_and_reports_the_plan(
     pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("chat", namespace)
     for child in (dep, svc, hpa, pdb):
         (ref,) = child.metadata.owner_references
-        assert (ref.kind, ref.name, ref.uid, ref.controller) == ("LLMDeployment", "chat", uid, True)
+        assert (ref.kind, ref.name, ref.uid, ref.controller) == (
+            "LLMDeployment",
+            "chat",
+            uid,
+            True,
+        )
         assert child.metadata.labels["llmfleet.dev/deployment"] == "chat"
         assert child.metadata.labels["app.kubernetes.io/managed-by"] == "llmfleet"
     # The HPA owns replicas, so the rendered Deployment carries none of its own.
@@ -97,7 +106,15 @@ def test_apply_creates_owned_children_on_gpu_nodes_and_reports_the_plan(
         "REASON",
         "AGE",
     ]
-    assert row.split()[:7] == ["chat", "MultiPod", "2", "2", "2", "True", "EnginesReady"]
+    assert row.split()[:7] == [
+        "chat",
+        "MultiPod",
+        "2",
+        "2",
+        "2",
+        "True",
+        "EnginesReady",
+    ]
 
 
 def test_idle_resync_makes_zero_api_writes(
@@ -249,7 +266,10 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
     ),
     (
         "three-gpus-for-tp2-model",
-        {"model": {"name": "meta-llama/Llama-3.1-70B-Instruct"}, "gpus": {**H100, "count": 3}},
+        {
+            "model": {"name": "meta-llama/Llama-3.1-70B-Instruct"},
+            "gpus": {**H100, "count": 3},
+        },
         "spec.gpus.count",
     ),
 ]
@@ -298,7 +318,11 @@ def test_text_beyond_ascii_reaches_the_engine_as_written(
         cluster,
         namespace,
         llmd(
-            "unicode", model={"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": served}
+            "unicode",
+            model={
+                "name": "meta-llama/Llama-3.1-8B-Instruct",
+                "servedModelName": served,
+            },
         ),
     )
     obj = wait_available(api, namespace, "unicode")
@@ -315,7 +339,12 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(
     names = [f"crash-{i}" for i in range(8)]
     docs = [llmd(n, gpus={**H100, "count": 1}, autoscaling={"enabled": False}) for n in names]
     cluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs)
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input="\n---\n".join(yaml.safe_dump(d) for d in docs),
     )
     time.sleep(0.5)
     operator.kill()
@@ -326,3 +355,134 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(
     assert sorted(d.metadata.name for d in deps) == sorted(f"{n}-tp1" for n in names)
     services = client.CoreV1Api(api).list_namespaced_service(namespace).items
     assert sorted(s.metadata.name for s in services) == sorted(names)
+
+
+# Pools of exactly the one GPU an LLMDeployment of one replica needs, each for one test: nothing
+# else lands there, and no GPU is free for a surge pod.
+FULL_POOLS = {
+    "crash": Pool(name="full-crash", count=1, gpus=1, product="LLMFleet-Full-Crash-H100"),
+    "healthy": Pool(name="full-healthy", count=1, gpus=1, product="LLMFleet-Full-Healthy-H100"),
+}
+# kwok starts a pod in about a second; after the fix: one reconcile (~1 s) to let the
+# Deployment controller replace the failed pod, the scheduler's retry of the Pending pod once
+# the GPU is free (its back-off is at most 10 s), then another reconcile for status. Without
+# the fix the rollout never ends.
+FIXED_ROLLOUT_WITHIN = 30.0
+
+
+@pytest.fixture(scope="module")
+def full_pools(cluster: Cluster) -> dict[str, str]:
+    cluster.apply_nodes(list(FULL_POOLS.values()))
+    cluster.wait_nodes_ready()
+    return {case: pool.product for case, pool in FULL_POOLS.items()}
+
+
+def one_gpu_on(product: str, **spec: Any) -> dict[str, Any]:
+    gpus = {"count": 1, "memoryGiB": 80, "perNode": 1, "product": product}
+    return llmd(product.lower(), gpus=gpus, autoscaling={"enabled": False}, **spec)
+
+
+def engine_pods(api: client.ApiClient, namespace: str, name: str) -> list[client.V1Pod]:
+    selector = f"llmfleet.dev/deployment={name},app.kubernetes.io/component=engine"
+    pods: list[client.V1Pod] = (
+        client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+    )
+    return pods
+
+
+def rolling(api: client.ApiClient, namespace: str, name: str) -> tuple[int, int]:
+    """The engine Deployment's (maxSurge, maxUnavailable)."""
+    dep = client.AppsV1Api(api).read_namespaced_deployment(f"{name}-tp1", namespace)
+    r = dep.spec.strategy.rolling_update
+    return int(r.max_surge), int(r.max_unavailable)
+
+
+def test_fixing_a_crash_looping_engine_on_a_full_gpu_pool_rolls_out(
+    operator: Operator,
+    cluster: Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    full_pools: dict[str, str],
+) -> None:
+    """The old pod never started (its image has no `vllm`) and holds the pool's only GPU: the
+    fix's pod would wait for it forever under maxSurge 1 / maxUnavailable 0."""
+    body = one_gpu_on(full_pools["crash"], engine={"image": DEFAULT_FETCHER_IMAGE})
+    name = body["metadata"]["name"]
+    apply(cluster, namespace, body)
+
+    def refused() -> list[client.V1Pod]:
+        return [
+            p
+            for p in engine_pods(api, namespace, name)
+            if p.spec.node_name
+            and p.status.container_statuses
+            and p.status.container_statuses[0].state.waiting
+            and p.status.container_statuses[0].state.waiting.reason
+            in ("RunContainerError", "CrashLoopBackOff")
+        ]
+
+    (broken,) = wait_until(refused, timeout=30, what="the engine pod refused by the kubelet")
+    body["spec"]["engine"] = {"image": DEFAULT_ENGINE_IMAGE}
+    fixed = time.monotonic()
+    apply(cluster, namespace, body)
+
+    def rolled_out() -> list[client.V1Pod] | None:
+        pods = engine_pods(api, namespace, name)
+        done = (
+            len(pods) == 1
+            and pods[0].metadata.uid != broken.metadata.uid
+            and pods[0].status.phase == "Running"
+            and pods[0].spec.containers[0].image == DEFAULT_ENGINE_IMAGE
+        )
+        return pods if done else None
+
+    wait_until(rolled_out, timeout=FIXED_ROLLOUT_WITHIN, what="the fixed engine pod running")
+    obj = wait_available(api, namespace, name, timeout=FIXED_ROLLOUT_WITHIN)
+    took = time.monotonic() - fixed
+    assert took < FIXED_ROLLOUT_WITHIN, took
+    assert condition(obj, "Available")["status"] == "True"
+    # Status said what happened, once, and the strategy is back to zero-downtime surging.
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    )
+    said = [e for e in events.items if e.reason == "ReplacingUnservingPods"]
+    assert len(said) == 1, [e.message for e in said]
+    assert broken.metadata.name in said[0].message
+    assert "no GPU is free" in said[0].message
+    assert rolling(api, namespace, name) == (1, 0)
+
+
+def test_a_healthy_fleet_on_a_full_gpu_pool_keeps_serving_while_its_rollout_waits(
+    operator: Operator,
+    cluster: Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    full_pools: dict[str, str],
+) -> None:
+    """A Ready pod is never removed before its replacement is Ready: with no GPU free the
+    rollout waits, and status says why."""
+    body = one_gpu_on(full_pools["healthy"])
+    name = body["metadata"]["name"]
+    apply(cluster, namespace, body)
+    wait_available(api, namespace, name)
+    (serving,) = engine_pods(api, namespace, name)
+    body["spec"]["engine"] = {"maxModelLen": 4096}
+    apply(cluster, namespace, body)
+
+    def limited() -> dict[str, Any] | None:
+        obj = get_llmd(api, namespace, name)
+        said = condition(obj, "ScalingLimited")
+        return obj if said.get("reason") == "InsufficientGPUs" else None
+
+    wait_until(limited, timeout=30, what="ScalingLimited InsufficientGPUs for the new pod")
+    # Two resyncs: time for the operator to change the strategy, were it going to.
+    time.sleep(2 * operator.resync_seconds)
+    obj = get_llmd(api, namespace, name)
+    assert condition(obj, "Available")["status"] == "True", condition(obj, "Available")
+    assert condition(obj, "Progressing")["reason"] == "RollingOut", condition(obj, "Progressing")
+    assert rolling(api, namespace, name) == (1, 0)
+    pods = {p.metadata.uid: p for p in engine_pods(api, namespace, name)}
+    kept = pods.get(serving.metadata.uid)
+    assert kept is not None, "the serving pod was removed"
+    assert not kept.metadata.deletion_timestamp, "the serving pod is being removed"
+    assert any(c.type == "Ready" and c.status == "True" for c in kept.status.conditions)

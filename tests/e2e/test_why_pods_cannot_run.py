@@ -597,8 +597,10 @@ KUBELET_SAID = {
 
 
 # One GPU per row, and one for the surge pod of the row whose fix rolls its engine: the engine
-# Deployment (maxSurge 1, maxUnavailable 0) starts the new pod before it removes the old one, and
-# on a full node the new one would wait for a GPU the crash-looping one holds.
+# Deployment (maxSurge 1, maxUnavailable 0) starts the new pod before it removes the old one. On
+# a full node the operator would have the crash-looping pod replaced first (docs/operator.md,
+# "Rollouts on a full GPU pool"; tests/e2e/test_llmdeployment.py checks that on kwok); the spare
+# GPU keeps this module on the usual path.
 NODE_GPUS = len(ENGINE_ROWS) + 1
 
 

@@ -34,6 +34,7 @@ from llmfleet.render.names import (
     selector_labels,
 )
 from llmfleet.render.podspec import node_placement, pod_security_context
+from llmfleet.render.rollout_strategy import rollout_strategy
 
 # `vllm serve MODEL`, vLLM's own command since 0.29 (the OpenAI server module and --model are
 # deprecated). Multi-node workers run it too: only `vllm serve` honours --headless (it then
@@ -207,17 +208,16 @@ def render_engine(
     spec: LLMDeploymentSpec,
     plan: Plan,
     fleet: FleetDefaults,
+    *,
+    replace_first: int = 0,
 ) -> dict[str, Any]:
-    """The engine Deployment."""
+    """The engine Deployment; `replace_first` is how many of its pods of an earlier template
+    serve nothing while holding GPUs its new pods wait for (render/rollout_strategy.py)."""
     name = engine_deployment_name(owner.name, plan)
     layout = layout_id(plan)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": {**selector_labels(owner), "llmfleet.dev/layout": layout}},
-        # Never drop below the serving capacity during a rollout; the surge pod needs free GPUs.
-        "strategy": {
-            "type": "RollingUpdate",
-            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
-        },
+        "strategy": rollout_strategy(replace_first),
         "template": engine_pod_template(owner, spec, plan, fleet),
     }
     if not spec.autoscaling.enabled:

@@ -87,13 +87,23 @@ def _is_kind(obj: dict[str, Any] | None, kind: str) -> bool:
 
 
 def render_fleet(
-    owner: Owner, spec: LLMDeploymentSpec, plan: Plan, fleet: FleetDefaults
+    owner: Owner,
+    spec: LLMDeploymentSpec,
+    plan: Plan,
+    fleet: FleetDefaults,
+    *,
+    replace_first: int = 0,
 ) -> RenderedFleet:
     """Every child of the LLMDeployment; `fleet` (from the operator's settings) gives the engine
     image when spec.engine.image is unset, the engines' PriorityClass, the adapter fetcher's
     image, the engines' NetworkPolicy (None: none) and the Prometheus a scale-to-zero
-    ScaledObject queries."""
-    engines = render_leaderworkerset if plan.pipeline_parallel_size > 1 else render_engine
+    ScaledObject queries. `replace_first`, observed: how many engine pods of an earlier template
+    serve nothing while holding the GPUs the new ones wait for (render/rollout_strategy.py)."""
+    engine = (
+        render_leaderworkerset(owner, spec, plan, fleet)
+        if plan.pipeline_parallel_size > 1
+        else render_engine(owner, spec, plan, fleet, replace_first=replace_first)
+    )
     autoscaler = None
     if spec.autoscaling.scales_to_zero:
         autoscaler = render_scaled_object(owner, spec, plan, fleet.keda_prometheus_url)
@@ -102,7 +112,7 @@ def render_fleet(
     router = render_router(owner, spec, plan, fleet.router_hop_image)
     return RenderedFleet(
         service=render_service(owner),
-        engine=engines(owner, spec, plan, fleet),
+        engine=engine,
         endpoint=endpoint_url(owner) if router is None else router_url(owner),
         standby=render_standby(owner, spec, plan, fleet),
         network_policy=(

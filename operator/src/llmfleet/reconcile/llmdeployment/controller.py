@@ -48,7 +48,8 @@ from .plan_verified import newly_unverified
 from .rollout import held, is_router, previous_engines
 from .stall import stall_window
 from .stallwatch import StallReport, StallWatch, opened, restart, turn_gates
-from .status import Observed, invalid_status, ready_status
+from .status import Observed, invalid_status, newly_replacing_first, ready_status
+from .stuck_rollout import pods_to_replace_first
 
 
 class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
@@ -161,7 +162,10 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         owner = Owner(name=name, namespace=ns, uid=meta["uid"])
         result = ApplyResult()
         live: dict[str, dict[str, Any]] = {}
-        fleet = render_fleet(owner, spec, planned, self.fleet)
+        mine = (DEPLOYMENT_LABEL, name)
+        children = self.view.by_label("v1", "Pod", ns, *mine)
+        replace_first = pods_to_replace_first(children, planned)
+        fleet = render_fleet(owner, spec, planned, self.fleet, replace_first=len(replace_first))
         if runs_fetcher(planned):
             # Before the pods that read it: a missing Secret would hold them in
             # CreateContainerConfigError until the next reconcile.
@@ -172,7 +176,6 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             live[ref(obj)] = self.applier.apply(obj, result)
 
         engine = _applied(live, fleet.engine)
-        mine = (DEPLOYMENT_LABEL, name)
         old_engines = previous_engines(
             (d for kind in ENGINE_KINDS for d in self.view.by_label(*kind, ns, *mine)),
             fleet.engine,
@@ -188,7 +191,6 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         )
         still_old = tuple(d for d in old_engines if ref(d) in hold)
 
-        children = self.view.by_label("v1", "Pod", ns, *mine)
         pods = tuple(p for p in children if not is_router(p))
         blocked = tuple(self.blockers(children, deployment_references(spec, planned)))
         adapters, busy = self._sync_adapters(
@@ -221,6 +223,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             kv_cache_tokens=self.kv_cache.measure(ns, name, reporting_engines(pods, template)),
             router=_applied(live, fleet.router.deployment if fleet.router else None),
             blockers=blocked,
+            replacing_first=replace_first,
             adapters=adapters,
             stalled=self._check_stalls(body, spec, planned, pods, busy),
             standby=standbyloop.reconcile_standby(
@@ -247,6 +250,9 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         if wrote and unverified is not None:
             # Once, when PlanVerified turns False; not on every resync while it stays so.
             self.events.emit(body, "Warning", r.PLAN_NOT_VERIFIED_EVENT, unverified)
+        if wrote and (replacing := newly_replacing_first(old_status, new)) is not None:
+            # Once, when the rollout starts replacing them; not on every resync while it does.
+            self.events.emit(body, "Normal", r.REPLACING_UNSERVING_PODS, replacing)
         if wrote and blocked:
             degraded = find(old_status.conditions, r.DEGRADED)
             self.announce_blockers(body, degraded.message if degraded else "", blocked)

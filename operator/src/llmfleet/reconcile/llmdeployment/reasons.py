@@ -32,6 +32,9 @@ NO_ENGINE_READY = "NoEngineReady"
 # Progressing.
 LAYOUT_TRANSITION = "LayoutTransition"
 ROLLING_OUT = "RollingOut"
+# No GPU is free for a new pod: the pods that serve nothing go first (stuck_rollout.py). Also
+# the reason of the Normal Event that says so once.
+REPLACING_UNSERVING_PODS = "ReplacingUnservingPods"
 STABLE = "Stable"
 
 # ScalingLimited.

@@ -14,7 +14,13 @@ from llmfleet.models.standby import StandbyStatus
 from llmfleet.models.status import Condition, LLMDeploymentStatus, Measured
 from llmfleet.planner import Plan
 from llmfleet.reconcile.machinery.causes import Blocker, describe
-from llmfleet.reconcile.machinery.conditions import FALSE, TRUE, condition, keep_transition_times
+from llmfleet.reconcile.machinery.conditions import (
+    FALSE,
+    TRUE,
+    condition,
+    find,
+    keep_transition_times,
+)
 from llmfleet.reconcile.machinery.object_fields import condition_status, int_field
 from llmfleet.reconcile.machinery.scheduler_words import GPU_SHORTAGE, shortages_in
 
@@ -42,6 +48,9 @@ class Observed:
     scaled_object: dict[str, Any] | None = None
     # Why pods cannot run, as the scheduler and the kubelet say it, attributed to spec fields.
     blockers: tuple[Blocker, ...] = ()
+    # Engine pods of an earlier template that serve nothing and hold the GPUs the new ones wait
+    # for, which the rendered strategy lets the rollout replace first (stuck_rollout.py).
+    replacing_first: tuple[str, ...] = ()
     # LoRA: what the engines hold of spec.adapters (None without LoRA).
     adapters: AdapterReport | None = None
     # Stall detection: Degraded's message naming the engines out of service ("" when none).
@@ -160,16 +169,30 @@ def progressing(observed: Observed, plan: Plan, n: _Counts, g: int) -> Condition
             f"layout ({names}) keeps serving until then",
             g,
         )
-    if n.ready < n.desired or n.updated < n.current or n.current != n.desired:
+    counts = f"{n.ready} of {n.desired} pods ready, {n.updated} of {n.current} updated"
+    if observed.replacing_first:
         return condition(
             r.PROGRESSING,
             TRUE,
-            r.ROLLING_OUT,
-            f"{n.ready} of {n.desired} pods ready, {n.updated} of {n.current} updated",
+            r.REPLACING_UNSERVING_PODS,
+            f"{counts}; no GPU is free for a new pod, so the pods of the earlier template that "
+            f"serve nothing are replaced first: {', '.join(observed.replacing_first)}",
             g,
         )
+    if n.ready < n.desired or n.updated < n.current or n.current != n.desired:
+        return condition(r.PROGRESSING, TRUE, r.ROLLING_OUT, counts, g)
     message = f"all {n.desired} pods ready and up to date"
     return condition(r.PROGRESSING, FALSE, r.STABLE, message, g)
+
+
+def newly_replacing_first(old: LLMDeploymentStatus, new: LLMDeploymentStatus) -> str | None:
+    """Progressing's message when the rollout has just begun replacing pods that serve nothing
+    first (for the Event, once); None otherwise."""
+    now = find(new.conditions, r.PROGRESSING)
+    if now is None or now.reason != r.REPLACING_UNSERVING_PODS:
+        return None
+    before = find(old.conditions, r.PROGRESSING)
+    return None if before is not None and before.reason == now.reason else now.message
 
 
 def scaling_limited(observed: Observed, stuck: list[tuple[str, str]], g: int) -> Condition:
