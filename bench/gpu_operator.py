@@ -31,7 +31,15 @@ RUNS = {
     "": (GPU_DIR / "h200-2026-11-27-gpulab-triton.jsonl", "h200-gpulab-triton-8b-cache"),
     "h100_no_triton_cache_": (GPU_DIR / "h100-2026-11-27-gpulab.jsonl", "h100-gpulab-8b-cache"),
     "70b_fp8_": (GPU_DIR / "h200x2-2026-11-28-gpulab-70b-fp8.jsonl", "h200x2-gpulab-70b-fp8"),
+    # - 2026-11-28, two H200s: real bytes (`8b-real`), a checkpoint of random weights that
+    #   load_probe.py wrote to the machine's disk, page cache dropped before the first pod.
+    "8b_real_": (GPU_DIR / "h200x2-2026-11-28-gpulab-8b-real.jsonl", "h200x2-gpulab-8b-real"),
 }
+# Scale from zero through the router and KEDA (dev/gpulab/zero.py): one request at zero to each of
+# two LLMDeployments at once, `warm` (compile cache on the claim) and `cold` (in the pod).
+ZERO = GPU_DIR / "h200x2-2026-11-28-gpulab-zero.jsonl"
+# vLLM's loading options on that checkpoint (load_probe.py time), page cache dropped and warm.
+LOAD = GPU_DIR / "h200x2-2026-11-28-load.jsonl"
 SLEEP = GPU_DIR / "h200-2026-11-27-sleep.jsonl"
 # Five rounds of sleep, wake and a completion on one TP2 engine (sleep_contract.py --cycles).
 SLEEP_TP2 = GPU_DIR / "h200x2-2026-11-28-sleep-tp2.jsonl"
@@ -128,8 +136,11 @@ def run() -> dict[str, float]:
         found, run_figures = one_run(path, logs)
         all_phases[path.name] = found
         figures |= {f"gpu_operator_{suffix}{k}": v for k, v in run_figures.items()}
-    PHASES_OUT.write_text(json.dumps(all_phases, indent=1) + "\n")
     sleep = {row["step"]: row for row in _runs(SLEEP)}
+    real = all_phases[RUNS["8b_real_"][0].name]["cold"]
+    figures["gpu_operator_8b_real_weight_load_cold_s"] = round(real["weight_load_s"], 1)
+    at_zero = zero(all_phases)
+    PHASES_OUT.write_text(json.dumps(all_phases, indent=1) + "\n")
     return (
         figures
         | {
@@ -140,6 +151,8 @@ def run() -> dict[str, float]:
         | tp2_sleep()
         | two_at_once()
         | probe()
+        | at_zero
+        | load()
     )
 
 
@@ -178,6 +191,38 @@ def probe() -> dict[str, float]:
     return {
         "gpu_serve_warm_first_token_median_s": warm[len(warm) // 2],
         "gpu_serve_warm_first_token_api_server_entry_median_s": sorted(entry)[len(entry) // 2],
+    }
+
+
+def zero(all_phases: dict[str, Any]) -> dict[str, float]:
+    """A streamed completion sent through the router at zero, to its first token; KEDA's part
+    (the send to the engine pod's creation) and the router's (the pod Ready to the first token).
+    The pod's phases join operator-start-phases.json."""
+    out: dict[str, float] = {}
+    for record in _runs(ZERO):
+        case = record["scenario"].removeprefix("zero-")
+        if record.get("http_status") != 200 or not record.get("tokens"):
+            raise ValueError(f"the request at zero ({case}) was not answered: {record}")
+        marks = record["at_zero"]
+        found = phases(LOGS / f"h200x2-gpulab-zero-{case}-1.log")
+        found["first_token_s"] = round(record["first_token_s"] - marks["container_running_s"], 1)
+        all_phases.setdefault(ZERO.name, {})[case] = found
+        suffix = "" if case == "warm" else f"_{case}"
+        out |= {
+            f"gpu_scale_from_zero_first_token{suffix}_s": record["first_token_s"],
+            f"gpu_scale_from_zero_keda{suffix}_s": marks["pod_created_s"],
+            f"gpu_scale_from_zero_router_admission{suffix}_s": round(
+                record["first_token_s"] - marks["pod_ready_s"], 2
+            ),
+        }
+    return out
+
+
+def load() -> dict[str, float]:
+    """vLLM's `Model loading took` for each loading option, page cache dropped and warm."""
+    rows = [r for r in _runs(LOAD) if r["step"] == "serve"]
+    return {
+        f"gpu_weight_load_8b_{r['option']}_{r['page_cache']}_s": round(r["load_s"], 1) for r in rows
     }
 
 

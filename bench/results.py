@@ -649,6 +649,79 @@ FIGURES: dict[str, tuple[str, str]] = {
         "`vllm` CLI (which imports every subcommand): no gain, median of 3",
         "s",
     ),
+    "gpu_scale_from_zero_first_token_s": (
+        "Scale from zero on a real GPU, through the product (dev/gpulab scenario `zero`: the "
+        "lab's control plane, KEDA v2.21.0, Prometheus, the operator, the vLLM Router and a node "
+        "runner on a two-H200 machine): a streamed completion sent to the router of an "
+        "LLMDeployment at zero (Llama-3.1-8B, one H200, model cache claim, compile cache warm "
+        "on it, dummy weights, vLLM 0.26.0, 2026-11-28), to its first token; goal 30 s",
+        "s",
+    ),
+    "gpu_scale_from_zero_keda_s": (
+        "… of it, the send to the engine pod's creation (the router's no_available_workers "
+        "error scraped, KEDA's 5 s poll)",
+        "s",
+    ),
+    "gpu_scale_from_zero_router_admission_s": (
+        "… of it, the engine pod Ready to the first token (the router picking the engine up)",
+        "s",
+    ),
+    "gpu_scale_from_zero_first_token_cold_s": (
+        "… the same at once on the machine's other GPU with the compile cache in the pod "
+        "(compileCache: podLocal, as without a claim): torch.compile afresh",
+        "s",
+    ),
+    "gpu_scale_from_zero_keda_cold_s": ("… of it, the send to the engine pod's creation", "s"),
+    "gpu_scale_from_zero_router_admission_cold_s": (
+        "… of it, the engine pod Ready to the first token",
+        "s",
+    ),
+    "gpu_operator_8b_real_first_token_cold_s": (
+        "The operator's engine pod on real bytes (dev/gpulab scenario `8b-real`): a 15 GiB "
+        "checkpoint of random bf16 weights in Llama-3.1-8B's shape on the machine's local disk "
+        "(bench/gpu/load_probe.py write), page cache dropped, one H200, model cache claim, "
+        "vLLM 0.26.0, 2026-11-28; first pod, container start to first token (PlanVerified=True)",
+        "s",
+    ),
+    "gpu_operator_8b_real_first_token_warm_s": (
+        "… the replacement pod: compile cache from the claim, the checkpoint in the page cache",
+        "s",
+    ),
+    "gpu_operator_8b_real_weight_load_cold_s": (
+        "… vLLM's `Model loading took`, first pod (page cache dropped: read from disk)",
+        "s",
+    ),
+    "gpu_operator_8b_real_imports_cold_s": ("… imports, first pod", "s"),
+    "gpu_operator_8b_real_imports_warm_s": ("… imports, replacement pod", "s"),
+    "gpu_operator_8b_real_compile_cold_s": ("… torch.compile, first pod", "s"),
+    "gpu_operator_8b_real_compile_warm_s": ("… torch.compile, replacement pod", "s"),
+    "gpu_operator_8b_real_compile_cache_init_speedup": (
+        "… vLLM's engine init, first pod over replacement pod",
+        "x",
+    ),
+    "gpu_operator_8b_real_kv_error_cold_pct": ("… KV vs plan, first pod", "%"),
+    "gpu_operator_8b_real_kv_error_warm_pct": ("… KV vs plan, replacement", "%"),
+    "gpu_operator_8b_real_kv_error_warm_cached_plan_pct": (
+        "… KV vs the plan's compile-cached figure, replacement",
+        "%",
+    ),
+    "gpu_weight_load_8b_default_dropped_s": (
+        "vLLM's `Model loading took` for that checkpoint under `vllm serve` (bench/gpu/"
+        "load_probe.py time, one H200, vLLM 0.26.0, 2026-11-28), vLLM's default loader, page "
+        "cache dropped; this run shared the machine with start_probe.py on the other GPU",
+        "s",
+    ),
+    "gpu_weight_load_8b_default_warm_s": ("… default, page cache warm", "s"),
+    "gpu_weight_load_8b_prefetch_dropped_s": (
+        "… `--safetensors-load-strategy prefetch`, page cache dropped (alone on the machine)",
+        "s",
+    ),
+    "gpu_weight_load_8b_prefetch_warm_s": ("… prefetch, page cache warm", "s"),
+    "gpu_weight_load_8b_eager_dropped_s": (
+        "… `--safetensors-load-strategy eager`, page cache dropped",
+        "s",
+    ),
+    "gpu_weight_load_8b_eager_warm_s": ("… eager, page cache warm", "s"),
     "startup_prediction_error_max_pct": (
         "The planner's predicted `vllm.LLM()` to ready (planner/startup.py: imports, load, "
         "torch.compile cold or warm, CUDA graphs, KV profiling) vs each of the 40 engine starts "

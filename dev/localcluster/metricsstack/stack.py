@@ -155,7 +155,13 @@ class MetricsStack(StackReadiness):
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.home,
-                env={**os.environ, "PYTHONPATH": str(dev_dir)},
+                # dev/ ahead of the caller's: dev/gpulab adds the packages it carries.
+                env={
+                    **os.environ,
+                    "PYTHONPATH": os.pathsep.join(
+                        filter(None, (str(dev_dir), os.environ.get("PYTHONPATH")))
+                    ),
+                },
             )
         self.pidfile.write_text(str(proc.pid))
 
