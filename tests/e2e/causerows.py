@@ -19,7 +19,7 @@ from localcluster.supervisor import Cluster
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
 
-from .harness import TEST_NAMESPACE_LABEL, bound_claim, condition
+from .harness import TEST_NAMESPACE_LABEL, bound_claim, condition, wait_until
 
 PLURALS = {"LLMDeployment": "llmdeployments", "LLMBatchJob": "llmbatchjobs"}
 
@@ -224,6 +224,21 @@ def wait_all(
         time.sleep(0.5)
     if left:
         print(f"{what}: not within {timeout:.0f} s: {sorted(left)}")
+
+
+def claims_bound(w: World, within: float) -> None:
+    """Waits until every claim made for a volume of its own (`claim`) is Bound: a row's pod must
+    find what exists from the start as it will stay, not a claim the volume controller has yet to
+    bind (the scheduler would say it is unbound, and try the pod again only minutes later)."""
+
+    def unbound() -> list[str]:
+        claims = w.core.list_namespaced_persistent_volume_claim(w.namespace).items
+        return [c.metadata.name for c in claims if c.spec.volume_name and c.status.phase != "Bound"]
+
+    try:
+        wait_until(lambda: not unbound(), within, 0.5)
+    except AssertionError:
+        raise AssertionError(f"claims not Bound within {within:.0f} s: {unbound()}") from None
 
 
 def apply_until_named(

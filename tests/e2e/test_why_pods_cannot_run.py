@@ -56,6 +56,7 @@ from .causerows import (
     apply_until_named,
     cause_gone,
     claim,
+    claims_bound,
     configmap,
     delete_node,
     engine,
@@ -100,6 +101,7 @@ UNPULLABLE = "docker.io/llmfleet/no-such-engine:1"
 # (the adapter fetcher's) has no `vllm`, busybox no `python3` for the batch runner.
 NO_VLLM, NO_PYTHON = DEFAULT_FETCHER_IMAGE, "busybox"
 CPU_NO_NODE_HAS = "500"  # the e2e nodes have 96
+CLAIMS_BIND_WITHIN = 30.0  # the volume controller binds a claim to its named volume in a second
 LATE_PODS_GONE_WITHIN = 60.0  # kwok ends a deleted pod in a second or two
 
 
@@ -291,6 +293,7 @@ def outcomes(
                         row.undo(w, name)
                 for make in row.present:
                     make(w, name)
+            claims_bound(w, CLAIMS_BIND_WITHIN)
 
             def shown(name: str) -> bool:
                 if ROWS[name].kind == "LLMDeployment":  # what a person reads without -o yaml
