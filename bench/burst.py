@@ -30,7 +30,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from localcluster.metricsstack.load import (
     wait_free_gpus,
     wait_until,
 )
+from localcluster.metricsstack.sampling import Sampling
 from localcluster.metricsstack.zero import router_ip
 from localcluster.noderunner import adaptations
 from localcluster.operator_process import Operator
@@ -85,8 +85,7 @@ class Sampler:
     namespace: str
     samples: list[tuple[float, int, int]] = field(default_factory=list)
     pods: dict[str, dict[str, float]] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _sampling: Sampling | None = None
 
     def sample(self) -> None:
         items = self.core.list_namespaced_pod(self.namespace, label_selector=ENGINES).items
@@ -103,23 +102,13 @@ class Sampler:
                 if c.type == "Ready" and c.status == "True" and "ready" not in seen:
                     seen["ready"] = c.last_transition_time.timestamp()
 
-    def _loop(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            try:
-                self.sample()
-            except Exception as e:  # an API hiccup: the next sample covers it
-                print(f"   sample failed: {e}", file=sys.stderr)
-
     def __enter__(self) -> Sampler:
-        self.sample()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
+        self._sampling = Sampling(self.sample, SAMPLE_S, "   sample failed").__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(10)
+        if self._sampling:
+            self._sampling.__exit__(None, None, None)
 
 
 def llmd(config: str, model: bp.EngineModel, max_replicas: int) -> dict[str, Any]:

@@ -46,7 +46,6 @@ import ipaddress
 import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -66,6 +65,7 @@ from localcluster.metricsstack.load import (
     tiny_llmd,
     wait_until,
 )
+from localcluster.metricsstack.sampling import Sampling
 from localcluster.metricsstack.scrape_config import ENGINE_JOB, OPERATOR_JOB
 from localcluster.promtext import per_worker, scrape, total
 from localcluster.routerapi import routed_engines
@@ -153,18 +153,15 @@ class Monitor:
     router_ip: str
     samples: list[dict[str, Any]] = field(default_factory=list)
     pods: dict[str, PodTrack] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _sampling: Sampling | None = None
 
     def __enter__(self) -> Monitor:
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
+        self._sampling = Sampling(self._sample, 2.0, "monitor", slow=5.0).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(10)
+        if self._sampling:
+            self._sampling.__exit__(None, None, None)
 
     def timeline(self, since: float) -> str:
         """One line per sample: what the HPA, the status and Prometheus said."""
@@ -180,17 +177,6 @@ class Monitor:
 
     def last(self) -> dict[str, Any]:
         return self.samples[-1] if self.samples else {}
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            began = time.monotonic()
-            try:
-                self._sample()
-            except Exception as e:  # an API hiccup must not end the monitor
-                print(f"monitor: {e!r}")
-            if (took := time.monotonic() - began) > 5:
-                print(f"monitor: a sample took {took:.1f}s")
-            self._stop.wait(2.0)
 
     def _sample(self) -> None:
         now = time.time()

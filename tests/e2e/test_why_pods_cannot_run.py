@@ -22,23 +22,23 @@ import contextlib
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from clusters import fresh_namespace
 from kubernetes import client
 from localcluster.metricsstack.load import (
     TINY_ARCHITECTURE,
-    delete_llmd,
+    delete_llmds,
     tiny_llmd,
     wait_free_gpus,
 )
-from localcluster.nodes import Pool
 from localcluster.supervisor import Cluster
+from localcluster.waiting import wait_until
 
 from llmfleet import API_GROUP as GROUP
 from llmfleet import API_VERSION as VERSION
@@ -47,12 +47,32 @@ from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
 from llmfleet.render.names import HTTP_PORT
 
 from . import localnode
+from .causerows import (
+    PLURALS,
+    Outcome,
+    Row,
+    Step,
+    World,
+    apply_until_named,
+    cause_gone,
+    claim,
+    claims_bound,
+    configmap,
+    delete_node,
+    engine,
+    get,
+    gpu_node,
+    recovered,
+    secret,
+    unbound_claim,
+    volume_for,
+    wait_all,
+    warnings,
+)
 from .harness import (
     E2E_GPU_PRODUCT,
     TEST_NAMESPACE_LABEL,
     Operator,
-    bound_claim,
-    condition,
     stand_in,
 )
 
@@ -81,107 +101,8 @@ UNPULLABLE = "docker.io/llmfleet/no-such-engine:1"
 # (the adapter fetcher's) has no `vllm`, busybox no `python3` for the batch runner.
 NO_VLLM, NO_PYTHON = DEFAULT_FETCHER_IMAGE, "busybox"
 CPU_NO_NODE_HAS = "500"  # the e2e nodes have 96
-PLURALS = {"LLMDeployment": "llmdeployments", "LLMBatchJob": "llmbatchjobs"}
-
-
-@dataclass(frozen=True)
-class World:
-    api: client.ApiClient
-    cluster: Cluster
-    namespace: str
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-
-Step = Callable[[World, str], None]  # given the world and the row's resource name
-
-
-def secret(name: str, key: str) -> Step:
-    def create(w: World, _: str) -> None:
-        w.core.create_namespaced_secret(
-            w.namespace, {"metadata": {"name": name}, "stringData": {key: "s3cret"}}
-        )
-
-    return create
-
-
-def configmap(name: str, key: str) -> Step:
-    line = {"custom_id": "1", "method": "POST", "url": "/v1/completions", "body": {"prompt": "a"}}
-
-    def create(w: World, _: str) -> None:
-        w.core.create_namespaced_config_map(
-            w.namespace, {"metadata": {"name": name}, "data": {key: json.dumps(line) + "\n"}}
-        )
-
-    return create
-
-
-def claim(name: str) -> Step:
-    """A claim bound to a PersistentVolume of its own (kwok mounts nothing)."""
-
-    def create(w: World, _: str) -> None:
-        bound_claim(w.core, w.namespace, name, f"/nonexistent/{w.namespace}-{name}")
-
-    return create
-
-
-def unbound_claim(name: str) -> Step:
-    """A claim that nothing binds: no volume names it and no provisioner runs here."""
-
-    def create(w: World, _: str) -> None:
-        spec = {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": "",
-            "resources": {"requests": {"storage": "1Gi"}},
-        }
-        w.core.create_namespaced_persistent_volume_claim(
-            w.namespace, {"metadata": {"name": name}, "spec": spec}
-        )
-
-    return create
-
-
-def volume_for(name: str) -> Step:
-    """A PersistentVolume for the unbound claim `name`: the volume controller binds them."""
-
-    def create(w: World, _: str) -> None:
-        spec = {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "hostPath": {"path": f"/nonexistent/{w.namespace}-{name}"},
-            "claimRef": {"namespace": w.namespace, "name": name},
-        }
-        labels = {TEST_NAMESPACE_LABEL: w.namespace}
-        w.core.create_persistent_volume(
-            {"metadata": {"name": f"{w.namespace}-{name}", "labels": labels}, "spec": spec}
-        )
-
-    return create
-
-
-def gpu_node(pool: str, product: str) -> Step:
-    def create(w: World, _: str) -> None:
-        w.cluster.apply_nodes([Pool(name=pool, count=1, gpus=8, product=product)])
-
-    return create
-
-
-def delete_node(pool: str) -> Step:
-    return lambda w, _: w.core.delete_node(f"kwok-{pool}-0")
-
-
-def engine(**fields: Any) -> Step:
-    """Corrects the LLMDeployment's spec.engine: the operator rolls a new pod template."""
-
-    def fix(w: World, name: str) -> None:
-        patch = json.dumps({"spec": {"engine": fields}})
-        w.cluster.kubectl("patch", "llmd", name, "-n", w.namespace, "--type=merge", "-p", patch)
-
-    return fix
+CLAIMS_BIND_WITHIN = 30.0  # the volume controller binds a claim to its named volume in a second
+LATE_PODS_GONE_WITHIN = 60.0  # kwok ends a deleted pod in a second or two
 
 
 def llmd(**spec: Any) -> dict[str, Any]:
@@ -204,26 +125,6 @@ def batch_with_inputs(name: str, **spec: Any) -> tuple[dict[str, Any], tuple[Ste
     """A batch job whose input and output exist: the job and what to create before it."""
     prompts, results = f"{name}-prompts", f"{name}-results"
     return batch(prompts, results, **spec), (configmap(prompts, "in.jsonl"), claim(results))
-
-
-@dataclass(frozen=True)
-class Row:
-    body: dict[str, Any]
-    reason: str  # of Available (LLMDeployment) or Running (LLMBatchJob), and of the Event
-    field: str
-    said: str  # what status quotes after the field, as Kubernetes said it
-    fix: Step | None  # removes the cause; None: only a new resource would (an immutable spec)
-    present: tuple[Step, ...] = ()  # what exists from the start
-    undo: Step | None = None  # what `fix` made outside the namespace
-    edits: int = 0  # edits of the resource that `fix` makes (a corrected field)
-
-    @property
-    def kind(self) -> str:
-        return str(self.body["kind"])
-
-    @property
-    def cause(self) -> str:
-        return f"{self.field}: {self.said}"
 
 
 def _rows() -> dict[str, Row]:
@@ -370,88 +271,6 @@ def _rows() -> dict[str, Row]:
 ROWS = _rows()
 
 
-@dataclass
-class Outcome:
-    """What one row's resource did: when status named the cause, and when it recovered."""
-
-    said_after: float | None = None
-    said: dict[str, Any] = field(default_factory=dict)  # the condition then
-    event: str = ""  # the Warning Event's message then
-    shown: str = ""  # `kubectl get` then
-    recovered_after: float | None = None
-    after: dict[str, Any] = field(default_factory=dict)  # the resource once the cause left
-    warnings: int = 0  # Warning Events of the row's reason at the end
-    last_seen: dict[str, Any] = field(default_factory=dict)  # the condition when last asked
-
-
-def get(w: World, kind: str, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(w.api).get_namespaced_custom_object(
-        GROUP, VERSION, w.namespace, PLURALS[kind], name
-    )
-    return obj
-
-
-def warnings(w: World) -> dict[tuple[str, str, str], list[str]]:
-    """The namespace's Warning Events: (kind, name, reason) -> messages."""
-    out: dict[tuple[str, str, str], list[str]] = {}
-    for e in w.core.list_namespaced_event(w.namespace).items:
-        if e.type == "Warning":
-            key = (e.involved_object.kind, e.involved_object.name, e.reason)
-            out.setdefault(key, []).append(e.message)
-    return out
-
-
-def said_now(
-    w: World,
-    name: str,
-    row: Row,
-    events: dict[tuple[str, str, str], list[str]],
-    seen: Outcome | None = None,
-) -> tuple[dict[str, Any], str] | None:
-    """The condition and the Event naming the row's cause, once status and an Event both do;
-    `seen` keeps the condition as it was, for a row that never gets there."""
-    ctype = "Available" if row.kind == "LLMDeployment" else "Running"
-    cond = condition(get(w, row.kind, name), ctype)
-    if seen is not None:
-        seen.last_seen = cond
-    if cond.get("status") != "False" or cond.get("reason") != row.reason:
-        return None
-    messages = events.get((row.kind, name, row.reason), [])
-    return (cond, messages[0]) if messages else None
-
-
-def recovered(obj: dict[str, Any], row: Row) -> bool:
-    if row.kind == "LLMDeployment":
-        return condition(obj, "Available").get("status") == "True"
-    # kwok ends a Job's pod as soon as it runs: Complete, or Running on the way.
-    return (obj.get("status") or {}).get("phase") in ("Running", "Complete")
-
-
-def cause_gone(obj: dict[str, Any], row: Row) -> bool:
-    return row.cause not in json.dumps((obj.get("status") or {}).get("conditions") or [])
-
-
-def wait_all(
-    what: str,
-    timeout: float,
-    names: Iterable[str],
-    step: Callable[[str], bool],
-    each_round: Callable[[], None] = lambda: None,
-) -> None:
-    """Asks `step(name)` of every row not done yet, every half second (after `each_round()`),
-    until each said yes or `timeout` passed; the rows left never did (their tests fail)."""
-    deadline = time.monotonic() + timeout
-    left = list(names)
-    while left and time.monotonic() < deadline:
-        each_round()
-        for name in list(left):
-            if step(name):
-                left.remove(name)
-        time.sleep(0.5)
-    if left:
-        print(f"{what}: not within {timeout:.0f} s: {sorted(left)}")
-
-
 @pytest.fixture(scope="module")
 def outcomes(
     api: client.ApiClient,
@@ -459,9 +278,11 @@ def outcomes(
     operator: Operator,
     test_namespaces: list[str],
     finish_namespace: Callable[[str], None],
+    engine_rows: Future[dict[str, Served]],
 ) -> Iterator[dict[str, Outcome]]:
     """Every row's resource applied at once, named, fixed at once and recovered: each row's
-    outcome, for the tests below to judge."""
+    outcome, for the tests below to judge. The engine rows (`engine_rows`) run meanwhile: these
+    wait on the scheduler, kwok and the operator, those on the node runner's engines."""
     with fresh_namespace(api, "why-pods-cannot-run", test_namespaces, finish_namespace) as ns:
         w = World(api, cluster, ns)
         found = {name: Outcome() for name in ROWS}
@@ -472,26 +293,15 @@ def outcomes(
                         row.undo(w, name)
                 for make in row.present:
                     make(w, name)
-            docs = [row.body | {"metadata": {"name": name}} for name, row in ROWS.items()]
-            started = time.monotonic()
-            cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
-            events: dict[tuple[str, str, str], list[str]] = {}
+            claims_bound(w, CLAIMS_BIND_WITHIN)
 
-            def read_events() -> None:
-                events.clear()
-                events.update(warnings(w))
-
-            def named(name: str) -> bool:
-                said = said_now(w, name, ROWS[name], events, found[name])
-                if said is None:
-                    return False
-                found[name].said_after = time.monotonic() - started
-                found[name].said, found[name].event = said
+            def shown(name: str) -> bool:
                 if ROWS[name].kind == "LLMDeployment":  # what a person reads without -o yaml
                     found[name].shown = cluster.kubectl("get", "llmd", name, "-n", ns)
                 return True
 
-            wait_all("named", SAID_WITHIN, ROWS, named, read_events)
+            started = time.monotonic()
+            apply_until_named(w, ROWS, {n: n for n in ROWS}, found, SAID_WITHIN, shown)
             fixable = {n: r for n, r in ROWS.items() if r.fix is not None}
             fixed = time.monotonic()
             for name, row in fixable.items():
@@ -512,11 +322,12 @@ def outcomes(
             wait_all("recovered", RECOVERS_WITHIN + CAUSE_CLEARS_WITHIN, fixable, cleared)
             took = time.monotonic() - started
             print(f"{len(ROWS)} rows: applied, named, fixed and recovered in {took:.1f} s")
-            read_events()
+            events = warnings(w)
             for name, row in ROWS.items():
                 found[name].warnings = len(events.get((row.kind, name, row.reason), []))
             yield found
         finally:
+            _leave_no_pod_on_the_late_nodes(w)
             for name, row in ROWS.items():
                 if row.undo is not None:
                     row.undo(w, name)
@@ -524,6 +335,29 @@ def outcomes(
                 label_selector=f"{TEST_NAMESPACE_LABEL}={ns}"
             ).items:
                 w.core.delete_persistent_volume(pv.metadata.name)
+
+
+def _leave_no_pod_on_the_late_nodes(w: World) -> None:
+    """Deletes the rows' resources whose pods the fix put on a GPU node of their own, and waits
+    until those pods are gone: a node deleted under a pod leaves it Terminating with no kubelet
+    to end it, holding the namespace's deletion until the pod garbage collector's orphan sweep
+    (78 s here)."""
+    for name, row in ROWS.items():
+        if row.undo is not None:
+            with contextlib.suppress(client.ApiException):
+                client.CustomObjectsApi(w.api).delete_namespaced_custom_object(
+                    GROUP, VERSION, w.namespace, PLURALS[row.kind], name
+                )
+    nodes = {f"kwok-{pool}-0" for pool in LATE_POOLS.values()}
+
+    def left() -> list[str]:
+        pods = w.core.list_namespaced_pod(w.namespace).items
+        return [p.metadata.name for p in pods if p.spec.node_name in nodes]
+
+    try:
+        wait_until(lambda: not left(), timeout=LATE_PODS_GONE_WITHIN, interval=0.5)
+    except AssertionError:
+        print(f"still on the late nodes after {LATE_PODS_GONE_WITHIN:.0f} s: {left()}")
 
 
 @pytest.mark.parametrize("name", ROWS, ids=ROWS)
@@ -637,68 +471,72 @@ class Served:
     answer: str = ""
 
 
+def serve_engine_rows(w: World, names: dict[str, str]) -> dict[str, Served]:
+    """Both engine rows applied at once on the node runner, named, fixed and serving."""
+    found = {row: Served() for row in ENGINE_ROWS}
+
+    def kubelet_said(row: str) -> bool:
+        pod = engine_pod(w, names[row])
+        waiting = pod.status.container_statuses[0].state.waiting if pod else None
+        if waiting is None:
+            return False
+        found[row].waiting = (waiting.reason, waiting.message or "")
+        return True
+
+    started = time.monotonic()
+    outcomes = {row: found[row].outcome for row in ENGINE_ROWS}
+    apply_until_named(w, ENGINE_ROWS, names, outcomes, SAID_WITHIN, kubelet_said)
+    fixed = time.monotonic()
+    for row, r in ENGINE_ROWS.items():
+        assert r.fix is not None
+        r.fix(w, names[row])
+
+    def serving(row: str) -> bool:
+        obj = get(w, "LLMDeployment", names[row])
+        pod = engine_pod(w, names[row])
+        if not recovered(obj, ENGINE_ROWS[row]) or pod is None:
+            return False
+        found[row].answer = completion(pod.status.pod_ip)
+        found[row].outcome.recovered_after = time.monotonic() - fixed
+        found[row].outcome.after = obj
+        return True
+
+    wait_all("serving", SERVES_WITHIN, ENGINE_ROWS, serving)
+    took = time.monotonic() - started
+    print(f"{len(ENGINE_ROWS)} engine rows: named, fixed and serving in {took:.1f} s")
+    return found
+
+
 @pytest.fixture(scope="module")
-def served(
+def engine_rows(
     api: client.ApiClient,
     cluster: Cluster,
     operator: Operator,
     node_runner: str,
     test_namespaces: list[str],
     finish_namespace: Callable[[str], None],
-) -> Iterator[dict[str, Served]]:
-    """Both engine rows applied at once on the node runner, named, fixed and serving."""
+) -> Iterator[Future[dict[str, Served]]]:
+    """The engine rows, run on a thread of their own from the module's start (`outcomes` asks for
+    them first), their LLMDeployments deleted at the end."""
     wait_free_gpus(client.CoreV1Api(api), node_runner, NODE_GPUS)
-    with fresh_namespace(api, "engines-cannot-run", test_namespaces, finish_namespace) as ns:
-        w = World(api, cluster, ns)
-        found = {name: Served() for name in ENGINE_ROWS}
-        names = {row: str(r.body["metadata"]["name"]) for row, r in ENGINE_ROWS.items()}
+    names = {row: str(r.body["metadata"]["name"]) for row, r in ENGINE_ROWS.items()}
+    with (
+        fresh_namespace(api, "engines-cannot-run", test_namespaces, finish_namespace) as ns,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        running = pool.submit(serve_engine_rows, World(api, cluster, ns), names)
         try:
-            docs = [r.body for r in ENGINE_ROWS.values()]
-            started = time.monotonic()
-            cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
-            events: dict[tuple[str, str, str], list[str]] = {}
-
-            def read_events() -> None:
-                events.clear()
-                events.update(warnings(w))
-
-            def named(row: str) -> bool:
-                said = said_now(w, names[row], ENGINE_ROWS[row], events)
-                pod = engine_pod(w, names[row])
-                if said is None or pod is None:
-                    return False
-                waiting = pod.status.container_statuses[0].state.waiting
-                if waiting is None:
-                    return False
-                found[row].outcome.said_after = time.monotonic() - started
-                found[row].outcome.said, found[row].outcome.event = said
-                found[row].waiting = (waiting.reason, waiting.message or "")
-                return True
-
-            wait_all("named", SAID_WITHIN, ENGINE_ROWS, named, read_events)
-            fixed = time.monotonic()
-            for row, r in ENGINE_ROWS.items():
-                assert r.fix is not None
-                r.fix(w, names[row])
-
-            def serving(row: str) -> bool:
-                obj = get(w, "LLMDeployment", names[row])
-                pod = engine_pod(w, names[row])
-                if not recovered(obj, ENGINE_ROWS[row]) or pod is None:
-                    return False
-                found[row].answer = completion(pod.status.pod_ip)
-                found[row].outcome.recovered_after = time.monotonic() - fixed
-                found[row].outcome.after = obj
-                return True
-
-            wait_all("serving", SERVES_WITHIN, ENGINE_ROWS, serving)
-            took = time.monotonic() - started
-            print(f"{len(ENGINE_ROWS)} engine rows: named, fixed and serving in {took:.1f} s")
-            yield found
+            yield running
         finally:
-            for name in names.values():
-                with contextlib.suppress(client.ApiException):
-                    delete_llmd(api, ns, name)
+            with contextlib.suppress(Exception):  # what it raised, `served` raised already
+                running.result()
+            with contextlib.suppress(client.ApiException):
+                delete_llmds(api, ns, names.values())
+
+
+@pytest.fixture(scope="module")
+def served(engine_rows: Future[dict[str, Served]]) -> dict[str, Served]:
+    return engine_rows.result()
 
 
 @pytest.mark.parametrize("row", ENGINE_ROWS, ids=ENGINE_ROWS)

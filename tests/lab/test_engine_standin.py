@@ -31,20 +31,11 @@ from localcluster.standin.engine import Engine
 from localcluster.standin.metrics import render
 from localcluster.standin.scheduler import Scheduler, Seq
 from prometheus_client.parser import text_string_to_metric_families
+from standin_model import tiny_model
 
 from llmfleet.reconcile.llmdeployment.kvcache import parse_kv_cache_tokens
 
 REPO = Path(__file__).resolve().parents[2]
-# The tiny test model's config.json (dev/dataplane/tiny_model.py), as far as the cache needs it.
-TINY = {
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 64,
-    "hidden_size": 128,
-    "max_position_embeddings": 2048,
-    "dtype": "bfloat16",
-}
 GIB = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
@@ -124,11 +115,6 @@ def test_an_aborted_request_leaves_the_queue_and_frees_its_blocks() -> None:
     assert running.finish_reason == waiting.finish_reason == "abort"
 
 
-def model(tmp_path: Path, **changes: Any) -> str:
-    (tmp_path / "config.json").write_text(json.dumps({**TINY, **changes}))
-    return str(tmp_path)
-
-
 # (flags after --model, env, model config changes) -> (num_gpu_blocks, block size, KV tokens)
 KV_CACHES: dict[str, tuple[list[str], dict[str, str], dict[str, Any], tuple[int, int, int]]] = {
     # What the real engine reported for the operator's tiny LLMDeployment (1 GiB, 64 KiB a block).
@@ -170,7 +156,8 @@ KV_CACHES: dict[str, tuple[list[str], dict[str, str], dict[str, Any], tuple[int,
 @pytest.mark.parametrize("case", list(KV_CACHES), ids=list(KV_CACHES))
 def test_the_kv_cache_is_what_vllms_cpu_build_allocates(tmp_path: Path, case: str) -> None:
     flags, env, changes, (blocks, block_size, tokens) = KV_CACHES[case]
-    cfg = engine_config(["--model", model(tmp_path, **changes), *flags, "--unknown", "x"], env)
+    where = tiny_model(tmp_path, **changes)
+    cfg = engine_config(["--model", where, *flags, "--unknown", "x"], env)
     assert (cfg.num_gpu_blocks, cfg.block_size, cfg.kv_cache_size_tokens) == (
         blocks,
         block_size,
@@ -198,7 +185,7 @@ def test_vllm_would_not_start(
     tmp_path: Path, flags: list[str], env: dict[str, str], message: str
 ) -> None:
     with pytest.raises(StartupError, match=message):
-        engine_config(["--model", model(tmp_path), *flags], env)
+        engine_config(["--model", tiny_model(tmp_path), *flags], env)
 
 
 @pytest.mark.parametrize(
@@ -209,13 +196,14 @@ def test_vllm_would_not_start(
     ],
 )
 def test_the_model_is_read_first_positional_or_as_model(tmp_path: Path, flags: list[str]) -> None:
-    where = model(tmp_path)
+    where = tiny_model(tmp_path)
     cfg = engine_config([f.format(model=where) for f in flags], GIB)
     assert (cfg.model, cfg.max_num_seqs) == (where, 3)
 
 
 def test_the_server_counts_running_and_waiting_requests(tmp_path: Path) -> None:
-    flags = ["--model", model(tmp_path), "--max-num-seqs", "2", "--served-model-name", "tiny"]
+    flags = ["--model", tiny_model(tmp_path), "--max-num-seqs", "2"]
+    flags += ["--served-model-name", "tiny"]
     cfg = engine_config(flags, GIB)
 
     async def scenario() -> tuple[list[tuple[float, float]], list[Any]]:
@@ -252,7 +240,7 @@ def test_the_server_counts_running_and_waiting_requests(tmp_path: Path) -> None:
 
 
 def test_a_client_that_goes_away_aborts_its_request(tmp_path: Path) -> None:
-    cfg = engine_config(["--model", model(tmp_path), "--max-num-seqs", "1"], GIB)
+    cfg = engine_config(["--model", tiny_model(tmp_path), "--max-num-seqs", "1"], GIB)
 
     async def scenario() -> tuple[int, int, float]:
         engine = Engine(cfg, token_s=0.01)
@@ -311,7 +299,7 @@ def test_sigterm_drains_or_aborts_in_flight_requests_then_closes_the_port(
     test_router.py)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    flags = ["--model", model(tmp_path), "--host", "127.0.0.1", "--port", str(port)]
+    flags = ["--model", tiny_model(tmp_path), "--host", "127.0.0.1", "--port", str(port)]
     flags += ["--max-num-seqs", "2", "--shutdown-timeout", shutdown_timeout]
     env = {
         **os.environ,

@@ -12,8 +12,7 @@ from kubernetes import client
 from kwokgate_fakes import FakeCore
 from localcluster import containerstart, imagepull, kwokgate, podrefs
 from localcluster.noderunner.container import container_status
-from localcluster.noderunner.pods import PodWorker
-from localcluster.noderunner.podstate import Hooks
+from podworkers import pod_worker
 
 from llmfleet.models import DEFAULT_BATCH_IMAGE, DEFAULT_ENGINE_IMAGE
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE
@@ -217,26 +216,7 @@ def test_the_node_runner_does_not_start_a_process_its_image_cannot_run(
     )
     posted: list[dict[str, Any]] = []
 
-    def nothing(*args: Any) -> None:
-        return None
-
-    hooks = Hooks(
-        context=nothing,
-        read_secret_key=nothing,
-        read_configmap_key=nothing,
-        read_configmap=nothing,
-        patch_status=nothing,
-        delete_pod=nothing,
-        log_dir=tmp_path / "pods",
-        node="local-gpu-0",
-        runner_id="r",
-        base_env={},
-        state_dir=tmp_path,
-        lookup=lambda kind, namespace, name: set(),
-        post_event=posted.append,
-    )
-    (tmp_path / "pods").mkdir()
-    worker = PodWorker(pod("busybox:1", "python3", policy), "127.17.0.9", hooks)
+    worker = pod_worker(pod("busybox:1", "python3", policy), tmp_path, posted)
     (c,) = worker.containers
     worker._start(c)
     assert c.proc is None

@@ -16,8 +16,7 @@ from kwokgate_fakes import FakeCore
 from localcluster import imagepull, kwokgate, podrefs
 from localcluster.noderunner.container import container_status
 from localcluster.noderunner.images import REF_ANNOTATION
-from localcluster.noderunner.pods import PodWorker
-from localcluster.noderunner.podstate import Hooks
+from podworkers import pod_worker
 
 from llmfleet.models import DEFAULT_BATCH_IMAGE, DEFAULT_ENGINE_IMAGE
 from llmfleet.models.defaults import DEFAULT_FETCHER_IMAGE, DEFAULT_ROUTER_HOP_IMAGE
@@ -294,25 +293,7 @@ def test_the_node_runner_holds_a_container_it_cannot_pull_and_says_each_cause_on
     monkeypatch.setattr(imagepull, "held_images", lambda: held)
     posted: list[dict[str, Any]] = []
 
-    def nothing(*args: Any) -> None:
-        return None
-
-    hooks = Hooks(
-        context=nothing,
-        read_secret_key=nothing,
-        read_configmap_key=nothing,
-        read_configmap=nothing,
-        patch_status=nothing,
-        delete_pod=nothing,
-        log_dir=tmp_path / "pods",
-        node="local-gpu-0",
-        runner_id="r",
-        base_env={},
-        state_dir=tmp_path,
-        lookup=lambda kind, namespace, name: set(),
-        post_event=posted.append,
-    )
-    worker = PodWorker(pod(MISSING, command=["sleep", "60"]), "127.17.0.9", hooks)
+    worker = pod_worker(pod(MISSING, command=["sleep", "60"]), tmp_path, posted)
     (c,) = worker.containers
     worker._start(c)
     worker._start(c)  # again 2 s later (REFUSED_RETRY), within the pull back-off

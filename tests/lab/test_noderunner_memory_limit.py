@@ -5,7 +5,6 @@ crash-loop back-off (dev/localcluster/noderunner/memlimit.py). Real processes on
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +13,9 @@ from typing import Any
 import pytest
 from localcluster import imagepull
 from localcluster.noderunner import memlimit
-from localcluster.noderunner.adaptations import Context
 from localcluster.noderunner.container import container_status
 from localcluster.noderunner.pods import PodWorker
-from localcluster.noderunner.podstate import Hooks
+from podworkers import pod_worker
 
 MIB = 1 << 20
 # Writes `held` MiB (so they are resident), says so, then sleeps.
@@ -52,25 +50,6 @@ def worker_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(imagepull, "held_images", lambda: frozenset({"docker.io/library/x:1"}))
     workers: list[PodWorker] = []
 
-    def nothing(*args: Any) -> None:
-        return None
-
-    hooks = Hooks(
-        context=lambda ip: Context(python=Path(sys.executable), pod_ip=ip),
-        read_secret_key=nothing,
-        read_configmap_key=nothing,
-        read_configmap=nothing,
-        patch_status=nothing,
-        delete_pod=nothing,
-        log_dir=tmp_path / "pods",
-        node="local-gpu-0",
-        runner_id=f"test-memlimit-{os.getpid()}",
-        base_env={"PATH": os.environ["PATH"]},
-        state_dir=tmp_path,
-        lookup=lambda kind, namespace, name: set(),
-        post_event=nothing,
-    )
-
     def make(held_mib: int, limit: str) -> PodWorker:
         container = {
             "name": "engine",
@@ -82,7 +61,7 @@ def worker_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             "metadata": {"name": f"p{len(workers)}", "namespace": "ns", "uid": f"u{len(workers)}"},
             "spec": {"containers": [container]},
         }
-        worker = PodWorker(pod, "127.17.0.9", hooks)
+        worker = pod_worker(pod, tmp_path, real_processes=True)
         workers.append(worker)
         return worker
 

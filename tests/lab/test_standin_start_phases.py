@@ -4,7 +4,6 @@ log names each as it ends, and a malformed list stops it at start naming the var
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -15,18 +14,10 @@ from pathlib import Path
 
 import pytest
 from localcluster.standin import startphases
+from standin_model import tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = (sys.executable, "-m", "localcluster.standin")
-TINY = {
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 64,
-    "hidden_size": 128,
-    "max_position_embeddings": 2048,
-    "dtype": "bfloat16",
-}
 
 PARSED = {
     "one phase": ("imports=38", (("imports", 38.0),)),
@@ -87,7 +78,7 @@ def _health(url: str) -> int:
 
 
 def _stand_in(tmp_path: Path, phases: str) -> tuple[subprocess.Popen[str], str]:
-    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    model = tiny_model(tmp_path)
     port = _free_port()
     env = {
         **os.environ,
@@ -96,7 +87,7 @@ def _stand_in(tmp_path: Path, phases: str) -> tuple[subprocess.Popen[str], str]:
         startphases.PHASES_ENV: phases,
     }
     proc = subprocess.Popen(
-        [*STAND_IN, "--model", str(tmp_path), "--host", "127.0.0.1", "--port", str(port)],
+        [*STAND_IN, "--model", model, "--host", "127.0.0.1", "--port", str(port)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

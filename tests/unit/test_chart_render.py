@@ -99,7 +99,7 @@ def test_renders_a_hardened_operator_deployment(set_args: tuple[str, ...]) -> No
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert mounts["tmp"] == "/tmp"
     assert "emptyDir" in volumes["tmp"]
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": 9090}
@@ -370,6 +370,20 @@ def test_the_pods_grace_covers_the_leaders_shutdown(values: tuple[str, ...]) -> 
     )
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace >= cfg.shutdown_seconds(DRAIN_SECONDS) + 5  # and kopf's own stop
+
+
+def test_a_new_pod_is_ready_within_a_second_of_answering_and_a_slow_start_is_not_killed() -> None:
+    """The startup probe asks /healthz every second until it answers (then the readiness probe
+    runs at once): without it the first answer waited for the readiness probe's next 10 s
+    period, in every helm install --wait and for every pod of a rolling upgrade. It allows a
+    start as long as the liveness probe did before it (its delay, then three failures)."""
+    container = operator_container(render())
+    startup, live = container["startupProbe"], container["livenessProbe"]
+    assert startup["periodSeconds"] == 1
+    assert "initialDelaySeconds" not in startup
+    before = live["initialDelaySeconds"] + live["periodSeconds"] * live["failureThreshold"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= before
+    assert container["readinessProbe"]["periodSeconds"] == 10  # the steady state's load
 
 
 def test_rollout_starts_the_new_pod_before_stopping_the_leader() -> None:

@@ -8,7 +8,7 @@ import contextlib
 import json
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,16 +221,30 @@ def tiny_llmd(
 def delete_llmd(api: client.ApiClient, namespace: str, name: str, timeout: float = 180) -> None:
     """Delete an LLMDeployment and wait until its pods (engines, router) are gone, so the next
     test or run finds the node runner's GPUs free (idle engines drain in seconds)."""
-    client.CustomObjectsApi(api).delete_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name
-    )
+    delete_llmds(api, namespace, [name], timeout)
+
+
+def delete_llmds(
+    api: client.ApiClient, namespace: str, names: Iterable[str], timeout: float = 180
+) -> None:
+    """Delete LLMDeployments all at once and wait until all their pods are gone: each engine's
+    preStop sleep (10 s) then runs beside the others' rather than after them. One already
+    deleted counts as deleted."""
+    names = list(names)
+    custom = client.CustomObjectsApi(api)
+    for name in names:
+        try:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
     core = client.CoreV1Api(api)
-    selector = f"llmfleet.dev/deployment={name}"
+    selector = f"llmfleet.dev/deployment in ({','.join(names)})"
     wait_until(
         lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items,
         timeout,
         1,
-        f"{name}'s pods gone",
+        f"{', '.join(names)}'s pods gone",
     )
 
 

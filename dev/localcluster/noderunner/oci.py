@@ -27,7 +27,7 @@ from .adaptations import bind_pod_ip
 from .bundle import ContainerConfigError, Request, argv, prepare_bundle
 from .crun import Runtime
 from .images import Image, find_image
-from .unpack import Unpacked, image_config
+from .unpack import Unpacked, image_config, shared_cache
 from .volumes import PodVolumes, pod_dir
 
 # A token of the pod's ServiceAccount bound to the pod: (pod, expirationSeconds, audience).
@@ -44,7 +44,7 @@ class Node:
     images: Path | None = None  # default: images_dir()
 
     def __post_init__(self) -> None:
-        self.unpacked = Unpacked(self.state_dir / "images")
+        self.unpacked = Unpacked(self.state_dir / "images", shared=shared_cache())
         self.runtime = Runtime(self.state_dir / "crun")
 
     def image(self, spec: Mapping[str, Any]) -> Image | None:

@@ -1,4 +1,4 @@
-"""/healthz of the operator process: the chart's liveness and readiness probes.
+"""/healthz of the operator process: the chart's startup, liveness and readiness probes.
 
 kopf's own liveness endpoint only says kopf's event loop answers, and kopf runs only on the
 leader. So the process serves its own: healthy while the leader election campaigns (and, when

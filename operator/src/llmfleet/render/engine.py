@@ -47,6 +47,9 @@ TERMINATION_GRACE_SECONDS = 120
 # What is left of the grace period after the preStop sleep, less time for vLLM's own teardown.
 SHUTDOWN_TIMEOUT_SECONDS = TERMINATION_GRACE_SECONDS - PRESTOP_SLEEP_SECONDS - 20
 PROBE_PERIOD_SECONDS = 10
+# The startup probe asks this often: an engine is Ready (routed, counted by the HPA) within this
+# of first answering /health. Until then vLLM's port is closed, so each try is a refused connect.
+STARTUP_PROBE_PERIOD_SECONDS = 2
 ADAPTERS_VOLUME = "lora-adapters"
 
 
@@ -76,9 +79,9 @@ def _probes(plan: Plan) -> dict[str, Any]:
         # models take minutes to download and compile, and liveness waits until startup succeeds.
         "startupProbe": {
             **health,
-            "periodSeconds": PROBE_PERIOD_SECONDS,
+            "periodSeconds": STARTUP_PROBE_PERIOD_SECONDS,
             "failureThreshold": max(
-                3, math.ceil(plan.startup_budget_seconds / PROBE_PERIOD_SECONDS)
+                3, math.ceil(plan.startup_budget_seconds / STARTUP_PROBE_PERIOD_SECONDS)
             ),
         },
         "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
