@@ -197,7 +197,8 @@ FIGURES: dict[str, tuple[str, str]] = {
     ),
     "burst_p99_ttft_s_cold": (
         "… the same with compile cache off (every pod compiles afresh), P99 TTFT. "
-        "Stale since 2026-11-28: measured before late binding (the router hop in every router pod), not re-measured; replay on the "
+        "Stale since 2026-11-28: measured before late binding (the router hop in every "
+        "router pod), not re-measured; replay on the "
         "CPU lab with engine stand-ins whose start and speed follow the planner's "
         "32B-on-one-H100 prediction; not a GPU measurement",
         "s",
@@ -213,7 +214,8 @@ FIGURES: dict[str, tuple[str, str]] = {
     ),
     "burst_p99_ttft_s_standby": (
         "… warm compile cache and one standby replica (spec.autoscaling.standby), P99 TTFT. "
-        "Stale since 2026-11-28: measured before late binding (the router hop in every router pod), not re-measured; "
+        "Stale since 2026-11-28: measured before late binding (the router hop in every "
+        "router pod), not re-measured; "
         "replay on the CPU lab with engine stand-ins whose start and speed follow the planner's "
         "32B-on-one-H100 prediction; not a GPU measurement",
         "s",
