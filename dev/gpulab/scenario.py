@@ -113,7 +113,7 @@ def run_scenario(cluster: Cluster, s: Scenario, results: Path) -> dict[str, Any]
         timing = _time_start(cluster, ns, pod, start, s.timeout_s, verify=attempt == 0)
         timing["start"] = "first" if attempt == 0 else f"replacement {attempt}"
         record["starts"].append(timing)
-        _copy_log(cluster, ns, pod, results / f"{s.name}-{attempt}.log")
+        copy_log(cluster, ns, pod, results / f"{s.name}-{attempt}.log")
         if attempt == 0:
             record["status"] = _llmd(cluster, ns).get("status", {})
         if attempt < s.restarts:
@@ -145,7 +145,7 @@ def _await_new_pod(cluster: Cluster, ns: str, seen: set[str], start: float, limi
     raise TimeoutError(f"{ns}: no new engine pod after {limit} s")
 
 
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     for c in obj.get("status", {}).get("conditions") or []:
         if c["type"] == kind:
             return dict(c)
@@ -176,18 +176,18 @@ def _time_start(
         now = round(time.monotonic() - start, 2)
         obj = json.loads(cluster.kubectl("get", "pod", pod, "-n", ns, "-o", "json"))
         status = obj.get("status", {})
-        if _condition(obj, "PodScheduled").get("status") == "True":
+        if condition(obj, "PodScheduled").get("status") == "True":
             marks.setdefault("scheduled_s", now)
         running = [c for c in status.get("containerStatuses") or [] if "running" in c["state"]]
         if running:
             marks.setdefault("container_running_s", now)
-        if _condition(obj, "Ready").get("status") == "True":
+        if condition(obj, "Ready").get("status") == "True":
             marks.setdefault("pod_ready_s", now)
         ip = status.get("podIP")
         if running and "first_token_s" not in marks and ip and _answers(ip, 8000):
             marks["first_token_s"] = round(time.monotonic() - start, 2)
         if verify:
-            verified = _condition(_llmd(cluster, ns), "PlanVerified")
+            verified = condition(_llmd(cluster, ns), "PlanVerified")
             if verified.get("status") == "True":
                 marks.setdefault("plan_verified_s", now)
         if wanted <= marks.keys():
@@ -196,7 +196,7 @@ def _time_start(
     raise TimeoutError(f"{ns}/{pod}: {marks} after {limit} s")
 
 
-def _copy_log(cluster: Cluster, ns: str, pod: str, dest: Path) -> None:
+def copy_log(cluster: Cluster, ns: str, pod: str, dest: Path) -> None:
     src = cluster.state_dir / "pods" / f"{ns}_{pod}.log"
     if src.exists():
         shutil.copyfile(src, dest)

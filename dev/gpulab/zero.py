@@ -32,7 +32,7 @@ from localcluster.metricsstack.zero import (
 from localcluster.supervisor import Cluster
 from localcluster.waiting import wait_until
 
-from .scenario import LLAMA_8B, POLL_S, profile_of
+from .scenario import LLAMA_8B, POLL_S, condition, copy_log, profile_of
 
 NAME = "zero"
 SERVED = "model"
@@ -77,13 +77,6 @@ class Case:
 
 
 CASES = (Case("warm", "auto"), Case("cold", "podLocal"))
-
-
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    for c in obj.get("status", {}).get("conditions") or []:
-        if c["type"] == kind:
-            return dict(c)
-    return {}
 
 
 class PodWatch(threading.Thread):
@@ -140,7 +133,7 @@ def run_case(cluster: Cluster, case: Case, results: Path) -> dict[str, Any]:
 
     def verified() -> dict[str, Any] | None:
         obj = json.loads(cluster.kubectl("get", "llmd", NAME, "-n", ns, "-o", "json"))
-        c = _condition(obj, "PlanVerified")
+        c = condition(obj, "PlanVerified")
         return obj if c.get("status") == "True" else None
 
     obj = wait_until(verified, 60, 1, f"{ns}: PlanVerified=True of the first pod")
@@ -169,9 +162,8 @@ def run_case(cluster: Cluster, case: Case, results: Path) -> dict[str, Any]:
         "pod": watch.pod,
     }
     for n, pod in enumerate([*first, watch.pod]):
-        src = cluster.state_dir / "pods" / f"{ns}_{pod}.log"
-        if pod and src.exists():
-            (results / f"zero-{case.name}-{n}.log").write_bytes(src.read_bytes())
+        if pod:
+            copy_log(cluster, ns, pod, results / f"zero-{case.name}-{n}.log")
     return record
 
 

@@ -120,7 +120,7 @@ class Processes:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 cwd=self.state_dir,
-                env={**os.environ, "PYTHONPATH": _with_dev(os.environ.get("PYTHONPATH"))},
+                env={**os.environ, "PYTHONPATH": with_dev_pythonpath(os.environ.get("PYTHONPATH"))},
             )
         self.pidfile(name).write_text(str(proc.pid))
 
@@ -168,6 +168,6 @@ def pid_exists(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _with_dev(pythonpath: str | None) -> str:
+def with_dev_pythonpath(pythonpath: str | None) -> str:
     """dev/ ahead of the caller's PYTHONPATH: dev/gpulab adds the packages it carries."""
     return os.pathsep.join(filter(None, (str(HERE.parent), pythonpath)))

@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from ..ports import free_port
+from ..processes import with_dev_pythonpath
 from ..supervisor import BUILD_TOOLS, ahead_of_workloads, bindir
 from . import cluster_objects, identities
 from .cmdlines import adapter_cmd, ksm_cmd, prometheus_cmd
@@ -142,7 +143,6 @@ class MetricsStack(StackReadiness):
             "apiservices": cluster_objects.apiservice_names(),
         }
         self.spec_file.write_text(json.dumps(spec, indent=2) + "\n")
-        dev_dir = Path(__file__).resolve().parents[2]
         with open(self.log(NAME), "ab") as logf:
             proc = ahead_of_workloads(
                 [
@@ -155,12 +155,9 @@ class MetricsStack(StackReadiness):
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.home,
-                # dev/ ahead of the caller's: dev/gpulab adds the packages it carries.
                 env={
                     **os.environ,
-                    "PYTHONPATH": os.pathsep.join(
-                        filter(None, (str(dev_dir), os.environ.get("PYTHONPATH")))
-                    ),
+                    "PYTHONPATH": with_dev_pythonpath(os.environ.get("PYTHONPATH")),
                 },
             )
         self.pidfile.write_text(str(proc.pid))
