@@ -357,11 +357,12 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(
     assert sorted(s.metadata.name for s in services) == sorted(names)
 
 
-# Pools of exactly the one GPU an LLMDeployment of one replica needs, each for one test: nothing
-# else lands there, and no GPU is free for a surge pod.
+# Pools of exactly the GPUs an LLMDeployment of one GPU a replica needs (one replica; two for
+# "pair"), each for one test: nothing else lands there, and no GPU is free for a surge pod.
 FULL_POOLS = {
     "crash": Pool(name="full-crash", count=1, gpus=1, product="LLMFleet-Full-Crash-H100"),
     "healthy": Pool(name="full-healthy", count=1, gpus=1, product="LLMFleet-Full-Healthy-H100"),
+    "pair": Pool(name="full-pair", count=2, gpus=1, product="LLMFleet-Full-Pair-H100"),
 }
 # kwok starts a pod in about a second; after the fix: one reconcile (~1 s) to let the
 # Deployment controller replace the failed pod, the scheduler's retry of the Pending pod once
@@ -377,9 +378,22 @@ def full_pools(cluster: Cluster) -> dict[str, str]:
     return {case: pool.product for case, pool in FULL_POOLS.items()}
 
 
-def one_gpu_on(product: str, **spec: Any) -> dict[str, Any]:
-    gpus = {"count": 1, "memoryGiB": 80, "perNode": 1, "product": product}
+def one_gpu_on(product: str, replicas: int = 1, **spec: Any) -> dict[str, Any]:
+    """An LLMDeployment of `replicas` engines of one GPU each on the pool of `product`."""
+    gpus = {"count": replicas, "memoryGiB": 80, "perNode": 1, "product": product}
     return llmd(product.lower(), gpus=gpus, autoscaling={"enabled": False}, **spec)
+
+
+def ready_pod(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def events_of(api: client.ApiClient, namespace: str, name: str, reason: str) -> list[str]:
+    """The messages of the LLMDeployment's Events of `reason`."""
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    )
+    return [e.message for e in events.items if e.reason == reason]
 
 
 def engine_pods(api: client.ApiClient, namespace: str, name: str) -> list[client.V1Pod]:
@@ -459,8 +473,8 @@ def test_a_healthy_fleet_on_a_full_gpu_pool_keeps_serving_while_its_rollout_wait
     namespace: str,
     full_pools: dict[str, str],
 ) -> None:
-    """A Ready pod is never removed before its replacement is Ready: with no GPU free the
-    rollout waits, and status says why."""
+    """One replica: a Ready pod is never removed before its replacement is Ready. With no GPU
+    free the rollout waits, status says why, and the fleet does not read Degraded: it serves."""
     body = one_gpu_on(full_pools["healthy"])
     name = body["metadata"]["name"]
     apply(cluster, namespace, body)
@@ -469,20 +483,89 @@ def test_a_healthy_fleet_on_a_full_gpu_pool_keeps_serving_while_its_rollout_wait
     body["spec"]["engine"] = {"maxModelLen": 4096}
     apply(cluster, namespace, body)
 
-    def limited() -> dict[str, Any] | None:
+    def waiting() -> dict[str, Any] | None:
         obj = get_llmd(api, namespace, name)
-        said = condition(obj, "ScalingLimited")
-        return obj if said.get("reason") == "InsufficientGPUs" else None
+        said = condition(obj, "Progressing")
+        return obj if said.get("reason") == "WaitingForGPUsToRoll" else None
 
-    wait_until(limited, timeout=30, what="ScalingLimited InsufficientGPUs for the new pod")
-    # Two resyncs: time for the operator to change the strategy, were it going to.
+    wait_until(waiting, timeout=30, what="Progressing WaitingForGPUsToRoll for the new pod")
+    # Two resyncs: time for the operator to change the strategy or status, were it going to.
     time.sleep(2 * operator.resync_seconds)
     obj = get_llmd(api, namespace, name)
     assert condition(obj, "Available")["status"] == "True", condition(obj, "Available")
-    assert condition(obj, "Progressing")["reason"] == "RollingOut", condition(obj, "Progressing")
+    assert condition(obj, "Degraded")["status"] != "True", condition(obj, "Degraded")
+    assert condition(obj, "ScalingLimited")["reason"] == "InsufficientGPUs"
+    progressing = condition(obj, "Progressing")
+    assert progressing["reason"] == "WaitingForGPUsToRoll", progressing
+    (pending,) = [p for p in engine_pods(api, namespace, name) if not p.spec.node_name]
+    assert pending.metadata.name in progressing["message"], progressing
+    assert "keep serving" in progressing["message"], progressing
     assert rolling(api, namespace, name) == (1, 0)
     pods = {p.metadata.uid: p for p in engine_pods(api, namespace, name)}
     kept = pods.get(serving.metadata.uid)
     assert kept is not None, "the serving pod was removed"
     assert not kept.metadata.deletion_timestamp, "the serving pod is being removed"
-    assert any(c.type == "Ready" and c.status == "True" for c in kept.status.conditions)
+    assert ready_pod(kept)
+    said = events_of(api, namespace, name, "WaitingForGPUsToRoll")
+    assert len(said) == 1, said
+    assert pending.metadata.name in said[0], said
+    assert not events_of(api, namespace, name, "InsufficientGPUs")
+
+
+# kwok starts a pod in about a second; each of the two replacements takes the old pod's
+# termination, the scheduler's retry of the Pending pod once its GPU is free (its back-off is at
+# most 10 s) and the new pod's start. Without the fix the rollout never ends.
+PAIR_ROLLOUT_WITHIN = 45.0
+
+
+def test_a_healthy_fleet_of_two_on_a_full_gpu_pool_rolls_one_pod_at_a_time(
+    operator: Operator,
+    cluster: Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    full_pools: dict[str, str],
+) -> None:
+    """Two replicas on exactly two GPUs: the rollout replaces one pod at a time in place, as the
+    PodDisruptionBudget allows, to completion; at least one pod serves throughout, and the
+    fleet never reads Degraded."""
+    body = one_gpu_on(full_pools["pair"], replicas=2)
+    name = body["metadata"]["name"]
+    apply(cluster, namespace, body)
+    wait_available(api, namespace, name)
+    before = {p.metadata.uid for p in engine_pods(api, namespace, name)}
+    assert len(before) == 2
+    body["spec"]["engine"] = {"maxModelLen": 4096}
+    apply(cluster, namespace, body)
+    started = time.monotonic()
+    fewest_ready, degraded, ways = 2, [], set()
+    while True:
+        pods = engine_pods(api, namespace, name)
+        obj = get_llmd(api, namespace, name)
+        fewest_ready = min(fewest_ready, sum(1 for p in pods if ready_pod(p)))
+        if condition(obj, "Degraded").get("status") == "True":
+            degraded.append(condition(obj, "Degraded"))
+        ways.add(condition(obj, "Progressing").get("reason"))
+        new = [p for p in pods if p.metadata.uid not in before]
+        done = (
+            len(pods) == 2
+            and len(new) == 2
+            and all(ready_pod(p) and "4096" in p.spec.containers[0].args for p in new)
+        )
+        if done:
+            break
+        assert time.monotonic() - started < PAIR_ROLLOUT_WITHIN, (
+            ways,
+            [p.metadata.name for p in pods],
+        )
+        time.sleep(0.2)
+    assert fewest_ready >= 1
+    assert degraded == []
+    assert "RollingOneAtATime" in ways, ways
+    said = events_of(api, namespace, name, "RollingOneAtATime")
+    assert len(said) == 1, said
+    obj = wait_available(api, namespace, name, timeout=30)
+    assert condition(obj, "Degraded")["status"] != "True", condition(obj, "Degraded")
+    # The roll over, the strategy is back to surging, and the budget the roll kept to is there.
+    assert rolling(api, namespace, name) == (1, 0)
+    pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget(name, namespace)
+    assert int(pdb.spec.max_unavailable) == 1

@@ -4,106 +4,24 @@ for them, and what status and the Event say while it happens."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from rolloutpods import FLEET, MULTINODE, NEW, OWNER, PLAN, deployment, pod, spec
 
 from llmfleet.models import LLMDeploymentSpec
 from llmfleet.models.status import LLMDeploymentStatus, status_json
 from llmfleet.planner import Plan, plan
+from llmfleet.reconcile.llmdeployment.full_pool_roll import FullPoolRoll
 from llmfleet.reconcile.llmdeployment.status import (
     Observed,
-    newly_replacing_first,
+    newly_announced,
     ready_status,
 )
 from llmfleet.reconcile.llmdeployment.stuck_rollout import pods_to_replace_first
-from llmfleet.render import Owner, render_fleet
+from llmfleet.render import render_fleet
 from llmfleet.render.names import layout_id
-from llmfleet.settings import OperatorSettings
-
-OWNER = Owner(name="chat", namespace="team-a", uid="1234")
-FLEET = OperatorSettings().fleet
-H100 = {"memoryGiB": 80, "perNode": 8, "product": "NVIDIA-H100-80GB-HBM3"}
-
-
-MULTINODE = Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-405b-2x8xh100.yaml"
-
-
-def spec() -> LLMDeploymentSpec:
-    return LLMDeploymentSpec.model_validate(
-        {
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-            "gpus": {**H100, "count": 1},
-            "autoscaling": {"enabled": False},
-        }
-    )
-
-
-PLAN = plan(spec())
-LAYOUT = layout_id(PLAN)
-OLD, NEW = "7d4f", "5c9b"  # pod-template-hash of the earlier and the current template
-
-
-def pod(
-    name: str,
-    template: str = OLD,
-    *,
-    ready: bool = False,
-    restarts: int = 0,
-    waiting: str | None = None,
-    gpu_short: bool = False,
-    cpu_short: bool = False,
-    deleting: bool = False,
-    layout: str = LAYOUT,
-) -> dict[str, Any]:
-    """An engine pod as the API server holds it: bound to a node unless the scheduler left it
-    Pending for want of GPUs (or cpu)."""
-    meta: dict[str, Any] = {
-        "name": name,
-        "labels": {
-            "app.kubernetes.io/component": "engine",
-            "llmfleet.dev/layout": layout,
-            "pod-template-hash": template,
-        },
-    }
-    if deleting:
-        meta["deletionTimestamp"] = "2026-11-28T08:00:00Z"
-    if gpu_short or cpu_short:
-        short = "nvidia.com/gpu" if gpu_short else "cpu"
-        said = f"0/3 nodes are available: 3 Insufficient {short}. preemption: 0/3 nodes"
-        scheduled = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "Unschedulable",
-        }
-        return {
-            "metadata": meta,
-            "spec": {},
-            "status": {
-                "phase": "Pending",
-                "conditions": [{**scheduled, "message": said}],
-            },
-        }
-    state = {"waiting": {"reason": waiting}} if waiting else {"running": {}}
-    return {
-        "metadata": meta,
-        "spec": {"nodeName": "kwok-pool-0"},
-        "status": {
-            "phase": "Running" if waiting is None else "Pending",
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "containerStatuses": [
-                {
-                    "name": "vllm",
-                    "ready": ready,
-                    "restartCount": restarts,
-                    "state": state,
-                }
-            ],
-        },
-    }
-
 
 WAITS = pod("chat-tp1-new", NEW, gpu_short=True)
 
@@ -224,20 +142,9 @@ def test_changing_the_strategy_restarts_no_pod() -> None:
     assert calm["spec"]["strategy"] != stuck["spec"]["strategy"]
 
 
-def deployment(ready: int, replicas: int, updated: int) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "chat-tp1"},
-        "spec": {"replicas": replicas},
-        "status": {
-            "readyReplicas": ready,
-            "replicas": replicas,
-            "updatedReplicas": updated,
-        },
-    }
-
-
 def status(replacing: tuple[str, ...], old: LLMDeploymentStatus | None = None) -> Any:
-    observed = Observed(deployment(0, 1, 1), (), None, (WAITS,), replacing_first=replacing)
+    roll = FullPoolRoll(replace_first=replacing)
+    observed = Observed(deployment(0, 1, 1), (), None, (WAITS,), roll=roll)
     return ready_status(
         old=old or LLMDeploymentStatus(),
         generation=2,
@@ -278,7 +185,7 @@ def test_the_event_says_it_once(
 ) -> None:
     old = status(before)
     new = status(after, old)
-    said = newly_replacing_first(old, new)
+    said = newly_announced(old, new)
     assert (said is not None) == announced
     if announced:
-        assert said == progressing(new)["message"]
+        assert said == ("ReplacingUnservingPods", progressing(new)["message"])

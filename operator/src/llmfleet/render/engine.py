@@ -34,7 +34,7 @@ from llmfleet.render.names import (
     selector_labels,
 )
 from llmfleet.render.podspec import node_placement, pod_security_context
-from llmfleet.render.rollout_strategy import rollout_strategy
+from llmfleet.render.rollout_strategy import rollout_annotations, rollout_strategy
 
 # `vllm serve MODEL`, vLLM's own command since 0.29 (the OpenAI server module and --model are
 # deprecated). Multi-node workers run it too: only `vllm serve` honours --headless (it then
@@ -213,14 +213,16 @@ def render_engine(
     fleet: FleetDefaults,
     *,
     replace_first: int = 0,
+    one_at_a_time: bool = False,
 ) -> dict[str, Any]:
     """The engine Deployment; `replace_first` is how many of its pods of an earlier template
-    serve nothing while holding GPUs its new pods wait for (render/rollout_strategy.py)."""
+    serve nothing while holding GPUs its new pods wait for, `one_at_a_time` whether a healthy
+    fleet rolls within its disruption budget on a full pool (render/rollout_strategy.py)."""
     name = engine_deployment_name(owner.name, plan)
     layout = layout_id(plan)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": {**selector_labels(owner), "llmfleet.dev/layout": layout}},
-        "strategy": rollout_strategy(replace_first),
+        "strategy": rollout_strategy(replace_first, one_at_a_time=one_at_a_time),
         "template": engine_pod_template(owner, spec, plan, fleet),
     }
     if not spec.autoscaling.enabled:
@@ -228,6 +230,8 @@ def render_engine(
         deployment_spec["replicas"] = plan.replicas
     meta = metadata(owner, name)
     meta["labels"] = {**meta["labels"], LAYOUT_LABEL: layout}
+    if marked := rollout_annotations(one_at_a_time):
+        meta["annotations"] = marked
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

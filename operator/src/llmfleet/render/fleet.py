@@ -93,16 +93,21 @@ def render_fleet(
     fleet: FleetDefaults,
     *,
     replace_first: int = 0,
+    one_at_a_time: bool = False,
 ) -> RenderedFleet:
     """Every child of the LLMDeployment; `fleet` (from the operator's settings) gives the engine
     image when spec.engine.image is unset, the engines' PriorityClass, the adapter fetcher's
     image, the engines' NetworkPolicy (None: none) and the Prometheus a scale-to-zero
     ScaledObject queries. `replace_first`, observed: how many engine pods of an earlier template
-    serve nothing while holding the GPUs the new ones wait for (render/rollout_strategy.py)."""
+    serve nothing while holding the GPUs the new ones wait for; `one_at_a_time`, whether a
+    healthy fleet rolls within its disruption budget on a full pool
+    (render/rollout_strategy.py)."""
     engine = (
         render_leaderworkerset(owner, spec, plan, fleet)
         if plan.pipeline_parallel_size > 1
-        else render_engine(owner, spec, plan, fleet, replace_first=replace_first)
+        else render_engine(
+            owner, spec, plan, fleet, replace_first=replace_first, one_at_a_time=one_at_a_time
+        )
     )
     autoscaler = None
     if spec.autoscaling.scales_to_zero:

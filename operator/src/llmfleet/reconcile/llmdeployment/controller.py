@@ -33,6 +33,7 @@ from llmfleet.render.names import (
     ENGINE_CONTAINER,
     HTTP_PORT,
     PROGRESS_GATE,
+    engine_deployment_name,
 )
 from llmfleet.render.network_policy import admits_every_source
 from llmfleet.render.scaledobject import KEDA_API_VERSION, SCALED_OBJECT_KIND, keda_hpa_name
@@ -43,13 +44,13 @@ from .adapter_marks import current_marks, marks_to_write, serving, withdrawn, wr
 from .adapter_status import AdapterReport, adapter_report, key_unreadable, newly_keyless
 from .adapters import AdapterSync, Wanted, gates_to_open, lora_engines
 from .fetcher_token import FetcherTokens, KeySecret
+from .full_pool_roll import full_pool_roll, roll_waits, without
 from .kvcache import EngineKVCache, reporting_engines
 from .plan_verified import newly_unverified
 from .rollout import held, is_router, previous_engines
 from .stall import stall_window
 from .stallwatch import StallReport, StallWatch, opened, restart, turn_gates
-from .status import Observed, invalid_status, newly_replacing_first, ready_status
-from .stuck_rollout import pods_to_replace_first
+from .status import Observed, invalid_status, newly_announced, ready_status
 
 
 class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
@@ -164,8 +165,12 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         live: dict[str, dict[str, Any]] = {}
         mine = (DEPLOYMENT_LABEL, name)
         children = self.view.by_label("v1", "Pod", ns, *mine)
-        replace_first = pods_to_replace_first(children, planned)
-        fleet = render_fleet(owner, spec, planned, self.fleet, replace_first=len(replace_first))
+        running = self.view.get("apps/v1", "Deployment", ns, engine_deployment_name(name, planned))
+        roll = full_pool_roll(children, planned, running)
+        first, one = len(roll.replace_first), roll.one_at_a_time
+        fleet = render_fleet(
+            owner, spec, planned, self.fleet, replace_first=first, one_at_a_time=one
+        )
         if runs_fetcher(planned):
             # Before the pods that read it: a missing Secret would hold them in
             # CreateContainerConfigError until the next reconcile.
@@ -223,7 +228,7 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
             kv_cache_tokens=self.kv_cache.measure(ns, name, reporting_engines(pods, template)),
             router=_applied(live, fleet.router.deployment if fleet.router else None),
             blockers=blocked,
-            replacing_first=replace_first,
+            roll=roll,
             adapters=adapters,
             stalled=self._check_stalls(body, spec, planned, pods, busy),
             standby=standbyloop.reconcile_standby(
@@ -250,12 +255,13 @@ class Controller(Reconciler[LLMDeploymentSpec, LLMDeploymentStatus]):
         if wrote and unverified is not None:
             # Once, when PlanVerified turns False; not on every resync while it stays so.
             self.events.emit(body, "Warning", r.PLAN_NOT_VERIFIED_EVENT, unverified)
-        if wrote and (replacing := newly_replacing_first(old_status, new)) is not None:
-            # Once, when the rollout starts replacing them; not on every resync while it does.
-            self.events.emit(body, "Normal", r.REPLACING_UNSERVING_PODS, replacing)
-        if wrote and blocked:
+        if wrote and (announced := newly_announced(old_status, new)) is not None:
+            # Once, when the rollout takes that way; not on every resync while it does.
+            self.events.emit(body, "Normal", *announced)
+        faults = without(blocked, roll_waits(roll, new.ready_replicas or 0, new.replicas or 0))
+        if wrote and faults:
             degraded = find(old_status.conditions, r.DEGRADED)
-            self.announce_blockers(body, degraded.message if degraded else "", blocked)
+            self.announce_blockers(body, degraded.message if degraded else "", faults)
         keyless = newly_keyless(old_status.conditions, new.conditions, blocked) if wrote else None
         if keyless is not None:
             self.events.emit(body, "Warning", keyless.reason, keyless.message)

@@ -35,6 +35,12 @@ ROLLING_OUT = "RollingOut"
 # No GPU is free for a new pod: the pods that serve nothing go first (stuck_rollout.py). Also
 # the reason of the Normal Event that says so once.
 REPLACING_UNSERVING_PODS = "ReplacingUnservingPods"
+# No GPU is free for a new pod and every old pod serves: 2 or more are replaced one at a time in
+# place; with fewer the rollout waits for a GPU (full_pool_roll.py). Each also an Event's reason.
+ROLLING_ONE_AT_A_TIME = "RollingOneAtATime"
+WAITING_FOR_GPUS_TO_ROLL = "WaitingForGPUsToRoll"
+# The Progressing reasons a Normal Event says once, when they begin.
+ANNOUNCED = (REPLACING_UNSERVING_PODS, ROLLING_ONE_AT_A_TIME, WAITING_FOR_GPUS_TO_ROLL)
 STABLE = "Stable"
 
 # ScalingLimited.

@@ -7,7 +7,7 @@ in `reasons`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmfleet.models.standby import StandbyStatus
@@ -28,6 +28,7 @@ from . import reasons as r
 from .adapter_status import AdapterReport
 from .autoscaler_status import hpa_blind, scaled_to_zero, scaler_blind
 from .engine_crashes import crashes
+from .full_pool_roll import NO_ROLL, FullPoolRoll, roll_waits, without
 from .plan_verified import plan_verified
 from .unschedulable import unschedulable_pods
 
@@ -48,9 +49,8 @@ class Observed:
     scaled_object: dict[str, Any] | None = None
     # Why pods cannot run, as the scheduler and the kubelet say it, attributed to spec fields.
     blockers: tuple[Blocker, ...] = ()
-    # Engine pods of an earlier template that serve nothing and hold the GPUs the new ones wait
-    # for, which the rendered strategy lets the rollout replace first (stuck_rollout.py).
-    replacing_first: tuple[str, ...] = ()
+    # A rollout whose new pods wait for GPUs the earlier pods hold (full_pool_roll.py).
+    roll: FullPoolRoll = NO_ROLL
     # LoRA: what the engines hold of spec.adapters (None without LoRA).
     adapters: AdapterReport | None = None
     # Stall detection: Degraded's message naming the engines out of service ("" when none).
@@ -170,13 +170,35 @@ def progressing(observed: Observed, plan: Plan, n: _Counts, g: int) -> Condition
             g,
         )
     counts = f"{n.ready} of {n.desired} pods ready, {n.updated} of {n.current} updated"
-    if observed.replacing_first:
+    roll = observed.roll
+    if roll.replace_first:
         return condition(
             r.PROGRESSING,
             TRUE,
             r.REPLACING_UNSERVING_PODS,
             f"{counts}; no GPU is free for a new pod, so the pods of the earlier template that "
-            f"serve nothing are replaced first: {', '.join(observed.replacing_first)}",
+            f"serve nothing are replaced first: {', '.join(roll.replace_first)}",
+            g,
+        )
+    if roll.one_at_a_time:
+        return condition(
+            r.PROGRESSING,
+            TRUE,
+            r.ROLLING_ONE_AT_A_TIME,
+            f"{counts}; no GPU is free for a new pod, so the pods are replaced one at a time in "
+            "place (maxSurge 0, maxUnavailable 1, as the PodDisruptionBudget allows): all but "
+            "one keep serving",
+            g,
+        )
+    if roll.waiting:
+        return condition(
+            r.PROGRESSING,
+            TRUE,
+            r.WAITING_FOR_GPUS_TO_ROLL,
+            f"{counts}; no GPU is free for the new pod {', '.join(roll.waiting)}, and the pods "
+            "of the earlier template keep serving until it is Ready: pods are replaced in place "
+            "only while 2 or more serve and every earlier one does, so the rollout goes on when "
+            "a GPU frees up",
             g,
         )
     if n.ready < n.desired or n.updated < n.current or n.current != n.desired:
@@ -185,14 +207,14 @@ def progressing(observed: Observed, plan: Plan, n: _Counts, g: int) -> Condition
     return condition(r.PROGRESSING, FALSE, r.STABLE, message, g)
 
 
-def newly_replacing_first(old: LLMDeploymentStatus, new: LLMDeploymentStatus) -> str | None:
-    """Progressing's message when the rollout has just begun replacing pods that serve nothing
-    first (for the Event, once); None otherwise."""
+def newly_announced(old: LLMDeploymentStatus, new: LLMDeploymentStatus) -> tuple[str, str] | None:
+    """Progressing's reason and message when a rollout on a full GPU pool has just begun one of
+    its ways (r.ANNOUNCED; for the Event, once); None otherwise."""
     now = find(new.conditions, r.PROGRESSING)
-    if now is None or now.reason != r.REPLACING_UNSERVING_PODS:
+    if now is None or now.reason not in r.ANNOUNCED:
         return None
     before = find(old.conditions, r.PROGRESSING)
-    return None if before is not None and before.reason == now.reason else now.message
+    return None if before is not None and before.reason == now.reason else (now.reason, now.message)
 
 
 def scaling_limited(observed: Observed, stuck: list[tuple[str, str]], g: int) -> Condition:
@@ -256,12 +278,15 @@ def ready_status(
     )
     g = generation
     stuck = unschedulable_pods(observed.pods)
+    # A rollout's pods waiting for the GPUs of the pods they replace are no fault of the fleet's.
+    waits = roll_waits(observed.roll, n.ready, n.desired)
+    faults = replace(observed, blockers=without(observed.blockers, waits))
     conds = [
         condition(r.PLANNED, TRUE, r.LAYOUT_PLANNED, plan.reason, g),
         available(observed, n, g),
         progressing(observed, plan, n, g),
         scaling_limited(observed, stuck, g),
-        degraded(observed, stuck, blind, g),
+        degraded(faults, [s for s in stuck if s[0] not in waits], blind, g),
     ]
     if observed.scaled_object is not None:
         conds.append(scaled_to_zero(observed.scaled_object, n.desired, n.current, n.ready, g))

@@ -40,7 +40,8 @@ def _labels(pod: dict[str, Any]) -> dict[str, str]:
     return pod["metadata"].get("labels") or {}
 
 
-def _ready(pod: dict[str, Any]) -> bool:
+def ready(pod: dict[str, Any]) -> bool:
+    """Whether the pod serves: Ready, so in the Service's endpoints and the router's rotation."""
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
@@ -49,7 +50,7 @@ def serves_nothing(pod: dict[str, Any]) -> bool:
     """Whether `pod` holds a node's resources (it is bound) and its engine failed: not Ready,
     and restarted or refused by the kubelet. A pod still starting for the first time is not
     counted, however long it takes: its startup probe's budget ends in a restart, which is."""
-    if not pod.get("spec", {}).get("nodeName") or _ready(pod):
+    if not bound(pod) or ready(pod):
         return False
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         if cs.get("name") != ENGINE_CONTAINER:
@@ -75,21 +76,39 @@ def pods_to_replace_first(pods: Iterable[dict[str, Any]], plan: Plan) -> tuple[s
     waiting for them never ends."""
     if plan.pipeline_parallel_size > 1:
         return ()
-    layout = layout_id(plan)
-    engines = [
-        p
-        for p in pods
-        if _labels(p).get(COMPONENT_LABEL) == COMPONENT_ENGINE
-        and _labels(p).get(LAYOUT_LABEL) == layout
-        and not p["metadata"].get("deletionTimestamp")
-    ]
-    waiting = {_labels(p).get(TEMPLATE_HASH_LABEL) for p in engines if short_of_gpus(p)}
+    engines = [p for p in layout_engines(pods, plan) if not deleting(p)]
+    waiting = {template(p) for p in engines if short_of_gpus(p)}
     if not waiting:
         return ()
     return tuple(
         sorted(
             p["metadata"]["name"]
             for p in engines
-            if _labels(p).get(TEMPLATE_HASH_LABEL) not in waiting and serves_nothing(p)
+            if template(p) not in waiting and serves_nothing(p)
         )
     )
+
+
+def layout_engines(pods: Iterable[dict[str, Any]], plan: Plan) -> list[dict[str, Any]]:
+    """The engine pods of the plan's layout, those already going included."""
+    layout = layout_id(plan)
+    return [
+        p
+        for p in pods
+        if _labels(p).get(COMPONENT_LABEL) == COMPONENT_ENGINE
+        and _labels(p).get(LAYOUT_LABEL) == layout
+    ]
+
+
+def template(pod: dict[str, Any]) -> str | None:
+    """The pod's template, as its ReplicaSet names it."""
+    return _labels(pod).get(TEMPLATE_HASH_LABEL)
+
+
+def deleting(pod: dict[str, Any]) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def bound(pod: dict[str, Any]) -> bool:
+    """Whether the pod was given a node, and with it the GPUs it asks for."""
+    return bool((pod.get("spec") or {}).get("nodeName"))
