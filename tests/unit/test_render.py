@@ -222,11 +222,33 @@ def test_hpa_scales_on_queue_depth_fast_up_stabilised_down() -> None:
     hpa = rendered(s)["HorizontalPodAutoscaler/chat"]["spec"]
     assert hpa["scaleTargetRef"]["name"] == "chat-tp1"
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (8, 12)
-    (metric,) = hpa["metrics"]
+    metric, held = hpa["metrics"]
     assert metric["pods"]["metric"]["name"] == "vllm_num_requests_waiting"
     assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "3"}
     assert hpa["behavior"]["scaleUp"]["stabilizationWindowSeconds"] == 0
     assert hpa["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 120
+    # The requests the router hop holds for room wait in no engine's queue: a replica per 3 of
+    # them, read on the router's Deployment.
+    assert held["object"] == {
+        "describedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat-router"},
+        "metric": {"name": "llmfleet_router_hop_requests_held"},
+        "target": {"type": "AverageValue", "averageValue": "3"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("router", "metrics"),
+    [
+        pytest.param({"enabled": True}, ["Pods", "Object"], id="router-on-queue-and-held"),
+        pytest.param({"enabled": False}, ["Pods"], id="no-router-nothing-held"),
+    ],
+)
+def test_the_hpa_reads_held_requests_only_where_a_router_holds_them(
+    router: dict[str, Any], metrics: list[str]
+) -> None:
+    s = spec(autoscaling={"maxReplicas": 12}, router=router)
+    hpa = rendered(s)["HorizontalPodAutoscaler/chat"]["spec"]
+    assert [m["type"] for m in hpa["metrics"]] == metrics
 
 
 @pytest.mark.parametrize(
@@ -248,8 +270,9 @@ def test_hpa_target_defaults_to_a_quarter_of_the_planned_concurrency(
     assert s.autoscaling.target_queue_depth is None
     assert result.max_concurrent_sequences == seqs
     assert result.target_queue_depth == int(target)  # ceil(seqs / 4)
-    (metric,) = rendered(s)["HorizontalPodAutoscaler/chat"]["spec"]["metrics"]
-    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": target}
+    for metric in rendered(s)["HorizontalPodAutoscaler/chat"]["spec"]["metrics"]:
+        kind = metric["type"].lower()  # the engines' queue, and what the router hop holds
+        assert metric[kind]["target"] == {"type": "AverageValue", "averageValue": target}
 
 
 def test_service_spans_every_layout_of_the_deployment() -> None:

@@ -1,4 +1,4 @@
-"""The router hop (llmfleet.routerhop) in a router pod of an LLMDeployment with adapters, as the
+"""The router hop (llmfleet.routerhop) in a router pod (every router pod has one), as the
 node runner runs it: a host process, like the vllm-router beside it, with the adaptations below
 (listed in adaptations.ADAPTATIONS, explained in docs/cpu-adaptations.md).
 
