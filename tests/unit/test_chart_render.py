@@ -34,8 +34,7 @@ from llmfleet.cli import build_parser
 from llmfleet.commands.run import settings_from_args
 from llmfleet.reconcile.machinery.leader import LeaderElectionConfig
 from llmfleet.reconcile.manager import DRAIN_SECONDS
-from llmfleet.render.autoscaling import HELD_METRIC, QUEUE_METRIC
-from llmfleet.render.router import router_name
+from llmfleet.render.autoscaling import QUEUE_METRIC
 from llmfleet.settings import OperatorSettings
 
 MONITORING_API = "monitoring.coreos.com/v1"
@@ -565,29 +564,27 @@ def test_prometheus_adapter_rules_render_verbatim_unless_disabled() -> None:
     assert not [d for d in of_kind(disabled, "ConfigMap") if "config.yaml" in d["data"]]
 
 
-def test_the_adapter_rules_serve_the_metrics_the_hpas_target() -> None:
-    queue, held = yaml.safe_load((CHART / "files" / "prometheus-adapter-rules.yaml").read_text())[
+def test_the_adapter_rule_serves_the_metric_the_hpas_target_from_vllms_queue() -> None:
+    (rule,) = yaml.safe_load((CHART / "files" / "prometheus-adapter-rules.yaml").read_text())[
         "rules"
     ]
-    assert queue["seriesQuery"].startswith(f"{VLLM_WAITING}{{")
-    assert queue["name"] == {"matches": f"^{VLLM_WAITING}$", "as": QUEUE_METRIC}
-    # The router hop's held requests, on the Deployment the HPA's Object metric names.
-    assert held["seriesQuery"].startswith(f"{HELD_METRIC}{{")
-    assert held["name"]["as"] == HELD_METRIC
-    assert held["resources"]["overrides"]["deployment"] == {
-        "group": "apps",
-        "resource": "deployment",
-    }
+    assert rule["seriesQuery"].startswith(f"{VLLM_WAITING}{{")
+    assert rule["name"] == {"matches": f"^{VLLM_WAITING}$", "as": QUEUE_METRIC}
 
 
-def test_the_router_podmonitor_labels_the_series_with_the_routers_deployment() -> None:
+def test_both_podmonitors_label_the_llmdeployment_the_adapter_joins_held_requests_on() -> None:
     monitors = of_kind(render(api_versions=(MONITORING_API,)), "PodMonitor")
-    (routers,) = [m for m in monitors if m["metadata"]["name"].endswith("-routers")]
-    (endpoint,) = routers["spec"]["podMetricsEndpoints"]
-    (relabel,) = [r for r in endpoint["relabelings"] if r["targetLabel"] == "deployment"]
-    assert relabel["sourceLabels"] == ["__meta_kubernetes_pod_label_llmfleet_dev_deployment"]
-    # `chat` -> `chat-router`, the name render.router gives the router's Deployment.
-    assert relabel["replacement"].replace("${1}", "chat") == router_name("chat")
+    assert len(monitors) == 2  # engines and routers
+    for monitor in monitors:
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        relabel = [r for r in endpoint["relabelings"] if r["targetLabel"] == "llmdeployment"]
+        assert relabel == [
+            {
+                "sourceLabels": ["__meta_kubernetes_pod_label_llmfleet_dev_deployment"],
+                "targetLabel": "llmdeployment",
+                "action": "replace",
+            }
+        ], monitor["metadata"]["name"]
 
 
 # --- dashboards -------------------------------------------------------------------------------

@@ -82,17 +82,6 @@ def prometheus_config(
                 "source_labels": ["__meta_kubernetes_pod_label_llmfleet_dev_deployment"],
                 "target_label": "llmdeployment",
             },
-            # A router pod's Deployment, as the chart's router PodMonitor labels it: the HPA's
-            # held-requests metric is served on it (prometheus-adapter-rules.yaml).
-            {
-                "source_labels": [
-                    "__meta_kubernetes_pod_label_app_kubernetes_io_component",
-                    "__meta_kubernetes_pod_label_llmfleet_dev_deployment",
-                ],
-                "regex": "router;(.+)",
-                "replacement": "${1}-router",
-                "target_label": "deployment",
-            },
         ],
     }
     operator = {

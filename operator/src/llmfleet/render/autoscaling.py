@@ -15,13 +15,11 @@ from llmfleet.render.names import (
     metadata,
     selector_labels,
 )
-from llmfleet.render.router import router_enabled, router_name
 
-# The custom metric prometheus-adapter serves from vLLM's `vllm:num_requests_waiting` gauge.
+# The custom metric prometheus-adapter serves from vLLM's `vllm:num_requests_waiting` gauge, each
+# pod's share of the requests the router hop holds added (charts/llmfleet/files): one metric, so
+# routers that are not scraped leave it as the engines' own queue instead of failing the HPA.
 QUEUE_METRIC = "vllm_num_requests_waiting"
-# The router hop's held requests (routerhop.metrics), summed over the router pods, which
-# prometheus-adapter serves on the router's Deployment (charts/llmfleet/files).
-HELD_METRIC = "llmfleet_router_hop_requests_held"
 SCALE_UP_PERIOD_SECONDS = 15
 
 
@@ -57,25 +55,7 @@ def scale_target_ref(owner: Owner, plan: Plan) -> dict[str, str]:
     }
 
 
-def held_metric(owner: Owner, plan: Plan) -> dict[str, Any]:
-    """Requests the router hop holds wait in no engine's queue, so the Pods metric cannot see
-    them: one replica per targetQueueDepth of them (the HPA takes the larger proposal)."""
-    return {
-        "type": "Object",
-        "object": {
-            "describedObject": {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": router_name(owner.name),
-            },
-            "metric": {"name": HELD_METRIC},
-            "target": {"type": "AverageValue", "averageValue": str(plan.target_queue_depth)},
-        },
-    }
-
-
 def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
-    held = [held_metric(owner, plan)] if router_enabled(spec, plan) else []
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -94,8 +74,7 @@ def render_hpa(owner: Owner, spec: LLMDeploymentSpec, plan: Plan) -> dict[str, A
                             "averageValue": str(plan.target_queue_depth),
                         },
                     },
-                },
-                *held,
+                }
             ],
             "behavior": hpa_behavior(spec),
         },

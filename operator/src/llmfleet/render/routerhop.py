@@ -66,6 +66,14 @@ def behind_hop(args: list[str]) -> list[str]:
     return [moved.get(args[i - 1], a) if i else a for i, a in enumerate(args)]
 
 
+def adapters_env(spec: LLMDeploymentSpec) -> dict[str, Any]:
+    """No `env` at all without adapters (the hop reads a missing variable as none): the API
+    server drops an empty `value` or `env`, and a rendered one the live pod lacks reads as drift
+    (reconcile.machinery.drift), so every resync would rewrite the router's Deployment."""
+    names = ",".join(sorted(a.name for a in spec.adapters))
+    return {"env": [{"name": ADAPTERS_ENV, "value": names}]} if names else {}
+
+
 def hop_container(
     owner: Owner, spec: LLMDeploymentSpec, plan: Plan, image: str, metrics_port: int
 ) -> dict[str, Any]:
@@ -108,7 +116,7 @@ def hop_container(
             "--admit-seconds",
             str(admit_seconds(spec, plan)),
         ],
-        "env": [{"name": ADAPTERS_ENV, "value": ",".join(sorted(a.name for a in spec.adapters))}],
+        **adapters_env(spec),
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"},
