@@ -56,6 +56,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
+from localcluster.metricsstack.adapter_rule import queue_metric_query
 from localcluster.metricsstack.load import (
     EngineLoad,
     Generator,
@@ -416,6 +417,7 @@ def _run(run: Scenario, fleet: Fleet, timeline: list[str]) -> None:
             run.seen["main"] = main
             loaded = Loaded(mon, load, later, load_start, main)
             run.step("scale-up", the_queue_above_target_scales_up, fleet, loaded)
+            run.step("held-in-metric", the_held_requests_count_in_the_hpas_metric, fleet)
             run.step("observed-under-load", read_the_dashboards_and_alerts_under_load, fleet)
             run.step("second-engine", the_second_engine_takes_its_share, fleet, loaded)
             run.step("alerts", the_alerts_of_a_fleet_short_of_gpus_fire, fleet, loaded)
@@ -551,6 +553,31 @@ def the_queue_above_target_scales_up(seen: dict[str, Any], fleet: Fleet, loaded:
         0.5,
         "status replicas 3, currentReplicas 3, readyReplicas 1",
     )
+
+
+def the_held_requests_count_in_the_hpas_metric(seen: dict[str, Any], fleet: Fleet) -> None:
+    """The adapter's rule, run by the lab's Prometheus on the series as it scraped them (the
+    engines' and the routers' labels), at one instant while the router hop holds requests: each
+    engine pod's value, and its parts."""
+    metrics_stack, namespace = fleet.metrics_stack, fleet.namespace
+    sel = f'namespace="{namespace}"'
+    held_expr = f"sum(avg_over_time({HOP_HELD}{{{sel}}}[30s]))"
+
+    def holding() -> float | None:
+        at = time.time() - 2  # a moment whose scrapes Prometheus has ingested
+        held = metrics_stack.query(held_expr, at=at)
+        return at if held and float(held[0]["value"][1]) > 0 else None
+
+    at = wait_until(holding, 60, 1, "the router hop holding requests, in Prometheus")
+
+    def by_pod(expr: str) -> dict[str, float]:
+        return {r["metric"]["pod"]: float(r["value"][1]) for r in metrics_stack.query(expr, at=at)}
+
+    own = by_pod(f"sum by (pod) (avg_over_time(vllm:num_requests_waiting{{{sel}}}[30s]))")
+    seen["own"] = own
+    seen["held"] = float(metrics_stack.query(held_expr, at=at)[0]["value"][1])
+    # As the adapter asks for the HPA: every engine pod of the namespace.
+    seen["served"] = by_pod(queue_metric_query(namespace, sorted(own)))
 
 
 def read_the_dashboards_and_alerts_under_load(seen: dict[str, Any], fleet: Fleet) -> None:
@@ -737,6 +764,18 @@ def test_a_queue_above_target_scales_up_and_the_pod_without_a_gpu_is_reported(
     limited = seen["limited"]
     assert limited["status"] == "True", limited
     assert "nvidia.com/gpu" in limited["message"], limited
+
+
+def test_the_hpas_queue_metric_counts_the_requests_the_router_hop_holds(
+    scenario: Scenario,
+) -> None:
+    """Late binding keeps the surge out of the engines' queues; the HPA's one metric still sees
+    it: each engine pod's own queue plus an even share of what the router hop holds."""
+    seen = scenario.require("held-in-metric")
+    own, held, served = seen["own"], seen["held"], seen["served"]
+    assert held > 0
+    assert own, "no engine pod reported a queue"
+    assert served == pytest.approx({pod: q + held / len(own) for pod, q in own.items()})
 
 
 def test_every_dashboard_panel_and_alert_expression_answers_under_load(

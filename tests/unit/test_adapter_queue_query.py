@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from localcluster.metricsstack.adapter_rule import queue_metric_query
 
 from llmfleet.render import Owner
 from llmfleet.render.scaledobject import queue_query
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "llmfleet"
-RULES = CHART / "files" / "prometheus-adapter-rules.yaml"
 WAITING = "vllm:num_requests_waiting"
 HELD = "llmfleet_router_hop_requests_held"
 NS = "ml"
@@ -30,20 +29,6 @@ def promtool() -> str:
     if path is None:
         pytest.skip("promtool is not installed; run `make debian-deps`")
     return path
-
-
-def adapter_query(pods: tuple[str, ...]) -> str:
-    """The rule's metricsQuery as prometheus-adapter fills it in for the HPA's request for these
-    pods (naming/metrics_query.go: the namespace and pod matchers, grouped by the pod label)."""
-    (rule,) = yaml.safe_load(RULES.read_text())["rules"]
-    query: str = (
-        rule["metricsQuery"]
-        .replace("<<.Series>>", WAITING)
-        .replace("<<.LabelMatchers>>", f'namespace="{NS}",pod=~"{"|".join(pods)}"')
-        .replace("<<.GroupBy>>", "pod")
-    )
-    assert "<<" not in query, query
-    return query
 
 
 def engine(pod: str, value: float, llmd: str = "chat", ns: str = NS, extra: str = "") -> str:
@@ -137,7 +122,7 @@ def test_each_engine_pods_queue_is_its_own_plus_its_share_of_the_held_requests(
     case: Case, tmp_path: Path
 ) -> None:
     expected = [{"labels": f'{{pod="{p}"}}', "value": v} for p, v in case.per_pod.items()]
-    run_promtool(tmp_path, case.inputs, adapter_query(ENGINES), expected)
+    run_promtool(tmp_path, case.inputs, queue_metric_query(NS, ENGINES), expected)
 
 
 KEDA_CASES = {
