@@ -21,11 +21,13 @@ does (and its output logs each step and how long it took):
 2. idle: `the_idle_engines_queue_reaches_the_hpa` (Prometheus, the adapter, the HPA)
 3. the load starts through the router; scale-up: `the_queue_above_target_scales_up` (and the
    pod without a GPU reported)
-4. observed-under-load: `read_the_dashboards_and_alerts_under_load`
-5. second-engine: `the_second_engine_takes_its_share`
-6. alerts: `the_alerts_of_a_fleet_short_of_gpus_fire`
-7. scale-down: `the_load_stops_and_scaling_down_drains_an_engine` (back to one replica)
-8. after: `the_queue_drains`
+4. held-in-metric: `the_held_requests_count_in_the_hpas_metric` (the adapter's rule, run by
+   Prometheus: the engine's queue plus its share of what the router hop holds)
+5. observed-under-load: `read_the_dashboards_and_alerts_under_load`
+6. second-engine: `the_second_engine_takes_its_share`
+7. alerts: `the_alerts_of_a_fleet_short_of_gpus_fire`
+8. scale-down: `the_load_stops_and_scaling_down_drains_an_engine` (back to one replica)
+9. after: `the_queue_drains`
 
 The engines are the engine stand-in (dev/localcluster/standin, docs/cpu-adaptations.md item 20):
 what this scenario checks is the metrics path, the HPA, the operator's status, the router and
@@ -574,10 +576,10 @@ def the_held_requests_count_in_the_hpas_metric(seen: dict[str, Any], fleet: Flee
         return {r["metric"]["pod"]: float(r["value"][1]) for r in metrics_stack.query(expr, at=at)}
 
     own = by_pod(f"sum by (pod) (avg_over_time(vllm:num_requests_waiting{{{sel}}}[30s]))")
-    seen["own"] = own
-    seen["held"] = float(metrics_stack.query(held_expr, at=at)[0]["value"][1])
+    seen["own_queue"] = own
+    seen["held_then"] = float(metrics_stack.query(held_expr, at=at)[0]["value"][1])
     # As the adapter asks for the HPA: every engine pod of the namespace.
-    seen["served"] = by_pod(queue_metric_query(namespace, sorted(own)))
+    seen["queue_metric"] = by_pod(queue_metric_query(namespace, sorted(own)))
 
 
 def read_the_dashboards_and_alerts_under_load(seen: dict[str, Any], fleet: Fleet) -> None:
@@ -772,7 +774,7 @@ def test_the_hpas_queue_metric_counts_the_requests_the_router_hop_holds(
     """Late binding keeps the surge out of the engines' queues; the HPA's one metric still sees
     it: each engine pod's own queue plus an even share of what the router hop holds."""
     seen = scenario.require("held-in-metric")
-    own, held, served = seen["own"], seen["held"], seen["served"]
+    own, held, served = seen["own_queue"], seen["held_then"], seen["queue_metric"]
     assert held > 0
     assert own, "no engine pod reported a queue"
     assert served == pytest.approx({pod: q + held / len(own) for pod, q in own.items()})
