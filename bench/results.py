@@ -174,10 +174,11 @@ FIGURES: dict[str, tuple[str, str]] = {
         "Burst replay (llm-d's bursty autoscaling profile, 15 -> 2 -> 10 -> 15 -> 5 -> 2 req/s "
         "over 900 s, one replica at the start; they report 262 s) through the router, the HPA "
         "and the operator, warm compile cache (the default with a model cache), late binding in "
-        "the router hop: P99 TTFT of every request sent. A replay on the CPU lab with engine "
+        "the router hop, its held requests in the HPA's queue metric: P99 TTFT of every request "
+        "sent. A replay on the CPU lab with engine "
         "stand-ins whose start and speed follow the planner's 32B-on-one-H100 prediction; not a "
         "GPU measurement. Measured 2026-11-28 with `python -m bench.burst` (BURST_CONFIGS=warm) "
-        "on the machine's 2 cores shared with other engineers' tests",
+        "alone on its lab, on the machine's 2 cores shared with other engineers' tests",
         "s",
     ),
     "burst_failed_requests": (
