@@ -69,6 +69,8 @@ ENGINES = f"llmfleet.dev/deployment={NAME},app.kubernetes.io/component=engine"  
 TIMEOUT_S = 300.0  # the client's: a request without its last token by then failed
 SAMPLE_S = 2.0
 TTFT_BIN_S = 10.0  # the plot's TTFT: P99 of the requests sent in each bin
+# Requests the router hop holds until the engines have room (late binding): the rest of the queue.
+HELD = "llmfleet_router_hop_requests_held"
 # Level-1 sleep and wake of the 72B fp8 engine on one H200 (73 GB of weights offloaded, the
 # nearest measured to Qwen3-32B's 66 GB in bf16; docs/autoscaling.md, "Standby engines").
 SLEEP_S = 57.0
@@ -198,10 +200,19 @@ def run_config(
             )
             end = time.time()
         queue = stack.query_range(f'sum({VLLM_WAITING}{{namespace="{ns}"}})', t0, end, step=5)
+        held = stack.query_range(f'sum({HELD}{{namespace="{ns}"}})', t0, end, step=5)
         delete_llmd(api, ns, NAME, timeout=600)
     finally:
         core.delete_namespace(ns)
-    return summarize(config, t0, segments=segments, records=records, sampler=sampler, queue=queue)
+    return summarize(
+        config,
+        t0,
+        segments=segments,
+        records=records,
+        sampler=sampler,
+        queue=queue,
+        held=held,
+    )
 
 
 def summarize(
@@ -212,6 +223,7 @@ def summarize(
     records: list[Record],
     sampler: Sampler,
     queue: list[dict[str, Any]],
+    held: list[dict[str, Any]],
 ) -> dict[str, Any]:
     length = sum(s.seconds for s in segments)
     outcomes = [bp.Outcome(r.sent, r.ttft_s, r.ok) for r in records]
@@ -239,6 +251,7 @@ def summarize(
         "errors": errors,
         "timeline": [[round(t - t0, 1), held, ready] for t, held, ready in sampler.samples],
         "queue": [[round(float(t) - t0, 1), float(v)] for s in queue[:1] for t, v in s["values"]],
+        "held": [[round(float(t) - t0, 1), float(v)] for s in held[:1] for t, v in s["values"]],
         "ttft": [[t, round(p99, 2), n] for t, p99, n in bp.binned(outcomes, TTFT_BIN_S, TIMEOUT_S)],
     }
     print(

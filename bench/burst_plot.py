@@ -1,5 +1,6 @@
 """bench/plots/burst.png: the burst replay's three configurations over time (bench/burst.py):
-GPUs held by engine pods, requests waiting, and the P99 TTFT of the requests sent in each 10 s."""
+GPUs held by engine pods, requests waiting (in the engines' queues, and held by the router hop
+until the engines have room), and the P99 TTFT of the requests sent in each 10 s."""
 
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ COLORS = {"cold": "tab:blue", "warm": "tab:green", "standby": "tab:purple"}
 
 
 def plot(
-    summaries: dict[str, dict[str, Any]], path: Path = PLOT, *, shortened: bool = False
+    summaries: dict[str, dict[str, Any]],
+    path: Path = PLOT,
+    *,
+    shortened: bool = False,
+    stale: frozenset[str] = frozenset(),
 ) -> None:
+    """`stale`: configurations measured on an older tree, labelled so."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,10 +37,15 @@ def plot(
             f"{config}: P99 TTFT {s['p99_ttft_s']:.0f} s, {s['failed_requests']} failed, "
             f"{s['gpu_seconds'] / 3600:.1f} GPU-h"
         )
+        if config in stale:
+            label += f" ({s.get('stale', 'stale')})"
         t = [row[0] for row in s["timeline"]]
         gpus.step(t, [row[1] for row in s["timeline"]], where="post", color=color, label=label)
         if s["queue"]:
-            queue.plot(*zip(*s["queue"], strict=True), color=color, label=config)
+            queue.plot(*zip(*s["queue"], strict=True), color=color, label=f"{config}: engines")
+        if s.get("held"):
+            held = f"{config}: held by the router hop"
+            queue.plot(*zip(*s["held"], strict=True), color=color, linestyle="--", label=held)
         bins = s["ttft"]
         ttft.plot([b[0] for b in bins], [b[1] for b in bins], color=color, label=config)
         failed = [b for b in bins if b[2]]
@@ -56,6 +67,8 @@ def plot(
     gpus.set_ylabel("GPUs held by engine pods")
     gpus.legend(fontsize=8, loc="center right")
     queue.set_ylabel("requests waiting (sum)")
+    queue.set_yscale("symlog", linthresh=10)
+    queue.set_ylim(bottom=0)
     queue.legend(fontsize=8)
     ttft.set_yscale("log")
     ttft.set_ylabel("P99 TTFT of requests sent\nin each 10 s (s; x: some failed)")
@@ -73,7 +86,8 @@ def plot(
 
 def main() -> int:
     """Redraw the plot from bench/data/burst.json."""
-    plot(json.loads(DATA.read_text()))
+    summaries = json.loads(DATA.read_text())
+    plot(summaries, stale=frozenset(c for c, s in summaries.items() if s.get("stale")))
     return 0
 
 

@@ -173,9 +173,12 @@ FIGURES: dict[str, tuple[str, str]] = {
     "burst_p99_ttft_s": (
         "Burst replay (llm-d's bursty autoscaling profile, 15 -> 2 -> 10 -> 15 -> 5 -> 2 req/s "
         "over 900 s, one replica at the start; they report 262 s) through the router, the HPA "
-        "and the operator, warm compile cache (the default with a model cache): P99 TTFT of "
-        "every request sent. A replay on the CPU lab with engine stand-ins whose start and "
-        "speed follow the planner's 32B-on-one-H100 prediction; not a GPU measurement",
+        "and the operator, warm compile cache (the default with a model cache), late binding in "
+        "the router hop, its held requests in the HPA's queue metric: P99 TTFT of every request "
+        "sent. A replay on the CPU lab with engine "
+        "stand-ins whose start and speed follow the planner's 32B-on-one-H100 prediction; not a "
+        "GPU measurement. Measured 2026-11-28 with `python -m bench.burst` (BURST_CONFIGS=warm) "
+        "alone on its lab, on the machine's 2 cores shared with other engineers' tests",
         "s",
     ),
     "burst_failed_requests": (
@@ -194,26 +197,42 @@ FIGURES: dict[str, tuple[str, str]] = {
         "s",
     ),
     "burst_p99_ttft_s_cold": (
-        "… the same with compile cache off (every pod compiles afresh), P99 TTFT; replay on the "
+        "… the same with compile cache off (every pod compiles afresh), P99 TTFT. "
+        "Stale since 2026-11-28: measured before late binding (the router hop in every "
+        "router pod), not re-measured; replay on the "
         "CPU lab with engine stand-ins whose start and speed follow the planner's "
         "32B-on-one-H100 prediction; not a GPU measurement",
         "s",
     ),
-    "burst_failed_requests_cold": ("… compile cache off, requests failed", "requests"),
-    "burst_gpu_seconds_cold": ("… compile cache off, GPU-seconds", "GPU-s"),
-    "burst_pod_start_s_cold": ("… compile cache off, mean start of the added pods", "s"),
+    "burst_failed_requests_cold": (
+        "… compile cache off, requests failed (stale, as above)",
+        "requests",
+    ),
+    "burst_gpu_seconds_cold": ("… compile cache off, GPU-seconds (stale, as above)", "GPU-s"),
+    "burst_pod_start_s_cold": (
+        "… compile cache off, mean start of the added pods (stale, as above)",
+        "s",
+    ),
     "burst_p99_ttft_s_standby": (
-        "… warm compile cache and one standby replica (spec.autoscaling.standby), P99 TTFT; "
+        "… warm compile cache and one standby replica (spec.autoscaling.standby), P99 TTFT. "
+        "Stale since 2026-11-28: measured before late binding (the router hop in every "
+        "router pod), not re-measured; "
         "replay on the CPU lab with engine stand-ins whose start and speed follow the planner's "
         "32B-on-one-H100 prediction; not a GPU measurement",
         "s",
     ),
-    "burst_failed_requests_standby": ("… one standby replica, requests failed", "requests"),
+    "burst_failed_requests_standby": (
+        "… one standby replica, requests failed (stale, as above)",
+        "requests",
+    ),
     "burst_gpu_seconds_standby": (
-        "… one standby replica, GPU-seconds (the sleeping engine's GPU included)",
+        "… one standby replica, GPU-seconds (the sleeping engine's GPU included; stale, as above)",
         "GPU-s",
     ),
-    "burst_pod_start_s_standby": ("… one standby replica, mean start of the added pods", "s"),
+    "burst_pod_start_s_standby": (
+        "… one standby replica, mean start of the added pods (stale, as above)",
+        "s",
+    ),
     "router_overhead_p50_ms": (
         "vLLM Router: added latency per request vs one engine, p50",
         "ms",

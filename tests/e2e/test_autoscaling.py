@@ -21,11 +21,13 @@ does (and its output logs each step and how long it took):
 2. idle: `the_idle_engines_queue_reaches_the_hpa` (Prometheus, the adapter, the HPA)
 3. the load starts through the router; scale-up: `the_queue_above_target_scales_up` (and the
    pod without a GPU reported)
-4. observed-under-load: `read_the_dashboards_and_alerts_under_load`
-5. second-engine: `the_second_engine_takes_its_share`
-6. alerts: `the_alerts_of_a_fleet_short_of_gpus_fire`
-7. scale-down: `the_load_stops_and_scaling_down_drains_an_engine` (back to one replica)
-8. after: `the_queue_drains`
+4. held-in-metric: `the_held_requests_count_in_the_hpas_metric` (the adapter's rule, run by
+   Prometheus: the engine's queue plus its share of what the router hop holds)
+5. observed-under-load: `read_the_dashboards_and_alerts_under_load`
+6. second-engine: `the_second_engine_takes_its_share`
+7. alerts: `the_alerts_of_a_fleet_short_of_gpus_fire`
+8. scale-down: `the_load_stops_and_scaling_down_drains_an_engine` (back to one replica)
+9. after: `the_queue_drains`
 
 The engines are the engine stand-in (dev/localcluster/standin, docs/cpu-adaptations.md item 20):
 what this scenario checks is the metrics path, the HPA, the operator's status, the router and
@@ -56,6 +58,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from localcluster.metricsstack import MetricsStack
+from localcluster.metricsstack.adapter_rule import queue_metric_query
 from localcluster.metricsstack.load import (
     EngineLoad,
     Generator,
@@ -96,11 +99,12 @@ PROVOKED = (
     "LLMFleetTTFTAboveSLO",
 )
 PROCESSED = "vllm_router_processed_requests_total"  # per worker, counted when chosen among 2+
+HOP_HELD = "llmfleet_router_hop_requests_held"  # waiting in the router for room on the engines
 RUNNING = "vllm_router_running_requests"  # per worker, in flight now
 CB_OUTCOMES = "vllm_router_cb_outcomes_total"  # per worker and outcome, counted when done
 TARGET_QUEUE_DEPTH = 2
 MAX_NUM_SEQS = 2
-LOAD_CONCURRENCY = 10  # 1 pod: 2 running, 8 waiting -> 4x the target
+LOAD_CONCURRENCY = 10  # 1 pod: 2 running, 8 waiting (3 in vLLM, 5 in the hop) -> 4x the target
 # Long enough that the engine serves a request more slowly than a client sends the next one (96
 # tokens took ~0.3 s on vLLM here: the queue emptied between the clients' requests and the HPA
 # saw it come and go). On the stand-in, 320 engine steps of TOKEN_SECONDS: 3.2 s a request.
@@ -415,6 +419,7 @@ def _run(run: Scenario, fleet: Fleet, timeline: list[str]) -> None:
             run.seen["main"] = main
             loaded = Loaded(mon, load, later, load_start, main)
             run.step("scale-up", the_queue_above_target_scales_up, fleet, loaded)
+            run.step("held-in-metric", the_held_requests_count_in_the_hpas_metric, fleet)
             run.step("observed-under-load", read_the_dashboards_and_alerts_under_load, fleet)
             run.step("second-engine", the_second_engine_takes_its_share, fleet, loaded)
             run.step("alerts", the_alerts_of_a_fleet_short_of_gpus_fire, fleet, loaded)
@@ -552,6 +557,31 @@ def the_queue_above_target_scales_up(seen: dict[str, Any], fleet: Fleet, loaded:
     )
 
 
+def the_held_requests_count_in_the_hpas_metric(seen: dict[str, Any], fleet: Fleet) -> None:
+    """The adapter's rule, run by the lab's Prometheus on the series as it scraped them (the
+    engines' and the routers' labels), at one instant while the router hop holds requests: each
+    engine pod's value, and its parts."""
+    metrics_stack, namespace = fleet.metrics_stack, fleet.namespace
+    sel = f'namespace="{namespace}"'
+    held_expr = f"sum(avg_over_time({HOP_HELD}{{{sel}}}[30s]))"
+
+    def holding() -> float | None:
+        at = time.time() - 2  # a moment whose scrapes Prometheus has ingested
+        held = metrics_stack.query(held_expr, at=at)
+        return at if held and float(held[0]["value"][1]) > 0 else None
+
+    at = wait_until(holding, 60, 1, "the router hop holding requests, in Prometheus")
+
+    def by_pod(expr: str) -> dict[str, float]:
+        return {r["metric"]["pod"]: float(r["value"][1]) for r in metrics_stack.query(expr, at=at)}
+
+    own = by_pod(f"sum by (pod) (avg_over_time(vllm:num_requests_waiting{{{sel}}}[30s]))")
+    seen["own_queue"] = own
+    seen["held_then"] = float(metrics_stack.query(held_expr, at=at)[0]["value"][1])
+    # As the adapter asks for the HPA: every engine pod of the namespace.
+    seen["queue_metric"] = by_pod(queue_metric_query(namespace, sorted(own)))
+
+
 def read_the_dashboards_and_alerts_under_load(seen: dict[str, Any], fleet: Fleet) -> None:
     """What the people who run it see, now (a queue, a pod Pending, an engine starting): every
     panel's and alert's query, and the plan's prediction against the measured throughput."""
@@ -575,7 +605,8 @@ def read_the_dashboards_and_alerts_under_load(seen: dict[str, Any], fleet: Fleet
 
 def the_second_engine_takes_its_share(seen: dict[str, Any], fleet: Fleet, loaded: Loaded) -> None:
     """The second engine Ready: the router routes to both, each gets requests, and the queue per
-    pod falls below the peak one engine had."""
+    pod falls below the peak one engine had: the engines' own and what the router hop held for
+    them (late binding keeps an engine's own queue short, the rest waits in the hop)."""
     api, metrics_stack, namespace = fleet.api, fleet.metrics_stack, fleet.namespace
     core, router_ip, load_start = fleet.core, fleet.router_ip, loaded.load_start
     two = wait_until(
@@ -587,7 +618,9 @@ def the_second_engine_takes_its_share(seen: dict[str, Any], fleet: Fleet, loaded
     loaded.two = two
     ready_at = time.time()
     # From Prometheus (every scrape, not the monitor's samples): the queue one engine had.
-    waiting = f'avg(vllm:num_requests_waiting{{namespace="{namespace}"}})'
+    engines = f'vllm:num_requests_waiting{{namespace="{namespace}"}}'
+    held = f'(sum({HOP_HELD}{{namespace="{namespace}"}}) or vector(0))'
+    waiting = f"((sum({engines}) + {held}) / count({engines}))"
     seen["peak_one_pod"] = metrics_stack.value(
         f"max_over_time({waiting}[{int(ready_at - load_start) + 1}s:2s])", default=0.0
     )
@@ -733,6 +766,18 @@ def test_a_queue_above_target_scales_up_and_the_pod_without_a_gpu_is_reported(
     limited = seen["limited"]
     assert limited["status"] == "True", limited
     assert "nvidia.com/gpu" in limited["message"], limited
+
+
+def test_the_hpas_queue_metric_counts_the_requests_the_router_hop_holds(
+    scenario: Scenario,
+) -> None:
+    """Late binding keeps the surge out of the engines' queues; the HPA's one metric still sees
+    it: each engine pod's own queue plus an even share of what the router hop holds."""
+    seen = scenario.require("held-in-metric")
+    own, held, served = seen["own_queue"], seen["held_then"], seen["queue_metric"]
+    assert held > 0
+    assert own, "no engine pod reported a queue"
+    assert served == pytest.approx({pod: q + held / len(own) for pod, q in own.items()})
 
 
 def test_every_dashboard_panel_and_alert_expression_answers_under_load(

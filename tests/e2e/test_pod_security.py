@@ -97,12 +97,14 @@ def test_every_pod_passes_the_restricted_pod_security_standard(
     components = {p.metadata.labels["app.kubernetes.io/component"] for p in pods}
     assert components == {"engine", "router"}, components
     for pod in pods:
-        (c,) = pod.spec.containers
         assert pod.spec.security_context.run_as_non_root is True, pod.metadata.name
-        assert c.security_context.capabilities.drop == ["ALL"], pod.metadata.name
-        assert c.security_context.allow_privilege_escalation is False, pod.metadata.name
-        if pod.metadata.labels["app.kubernetes.io/component"] == "router":
-            assert c.security_context.read_only_root_filesystem is True
+        # Every container: a router pod has two (the router hop in front of vllm-router).
+        for c in [*(pod.spec.init_containers or []), *pod.spec.containers]:
+            where = f"{pod.metadata.name}/{c.name}"
+            assert c.security_context.capabilities.drop == ["ALL"], where
+            assert c.security_context.allow_privilege_escalation is False, where
+            if pod.metadata.labels["app.kubernetes.io/component"] == "router":
+                assert c.security_context.read_only_root_filesystem is True, where
     # No ReplicaSet was refused a pod (PodSecurity refuses at pod creation, as FailedCreate).
     events = core.list_namespaced_event(namespace, field_selector="reason=FailedCreate").items
     assert [e.message for e in events] == []

@@ -1,8 +1,9 @@
 """Scale to zero end to end: KEDA (built from its Go modules, run by the local cluster) scales an
 LLMDeployment with `autoscaling.minReplicas: 0` to no engine pod when idle, and a request sent
-then is held by the vLLM Router until KEDA has started an engine (a real vLLM on the node
-runner), then answered. Without KEDA, or without the Prometheus it reads, the LLMDeployment is
-refused with a message that says what to install or set. See docs/autoscaling.md#scale-to-zero.
+then is held by the router (its router hop, until an engine is Ready to take it) until KEDA has
+started an engine (a real vLLM on the node runner), then answered. Without KEDA, or without the
+Prometheus it reads, the LLMDeployment is refused with a message that says what to install or
+set. See docs/autoscaling.md#scale-to-zero.
 
 Real vLLM throughout, on purpose: this is the suite's scale-to-zero wake-up on a real engine
 (tests/README.md, "Real vLLM or the stand-in"), the router holding a request through a real

@@ -89,24 +89,38 @@ class FakeCore:
         return Got()
 
 
-def test_prepare_runs_the_router_venv_with_a_pod_bound_token(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(router, "router_venv", lambda: Path("/venvs/router"))
-    kubeconfig = tmp_path / "runner.kubeconfig"
-    kubeconfig.write_text(
+CA = b"-----BEGIN CERTIFICATE-----\nlab\n-----END CERTIFICATE-----\n"
+
+
+def runner_kubeconfig(tmp_path: Path, cluster: dict[str, Any]) -> Path:
+    """The node runner's own kubeconfig: the cluster's entry, and the admin's credentials."""
+    path = tmp_path / "runner.kubeconfig"
+    path.write_text(
         yaml.safe_dump(
             {
-                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "clusters": [{"name": "c", "cluster": cluster}],
                 "contexts": [{"name": "x", "context": {"cluster": "c", "user": "admin"}}],
                 "users": [{"name": "admin", "user": {"client-key": "/secret"}}],
             }
         )
     )
+    return path
+
+
+def with_ca(server: str) -> dict[str, Any]:
+    return {"server": server, "certificate-authority-data": base64.b64encode(CA).decode()}
+
+
+def test_prepare_runs_the_router_venv_with_a_pod_bound_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router, "router_venv", lambda: Path("/venvs/router"))
+    kubeconfig = runner_kubeconfig(tmp_path, with_ca("https://127.0.0.1:1"))
     pod = pod_of("router")
     core = FakeCore()
     out = router.prepare(pod, "127.17.0.9", core, kubeconfig, tmp_path)  # type: ignore[arg-type]
-    (c,) = out["spec"]["containers"]
+    # Every router pod: vllm-router, with the router hop in front of it.
+    c, hop = out["spec"]["containers"]
     assert c["command"] == ["/venvs/router/bin/vllm-router"]
     assert c["args"][-4:] == ["--host", "127.17.0.9", "--prometheus-host", "127.17.0.9"]
     (name, ns, body) = core.requests[0]
@@ -120,9 +134,21 @@ def test_prepare_runs_the_router_venv_with_a_pod_bound_token(
     ]
     assert written["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:1"
     assert "client-key" not in str(written)  # never the runner's own credentials
+    folder = Path(hop["args"][hop["args"].index("--service-account-dir") + 1])
+    assert (folder / "ca.crt").read_bytes() == CA
     assert pod["spec"]["containers"][0]["command"] == ["vllm-router"]  # the input is untouched
     router.cleanup(tmp_path, "u1")
     assert not Path(env["KUBECONFIG"]).exists()
+    assert not folder.exists()
+
+
+def test_a_runner_kubeconfig_without_the_clusters_ca_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router, "router_venv", lambda: Path("/venvs/router"))
+    kubeconfig = runner_kubeconfig(tmp_path, {"server": "https://127.0.0.1:1"})
+    with pytest.raises(ValueError, match="certificate-authority-data nor certificate-authority"):
+        router.prepare(pod_of("router"), "127.17.0.9", FakeCore(), kubeconfig, tmp_path)  # type: ignore[arg-type]
 
 
 LORA_SPEC = LLMDeploymentSpec.model_validate(
@@ -164,21 +190,7 @@ def test_prepare_binds_the_hop_and_vllm_router_to_the_pod_ip_and_hands_the_hop_i
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(router, "router_venv", lambda: Path("/venvs/router"))
-    kubeconfig = tmp_path / "runner.kubeconfig"
-    ca = b"-----BEGIN CERTIFICATE-----\nlab\n-----END CERTIFICATE-----\n"
-    cluster = {
-        "server": "https://127.0.0.1:6443",
-        "certificate-authority-data": base64.b64encode(ca).decode(),
-    }
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "clusters": [{"name": "c", "cluster": cluster}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "admin"}}],
-                "users": [{"name": "admin", "user": {"client-key": "/secret"}}],
-            }
-        )
-    )
+    kubeconfig = runner_kubeconfig(tmp_path, with_ca("https://127.0.0.1:6443"))
     out = router.prepare(hop_pod(), "127.17.0.9", FakeCore(), kubeconfig, tmp_path)  # type: ignore[arg-type]
     vllm_router, hop = out["spec"]["containers"]
     assert vllm_router["command"] == ["/venvs/router/bin/vllm-router"]
@@ -189,7 +201,7 @@ def test_prepare_binds_the_hop_and_vllm_router_to_the_pod_ip_and_hands_the_hop_i
     assert args[args.index("--upstream-host") + 1] == "127.17.0.9"
     folder = Path(args[args.index("--service-account-dir") + 1])
     assert (folder / "token").read_text() == "tok-123"
-    assert (folder / "ca.crt").read_bytes() == ca
+    assert (folder / "ca.crt").read_bytes() == CA
     env = {e["name"]: e.get("value") for e in hop["env"]}
     assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", "6443")
     assert env["LLMFLEET_ADAPTERS"] == "sql"

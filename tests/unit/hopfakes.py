@@ -17,6 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from llmfleet.reconcile.llmdeployment.adapter_marks import mark_condition
+from llmfleet.routerhop.admission import Room
 from llmfleet.routerhop.engines import EngineTable
 from llmfleet.routerhop.hop import Hop, HopConfig
 from llmfleet.routerhop.passthrough import upstream_session
@@ -115,8 +116,17 @@ class Lab:
     session: aiohttp.ClientSession
 
 
+# Room enough that the adapter and pass-through tests never wait for it.
+AMPLE_ROOM = Room(slots_per_engine=64, queue_per_engine=0, routers=1)
+
+
 @asynccontextmanager
-async def lab(engines: dict[str, set[str]], hold_seconds: float = 2.0) -> AsyncIterator[Lab]:
+async def lab(
+    engines: dict[str, set[str]],
+    hold_seconds: float = 2.0,
+    room: Room = AMPLE_ROOM,
+    admit_seconds: float = 2.0,
+) -> AsyncIterator[Lab]:
     """Engines by IP (127.0.0.2, ...) -> the adapters each serves; the hop's table starts with
     each marked as serving exactly those, and the hop's list of adapters is sql and chat."""
     log = Answered()
@@ -139,6 +149,8 @@ async def lab(engines: dict[str, set[str]], hold_seconds: float = 2.0) -> AsyncI
         engine_port=port,
         hold_seconds=hold_seconds,
         retry_after_seconds=5,
+        room=room,
+        admit_seconds=admit_seconds,
     )
     async with upstream_session() as upstream, aiohttp.ClientSession() as client:
         hop = Hop(config, table, upstream)

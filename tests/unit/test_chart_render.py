@@ -572,6 +572,21 @@ def test_the_adapter_rule_serves_the_metric_the_hpas_target_from_vllms_queue() -
     assert rule["name"] == {"matches": f"^{VLLM_WAITING}$", "as": QUEUE_METRIC}
 
 
+def test_both_podmonitors_label_the_llmdeployment_the_adapter_joins_held_requests_on() -> None:
+    monitors = of_kind(render(api_versions=(MONITORING_API,)), "PodMonitor")
+    assert len(monitors) == 2  # engines and routers
+    for monitor in monitors:
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        relabel = [r for r in endpoint["relabelings"] if r["targetLabel"] == "llmdeployment"]
+        assert relabel == [
+            {
+                "sourceLabels": ["__meta_kubernetes_pod_label_llmfleet_dev_deployment"],
+                "targetLabel": "llmdeployment",
+                "action": "replace",
+            }
+        ], monitor["metadata"]["name"]
+
+
 # --- dashboards -------------------------------------------------------------------------------
 
 

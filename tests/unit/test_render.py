@@ -230,6 +230,26 @@ def test_hpa_scales_on_queue_depth_fast_up_stabilised_down() -> None:
 
 
 @pytest.mark.parametrize(
+    "router",
+    [
+        pytest.param({"enabled": True}, id="router-on"),
+        pytest.param({"enabled": False}, id="no-router"),
+    ],
+)
+def test_the_hpa_reads_only_the_engines_queue_metric_whether_or_not_a_router_holds_requests(
+    router: dict[str, Any],
+) -> None:
+    """The router hop's held requests are folded into the engines' queue metric by the adapter
+    rule (test_adapter_queue_query.py): a separate metric on the routers would fail the whole HPA
+    wherever the routers are not scraped."""
+    s = spec(autoscaling={"maxReplicas": 12}, router=router)
+    hpa = rendered(s)["HorizontalPodAutoscaler/chat"]["spec"]
+    assert [(m["type"], m["pods"]["metric"]["name"]) for m in hpa["metrics"]] == [
+        ("Pods", "vllm_num_requests_waiting")
+    ]
+
+
+@pytest.mark.parametrize(
     ("overrides", "seqs", "target"),
     [
         # 8B on an 80 GiB H100: 446,784 KV tokens // (512 + 256) = 581, capped at 512 sequences.

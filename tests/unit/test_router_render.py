@@ -84,7 +84,7 @@ def test_router_is_on_by_default_exactly_when_the_fleet_can_have_several_pods(
 
 def test_router_discovers_exactly_this_deployments_engine_pods_in_its_namespace() -> None:
     s = spec()
-    (c,) = router_pod(s)["spec"]["containers"]
+    (c, _hop) = router_pod(s)["spec"]["containers"]
     args = c["args"]
     assert c["command"] == ["vllm-router"]
     assert "--service-discovery" in args
@@ -97,8 +97,9 @@ def test_router_discovers_exactly_this_deployments_engine_pods_in_its_namespace(
     assert selector.items() <= engine_labels.items()
     assert not selector.items() <= router_pod(s)["metadata"]["labels"].items()
     assert flag(args, "--policy") == ["power_of_two"]
-    assert flag(args, "--host") == ["0.0.0.0"]
-    assert flag(args, "--port") == ["8000"]
+    # Behind the router hop, which takes the Service's port (test_routerhop_render.py).
+    assert flag(args, "--host") == ["127.0.0.1"]
+    assert flag(args, "--port") == ["8001"]
     assert "--worker-urls" not in args
 
 
@@ -204,18 +205,21 @@ def test_router_pod_runs_beside_its_engines_without_a_gpu_and_is_scraped() -> No
     pod, engine = router_pod(s), engine_pod(s)
     assert pod["spec"]["nodeSelector"] == engine["spec"]["nodeSelector"]
     assert pod["spec"]["tolerations"] == engine["spec"]["tolerations"]
-    (c,) = pod["spec"]["containers"]
-    assert "nvidia.com/gpu" not in str(c["resources"])
+    (c, hop) = pod["spec"]["containers"]
+    assert "nvidia.com/gpu" not in str(c["resources"]) + str(hop["resources"])
     assert c["resources"] == {"requests": {"cpu": "500m", "memory": "256Mi"}}
     assert pod["metadata"]["annotations"] == {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": "29000",
         "prometheus.io/path": "/metrics",
     }
-    assert flag(c["args"], "--prometheus-port") == ["29000"]
-    assert flag(c["args"], "--prometheus-host") == ["0.0.0.0"]
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 8000, "metrics": 29000}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    # The hop serves its metrics and vllm-router's (read from loopback) on the scraped port.
+    assert flag(c["args"], "--prometheus-host") == ["127.0.0.1"]
+    assert {p["name"]: p["containerPort"] for p in hop["ports"]} == {
+        "http": 8000,
+        "metrics": 29000,
+    }
+    assert hop["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
 
 
 def test_cpu_only_router_has_no_gpu_toleration() -> None:
@@ -234,7 +238,7 @@ def test_replicas_image_and_resources_come_from_the_spec() -> None:
     )
     dep = router_objects(s)["Deployment"]
     assert dep["spec"]["replicas"] == 2
-    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    (c, _hop) = dep["spec"]["template"]["spec"]["containers"]
     assert c["image"] == "registry.example/router:1"
     assert c["resources"] == {
         "requests": {"cpu": "2", "memory": "256Mi"},

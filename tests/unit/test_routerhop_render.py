@@ -1,6 +1,6 @@
-"""The router hop in the router pod: rendered for an LLMDeployment with adapters only, in front of
-vllm-router (which then listens on loopback only), and nowhere else: every other router pod stays
-as it was, one container on the Service's port."""
+"""The router hop in the router pod: rendered in every router pod, in front of vllm-router (which
+listens on loopback only), with the room it admits requests into (late binding) from the plan,
+and, for an LLMDeployment with adapters, their names."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from llmfleet.render.routerhop import (
     ROUTER_LOOPBACK_PORT,
 )
 from llmfleet.routerhop.__main__ import config_of, parse
+from llmfleet.routerhop.admission import Room
 from llmfleet.routerhop.metrics import HopMetrics
 from llmfleet.settings import OperatorSettings
 
@@ -55,39 +56,24 @@ def flag(args: list[str], name: str) -> str:
 
 
 SPECS = {
-    "no-lora": (spec(), False),
-    "lora-without-adapters": (spec(engine=LORA), False),
-    "lora-with-adapters": (spec(engine=LORA, adapters=ADAPTERS), True),
+    "no-lora": spec(),
+    "lora-without-adapters": spec(engine=LORA),
+    "lora-with-adapters": spec(engine=LORA, adapters=ADAPTERS),
     **{
-        f"example-{name}": (
-            LLMDeploymentSpec.model_validate(doc["spec"]),
-            bool(doc["spec"].get("adapters")),
-        )
+        f"example-{name}": LLMDeploymentSpec.model_validate(doc["spec"])
         for name, doc in EXAMPLES.items()
     },
 }
 
 
 # Only specs with a router pod (an example may have none); the three built ones all do.
-ROUTED = {name: case for name, case in SPECS.items() if router_enabled(case[0], plan(case[0]))}
+ROUTED = {name: s for name, s in SPECS.items() if router_enabled(s, plan(s))}
 
 
-@pytest.mark.parametrize(("s", "hop"), ROUTED.values(), ids=ROUTED.keys())
-def test_the_hop_is_rendered_only_with_adapters(s: LLMDeploymentSpec, hop: bool) -> None:
+@pytest.mark.parametrize("s", ROUTED.values(), ids=ROUTED.keys())
+def test_every_router_pod_has_the_hop_in_front_of_vllm_router(s: LLMDeploymentSpec) -> None:
     containers = {c["name"]: c for c in router_template(s)["spec"]["containers"]}
     router = containers["router"]
-    if not hop:
-        assert list(containers) == ["router"]
-        # vllm-router itself takes the Service's port, as before the hop existed.
-        assert (flag(router["args"], "--host"), flag(router["args"], "--port")) == (
-            "0.0.0.0",
-            str(HTTP_PORT),
-        )
-        assert {p["name"]: p["containerPort"] for p in router["ports"]} == {
-            "http": HTTP_PORT,
-            "metrics": METRICS_PORT,
-        }
-        return
     assert list(containers) == ["router", HOP_CONTAINER]
     # vllm-router only on loopback: no port a Service, a probe or a scraper could name.
     args = router["args"]
@@ -98,6 +84,31 @@ def test_the_hop_is_rendered_only_with_adapters(s: LLMDeploymentSpec, hop: bool)
     # The hop has the ports the Service (targetPort http) and the PodMonitor (port metrics) name.
     hop_ports = {p["name"]: p["containerPort"] for p in containers[HOP_CONTAINER]["ports"]}
     assert hop_ports == {"http": HTTP_PORT, "metrics": METRICS_PORT}
+
+
+ROUTER_REPLICAS = {
+    "one-router": (spec(), 1),
+    "three-routers-share-the-room": (spec(router={"enabled": True, "replicas": 3}), 3),
+    "lora-with-adapters": (spec(engine=LORA, adapters=ADAPTERS), 1),
+}
+
+
+@pytest.mark.parametrize(("s", "routers"), ROUTER_REPLICAS.values(), ids=ROUTER_REPLICAS)
+def test_the_hop_admits_into_the_planned_batch_and_queue_of_each_ready_engine(
+    s: LLMDeploymentSpec, routers: int
+) -> None:
+    p = plan(s)
+    (_, hop) = router_template(s)["spec"]["containers"]
+    config = config_of(parse(hop["args"]), "")
+    assert config.room == Room(
+        slots_per_engine=p.max_concurrent_sequences,
+        # One over the HPA's target, so that a queue the HPA and standby read still shows.
+        queue_per_engine=p.target_queue_depth + 1,
+        routers=routers,
+    )
+    # Room comes when a new engine has started: a request waits up to its startup budget.
+    assert config.admit_seconds == config.hold_seconds + p.startup_budget_seconds
+    assert config.admit_seconds > p.startup_budget_seconds
 
 
 def test_the_hop_knows_the_base_the_adapters_and_where_vllm_router_listens() -> None:
@@ -114,9 +125,10 @@ def test_the_hop_knows_the_base_the_adapters_and_where_vllm_router_listens() -> 
     assert hop["image"] == "hop:1"
 
 
-def test_the_hop_image_setting_changes_no_router_without_adapters() -> None:
+def test_the_hop_runs_the_image_the_setting_names_in_every_router() -> None:
     for s in (spec(), spec(engine=LORA)):
-        assert router_template(s, "hop:1") == router_template(s, "elsewhere/hop:2")
+        (_, hop) = router_template(s, "elsewhere/hop:2")["spec"]["containers"]
+        assert hop["image"] == "elsewhere/hop:2"
 
 
 def test_editing_the_adapter_list_changes_the_router_pod_only_in_the_hops_list() -> None:
@@ -131,15 +143,16 @@ def test_editing_the_adapter_list_changes_the_router_pod_only_in_the_hops_list()
 
 ZERO = {"minReplicas": 0, "maxReplicas": 2, "wakeTimeoutSeconds": 300}
 WAKES = {
-    # case: (spec, the hop's hold in seconds, held adapter requests count as demand)
+    # case: (spec, the hop's hold in seconds, held requests count as demand)
     "adapters-always-on": (spec(engine=LORA, adapters=ADAPTERS), 120, None),
     "adapters-at-zero": (spec(engine=LORA, adapters=ADAPTERS, autoscaling=ZERO), 420, True),
-    "no-adapters-at-zero": (spec(engine=LORA, autoscaling=ZERO), None, False),
+    # The hop holds the base's requests too until an engine is Ready: they are the wake-up.
+    "no-adapters-at-zero": (spec(engine=LORA, autoscaling=ZERO), 420, True),
 }
 
 
 @pytest.mark.parametrize(("s", "hold", "wakes"), WAKES.values(), ids=WAKES.keys())
-def test_a_request_held_for_an_adapter_wakes_a_fleet_at_zero_and_waits_for_it(
+def test_a_request_held_by_the_hop_wakes_a_fleet_at_zero_and_waits_for_it(
     s: LLMDeploymentSpec, hold: int | None, wakes: bool | None
 ) -> None:
     containers = {c["name"]: c for c in router_template(s)["spec"]["containers"]}

@@ -71,6 +71,21 @@ def test_each_request_reaches_what_can_serve_it(
     asyncio.run(run())
 
 
+def test_without_adapters_an_unknown_model_is_the_engines_to_refuse() -> None:
+    """The hop of an LLMDeployment without adapters reads no name: vllm-router gets every model
+    (the engine answers one it does not serve with its own 404, as before the hop was there)."""
+
+    async def run() -> None:
+        async with lab({A: set()}) as hop:
+            hop.hop.config = dataclasses.replace(hop.hop.config, adapters=frozenset())
+            status, _, doc = await post(hop.session, hop.hop_url, {"model": "/models/tiny"})
+            assert (status, doc["served_by"], doc["model"]) == (200, "router", "/models/tiny")
+            unknown = "llmfleet_router_hop_unknown_model_requests_total"
+            assert hop.hop.metrics.registry.get_sample_value(unknown) == 0
+
+    asyncio.run(run())
+
+
 def test_a_request_held_for_an_adapter_goes_out_when_an_engine_is_marked() -> None:
     async def run() -> None:
         engines: dict[str, set[str]] = {A: set(), B: set()}

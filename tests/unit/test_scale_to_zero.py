@@ -98,9 +98,19 @@ def test_the_wake_up_reads_the_routers_requests_without_an_engine() -> None:
     query = demand_query(OWNER)
     assert 'vllm_router_request_errors_total{namespace="team-a",llmdeployment="chat",' in query
     assert 'error_type="no_available_workers"' in query
+    # So can the router hop, which holds a request until an engine is Ready to take it.
+    held = 'llmfleet_router_hop_requests_held{namespace="team-a",llmdeployment="chat"}'
+    assert held in query
     # Each part that has no series counts 0 instead of emptying the sum.
-    assert query.count("or vector(0)") == 4
-    assert "vllm:num_requests_waiting" in queue_query(OWNER)
+    assert query.count("or vector(0)") == 5
+
+
+def test_the_queue_trigger_counts_the_requests_the_hop_holds_for_room() -> None:
+    # Held in the hop, a request is in no engine's vllm:num_requests_waiting: both make the queue.
+    query = queue_query(OWNER)
+    assert 'vllm:num_requests_waiting{namespace="team-a",llmdeployment="chat"}' in query
+    assert 'llmfleet_router_hop_requests_held{namespace="team-a",llmdeployment="chat"}' in query
+    assert query.count("or vector(0)") == 2
 
 
 @pytest.mark.parametrize(

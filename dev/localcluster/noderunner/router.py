@@ -9,7 +9,7 @@ docs/cpu-adaptations.md):
 
 * `vllm-router` -> the router virtualenv's `vllm-router`;
 * `--host` and `--prometheus-host` (any value, or none) -> the pod IP;
-* a router hop beside it (routerhop.py: an LLMDeployment with adapters) is adapted there;
+* the router hop beside it (routerhop.py: in every router pod) is adapted there;
 * identity: a pod gets its ServiceAccount token through a projected volume and the in-cluster
   config (KUBERNETES_SERVICE_HOST and the token file). Neither exists here, so the runner asks the
   TokenRequest API for a token of the pod's ServiceAccount, bound to the pod (it stops working

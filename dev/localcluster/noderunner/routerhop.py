@@ -1,4 +1,4 @@
-"""The router hop (llmfleet.routerhop) in a router pod of an LLMDeployment with adapters, as the
+"""The router hop (llmfleet.routerhop) in a router pod (every router pod has one), as the
 node runner runs it: a host process, like the vllm-router beside it, with the adaptations below
 (listed in adaptations.ADAPTATIONS, explained in docs/cpu-adaptations.md).
 
@@ -63,8 +63,15 @@ def write_account(
     settings = cluster["cluster"]
     if "certificate-authority-data" in settings:
         ca = base64.b64decode(settings["certificate-authority-data"])
-    else:
+    elif "certificate-authority" in settings:
         ca = Path(settings["certificate-authority"]).read_bytes()
+    else:
+        # The hop verifies the API server as a pod does (its ca.crt); without one it cannot.
+        raise ValueError(
+            f"the node runner's kubeconfig cluster {cluster.get('name')!r} has neither "
+            "certificate-authority-data nor certificate-authority: the router hop needs the "
+            "cluster's CA"
+        )
     (folder / "ca.crt").write_bytes(ca)
     token_file = folder / "token"
     token_file.touch(mode=0o600)

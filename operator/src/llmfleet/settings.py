@@ -230,9 +230,10 @@ class OperatorSettings:
         metadata=_about(
             "--router-hop-image",
             "LLMFLEET_ROUTER_HOP_IMAGE",
-            "image of the router hop in the router pods of LLMDeployments with adapters, which "
-            "sends a request for an adapter only to engines serving it: the operator's image "
-            "under the hop's own version, which changes only when the hop does",
+            "image of the router hop in every router pod, which holds a request until the "
+            "engines have room for it and sends a request for an adapter only to engines serving "
+            "it: the operator's image under the hop's own version, which changes only when the "
+            "hop does",
             parse=values.or_default(str),
         ),
     )

@@ -1,4 +1,5 @@
-"""The HorizontalPodAutoscaler on vLLM's queue depth, and the PodDisruptionBudget."""
+"""The HorizontalPodAutoscaler on the queue (vLLM's own, and the requests the router hop holds for
+room), and the PodDisruptionBudget."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from llmfleet.render.names import (
     selector_labels,
 )
 
-# The custom metric prometheus-adapter serves from vLLM's `vllm:num_requests_waiting` gauge.
+# The custom metric prometheus-adapter serves from vLLM's `vllm:num_requests_waiting` gauge, each
+# pod's share of the requests the router hop holds added (charts/llmfleet/files): one metric, so
+# routers that are not scraped leave it as the engines' own queue instead of failing the HPA.
 QUEUE_METRIC = "vllm_num_requests_waiting"
 SCALE_UP_PERIOD_SECONDS = 15
 

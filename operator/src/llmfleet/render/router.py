@@ -24,7 +24,7 @@ from llmfleet.render.names import (
     selector_labels,
 )
 from llmfleet.render.podspec import node_placement, pod_security_context
-from llmfleet.render.routerhop import runs_hop, with_hop
+from llmfleet.render.routerhop import with_hop
 
 COMPONENT_ROUTER = "router"
 ROUTER_COMMAND = "vllm-router"
@@ -156,8 +156,8 @@ def _resources(spec: LLMDeploymentSpec) -> dict[str, Any]:
 def render_router_deployment(
     owner: Owner, spec: LLMDeploymentSpec, plan: Plan, hop_image: str
 ) -> dict[str, Any]:
-    """The router's Deployment; with adapters, the router hop (render.routerhop) in front of
-    vllm-router, run from `hop_image`."""
+    """The router's Deployment: the router hop (render.routerhop), run from `hop_image`, in front
+    of vllm-router."""
     name = router_name(owner.name)
     health = {"httpGet": {"path": "/health", "port": "http"}}
     container: dict[str, Any] = {
@@ -194,10 +194,9 @@ def render_router_deployment(
         "serviceAccountName": name,
         # Discovery reads pods with this account's token (the Role below).
         "automountServiceAccountToken": True,
-        "containers": (
-            with_hop(container, owner, spec, hop_image, METRICS_PORT)
-            if runs_hop(spec)
-            else [container]
+        # The hop in front: late binding for every request, adapters to their engines.
+        "containers": with_hop(
+            container, owner, spec, plan, image=hop_image, metrics_port=METRICS_PORT
         ),
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
@@ -286,8 +285,8 @@ class RouterObjects:
 def render_router(
     owner: Owner, spec: LLMDeploymentSpec, plan: Plan, hop_image: str
 ) -> RouterObjects | None:
-    """Everything the router needs, or None when it is off; `hop_image` runs the router hop of
-    an LLMDeployment with adapters."""
+    """Everything the router needs, or None when it is off; `hop_image` runs the router hop in
+    front of vllm-router."""
     if not router_enabled(spec, plan):
         return None
     account, role, binding = render_router_rbac(owner)

@@ -1,11 +1,10 @@
-"""The router hop (llmfleet.routerhop) in the router pod of an LLMDeployment with adapters: it
-takes the router Service's port and sends a request for an adapter only to an engine marked as
-serving it, the rest to vllm-router, which moves to loopback ports in the same pod.
+"""The router hop (llmfleet.routerhop) in every router pod: it takes the router Service's port,
+holds a request until the Ready engines have room for it (late binding), and sends a request
+for an adapter only to an engine marked as serving it, the rest to vllm-router, which moves to
+loopback ports in the same pod.
 
-Only where spec.adapters is not empty: every other router pod template stays as it was, byte for
-byte (no restart on upgrade, no extra hop in the path). The hop runs from the operator's image
-under the hop's own version (routerhop.release), so an operator release that leaves the hop alone
-leaves these router pods alone too."""
+The hop runs from the operator's image under the hop's own version (routerhop.release), so an
+operator release that leaves the hop alone leaves the router pods alone too."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import copy
 from typing import Any
 
 from llmfleet.models import LLMDeploymentSpec
+from llmfleet.planner import Plan
 from llmfleet.render.names import HTTP_PORT, Owner, selector_labels
 
 HOP_CONTAINER = "router-hop"
@@ -29,8 +29,15 @@ HOP_RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memo
 ADAPTERS_ENV = "LLMFLEET_ADAPTERS"
 
 
-def runs_hop(spec: LLMDeploymentSpec) -> bool:
-    return bool(spec.adapters)
+# Beyond its batch, each engine may queue this many more than the HPA's target on its own:
+# enough to keep its batch full between one request finishing and the hop sending the next, and
+# one over the target so that what reads the engines' queue (the HPA's Pods metric, a standby
+# engine's wake, both "above targetQueueDepth") still sees a surge the hop holds back.
+QUEUE_OVER_TARGET = 1
+
+
+def queue_per_engine(plan: Plan) -> int:
+    return plan.target_queue_depth + QUEUE_OVER_TARGET
 
 
 def hold_seconds(spec: LLMDeploymentSpec) -> int:
@@ -39,6 +46,13 @@ def hold_seconds(spec: LLMDeploymentSpec) -> int:
     base's."""
     wake = spec.autoscaling.wake_timeout if spec.autoscaling.scales_to_zero else 0
     return wake + HOLD_SECONDS
+
+
+def admit_seconds(spec: LLMDeploymentSpec, plan: Plan) -> int:
+    """How long a request waits for room on the engines: while the fleet is full, room comes
+    when the autoscaler's new engine starts, which may take up to its startupProbe's budget;
+    past that the engine failed to start and waiting longer helps no one."""
+    return hold_seconds(spec) + plan.startup_budget_seconds
 
 
 def behind_hop(args: list[str]) -> list[str]:
@@ -52,8 +66,16 @@ def behind_hop(args: list[str]) -> list[str]:
     return [moved.get(args[i - 1], a) if i else a for i, a in enumerate(args)]
 
 
+def adapters_env(spec: LLMDeploymentSpec) -> dict[str, Any]:
+    """No `env` at all without adapters (the hop reads a missing variable as none): the API
+    server drops an empty `value` or `env`, and a rendered one the live pod lacks reads as drift
+    (reconcile.machinery.drift), so every resync would rewrite the router's Deployment."""
+    names = ",".join(sorted(a.name for a in spec.adapters))
+    return {"env": [{"name": ADAPTERS_ENV, "value": names}]} if names else {}
+
+
 def hop_container(
-    owner: Owner, spec: LLMDeploymentSpec, image: str, metrics_port: int
+    owner: Owner, spec: LLMDeploymentSpec, plan: Plan, image: str, metrics_port: int
 ) -> dict[str, Any]:
     engines = selector_labels(owner)
     health = {"httpGet": {"path": "/health", "port": "http"}}
@@ -84,8 +106,17 @@ def hop_container(
             spec.served_model_name,
             "--hold-seconds",
             str(hold_seconds(spec)),
+            # Room: each router pod takes an even share (the Service spreads connections).
+            "--slots-per-engine",
+            str(plan.max_concurrent_sequences),
+            "--queue-per-engine",
+            str(queue_per_engine(plan)),
+            "--routers",
+            str(spec.router.replicas),
+            "--admit-seconds",
+            str(admit_seconds(spec, plan)),
         ],
-        "env": [{"name": ADAPTERS_ENV, "value": ",".join(sorted(a.name for a in spec.adapters))}],
+        **adapters_env(spec),
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"},
@@ -109,7 +140,13 @@ def hop_container(
 
 
 def with_hop(
-    router: dict[str, Any], owner: Owner, spec: LLMDeploymentSpec, image: str, metrics_port: int
+    router: dict[str, Any],
+    owner: Owner,
+    spec: LLMDeploymentSpec,
+    plan: Plan,
+    *,
+    image: str,
+    metrics_port: int,
 ) -> list[dict[str, Any]]:
     """The router pod's containers: vllm-router on loopback (no port, no probe the kubelet could
     reach: the hop's readiness goes through it), then the hop."""
@@ -117,7 +154,7 @@ def with_hop(
         k: v for k, v in router.items() if k not in ("ports", "readinessProbe", "livenessProbe")
     }
     inner["args"] = behind_hop(list(router["args"]))
-    hop = hop_container(owner, spec, image, metrics_port)
+    hop = hop_container(owner, spec, plan, image, metrics_port)
     # Endpoints drop the pod before either stops taking connections; then the hop drains.
     hop["lifecycle"] = copy.deepcopy(router["lifecycle"])
     return [inner, hop]

@@ -9,12 +9,14 @@ Prometheus itself (the operator's --keda-prometheus-url), so the queue-depth rul
 prometheus-adapter is not in that path.
 
 Two triggers:
-- `queue`: vLLM's waiting requests, summed over the LLMDeployment's engines, against
+- `queue`: vLLM's waiting requests, summed over the LLMDeployment's engines, plus the requests
+  the router hop holds for room (late binding keeps them out of the engines' queues), against
   targetQueueDepth per pod: what the HPA scales 1..N on, as without scale to zero.
-- `demand`: is anyone asking? Requests the router could not place for want of an engine (the
-  wake-up: at zero no engine exists, so no vLLM series does either), plus requests running,
-  waiting or finished in the last minute on the engines (what keeps an engine that serves from
-  being removed). Its target is out of reach, so it never adds pods beyond the first.
+- `demand`: is anyone asking? Requests the router hop holds (the wake-up: at zero no engine
+  exists, so no vLLM series does either) or vllm-router could not place for want of an engine,
+  plus requests running, waiting or finished in the last minute on the engines (what keeps an
+  engine that serves from being removed). Its target is out of reach, so it never adds pods
+  beyond the first.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from llmfleet.models import LLMDeploymentSpec
 from llmfleet.planner import Plan
 from llmfleet.render.autoscaling import hpa_behavior, scale_target_ref
 from llmfleet.render.names import Owner, metadata
-from llmfleet.render.routerhop import runs_hop
 
 KEDA_API_VERSION: Final = "keda.sh/v1alpha1"
 SCALED_OBJECT_KIND: Final = "ScaledObject"
@@ -38,7 +39,7 @@ UNREACHABLE_TARGET = "1000000"
 RECENT_WINDOW = "1m"
 # Counted per attempt by vllm-router 0.1.17 when no engine is there to take a request.
 NO_ENGINE_ERROR = "no_available_workers"
-# The router hop's gauge of requests it holds for an adapter no engine serves (routerhop.metrics).
+# The router hop's gauge of requests it holds, for room or for an adapter (routerhop.metrics).
 HOP_HELD_METRIC = "llmfleet_router_hop_requests_held"
 
 
@@ -53,14 +54,19 @@ def _selector(owner: Owner) -> str:
     return f'namespace="{owner.namespace}",llmdeployment="{owner.name}"'
 
 
+def held_query(owner: Owner) -> str:
+    # No router (spec.router.enabled false), or not scraped yet: 0, not an empty result.
+    return f"(sum({HOP_HELD_METRIC}{{{_selector(owner)}}}) or vector(0))"
+
+
 def queue_query(owner: Owner) -> str:
-    return f"sum(avg_over_time(vllm:num_requests_waiting{{{_selector(owner)}}}[30s]))"
+    waiting = f"sum(avg_over_time(vllm:num_requests_waiting{{{_selector(owner)}}}[30s]))"
+    return f"({waiting} or vector(0)) + {held_query(owner)}"
 
 
-def demand_query(owner: Owner, held_by_hop: bool = False) -> str:
-    """`held_by_hop`: the router pods run the router hop (an LLMDeployment with adapters), which
-    holds a request for an adapter itself, so vllm-router never sees it: the hop's held requests
-    are demand too."""
+def demand_query(owner: Owner) -> str:
+    """The router hop holds a request until an engine has room for it, so vllm-router never sees
+    it while none is Ready: the hop's held requests are the wake-up."""
     sel = _selector(owner)
     parts = (
         f'sum(rate(vllm_router_request_errors_total{{{sel},error_type="{NO_ENGINE_ERROR}"}}'
@@ -68,7 +74,7 @@ def demand_query(owner: Owner, held_by_hop: bool = False) -> str:
         f"sum(vllm:num_requests_running{{{sel}}})",
         f"sum(vllm:num_requests_waiting{{{sel}}})",
         f"sum(rate(vllm:request_success_total{{{sel}}}[{RECENT_WINDOW}]))",
-        *([f"sum({HOP_HELD_METRIC}{{{sel}}})"] if held_by_hop else []),
+        f"sum({HOP_HELD_METRIC}{{{sel}}})",
     )
     # A part with no series (no engine at zero, no router error yet) is 0, not an empty result
     # that would make the whole sum empty.
@@ -111,7 +117,7 @@ def render_scaled_object(
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": hpa_behavior(spec)}},
             "triggers": [
                 trigger("queue", queue_query(owner), str(plan.target_queue_depth)),
-                trigger("demand", demand_query(owner, runs_hop(spec)), UNREACHABLE_TARGET),
+                trigger("demand", demand_query(owner), UNREACHABLE_TARGET),
             ],
         },
     }

@@ -1,8 +1,9 @@
-"""`python -m llmfleet.routerhop`: the router hop, the second container of the router pod of an
-LLMDeployment with adapters (render.routerhop writes its arguments).
+"""`python -m llmfleet.routerhop`: the router hop, the second container of every router pod
+(render.routerhop writes its arguments).
 
     python -m llmfleet.routerhop --namespace NS --selector K=V [K=V...] --base-model NAME
-        --router-port 8001 --router-metrics-port 29001 [--host 0.0.0.0] [--port 8000]
+        --router-port 8001 --router-metrics-port 29001 --slots-per-engine N
+        [--queue-per-engine N] [--routers N] [--admit-seconds S] [--host 0.0.0.0] [--port 8000]
         [--metrics-port 29000] [--upstream-host 127.0.0.1] [--engine-port 8000]
         [--hold-seconds 120] [--service-account-dir DIR]
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from .admission import Room
 from .engines import EngineTable
 from .hop import Hop, HopConfig
 from .passthrough import upstream_session
@@ -53,8 +55,33 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=120.0,
         help="how long a request for an adapter waits for an engine serving it, then 503",
     )
+    p.add_argument(
+        "--slots-per-engine",
+        type=int,
+        required=True,
+        help="sequences one engine runs at once (the plan's max concurrent sequences)",
+    )
+    p.add_argument(
+        "--queue-per-engine",
+        type=int,
+        default=0,
+        help="requests one engine may queue on its own beyond its slots (default %(default)s)",
+    )
+    p.add_argument(
+        "--routers", type=int, default=1, help="router pods sharing the engines (default 1)"
+    )
+    p.add_argument(
+        "--admit-seconds",
+        type=float,
+        default=120.0,
+        help="how long a request waits for room on the engines, then 503",
+    )
     p.add_argument("--service-account-dir", type=Path, default=SERVICE_ACCOUNT_DIR)
     args = p.parse_args(argv)
+    for name, least in (("slots_per_engine", 1), ("routers", 1), ("queue_per_engine", 0)):
+        if getattr(args, name) < least:
+            flag = "--" + name.replace("_", "-")
+            p.error(f"{flag}: {getattr(args, name)} is below {least}")
     for label in args.selector:
         if "=" not in label:
             p.error(f"--selector: {label!r} is not KEY=VALUE")
@@ -71,6 +98,8 @@ def config_of(args: argparse.Namespace, adapters: str) -> HopConfig:
         engine_port=args.engine_port,
         hold_seconds=args.hold_seconds,
         retry_after_seconds=RETRY_AFTER_SECONDS,
+        room=Room(args.slots_per_engine, args.queue_per_engine, args.routers),
+        admit_seconds=args.admit_seconds,
     )
 
 
@@ -93,9 +122,12 @@ async def serve(args: argparse.Namespace, config: HopConfig) -> None:
             await runner.setup()
             await web.TCPSite(runner, args.host, port).start()
         logging.getLogger(__name__).info(
-            "router hop on %s:%d: adapters %s -> marked engines, the rest -> %s",
+            "router hop on %s:%d: room per Ready engine %d / %d routers; adapters %s -> "
+            "marked engines, the rest -> %s",
             args.host,
             args.port,
+            config.room.slots_per_engine + config.room.queue_per_engine,
+            config.room.routers,
             ",".join(sorted(config.adapters)) or "(none)",
             config.router_url,
         )

@@ -1,13 +1,14 @@
-"""The engine pods the hop may send an adapter's requests to, as its pod watch last saw them, and
-the choice among them: a Ready pod whose mark names the adapter, the one with the fewest requests
-in flight from this hop (ties broken at random)."""
+"""The engine pods the hop may send requests to, as its pod watch last saw them: how many are Ready
+(the fleet's room: admission.py), and the choice among them for an adapter's request: a Ready pod
+whose mark names the adapter, the one with the fewest requests in flight from this hop (ties
+broken at random)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,14 @@ class EngineTable:
         self._in_flight: dict[str, int] = {}
         self._rng = rng or random.Random()
         self._changed = asyncio.Event()
+        self._listeners: list[Callable[[], None]] = []
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs after every change of the set."""
+        self._listeners.append(listener)
+
+    def ready_count(self) -> int:
+        return len(self._engines)
 
     def replace(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """The whole set, from a list."""
@@ -78,6 +87,8 @@ class EngineTable:
     def _wake(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+        for listener in self._listeners:
+            listener()
 
     def serving(self, adapter: str) -> list[Engine]:
         return [e for e in self._engines.values() if adapter in e.adapters]

@@ -1,19 +1,31 @@
-"""The hop's request handling: a request naming an adapter goes to an engine marked as serving it,
-held (bounded) while none is; one naming a model that is neither the base nor an adapter gets
-vLLM's 404 at once; everything else goes to vllm-router unchanged."""
+"""The hop's request handling: a request that runs on an engine waits for room on the fleet
+(admission.py: late binding), then, naming an adapter, goes to an engine marked as serving it,
+held (bounded) while none is, and otherwise to vllm-router unchanged, which picks the engine; in
+an LLMDeployment with adapters, one naming a model that is neither the base nor an adapter gets
+vLLM's 404 at once; everything else (/health, /v1/models...) goes to vllm-router at once."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import aiohttp
 from aiohttp import web
 
+from .admission import Admission, Room
 from .engines import Engine, EngineTable
 from .metrics import HopMetrics, scrape
-from .openai_shapes import lacks_model, not_found, requested_model, unavailable
+from .openai_shapes import (
+    lacks_model,
+    no_room,
+    not_found,
+    requested_model,
+    takes_room,
+    unavailable,
+)
 from .passthrough import NotServedError, forward
 
 log = logging.getLogger(__name__)
@@ -30,8 +42,10 @@ class HopConfig:
     router_url: str  # vllm-router on loopback: http://127.0.0.1:PORT
     router_metrics_url: str
     engine_port: int
-    hold_seconds: float
+    hold_seconds: float  # for an engine that serves the adapter
     retry_after_seconds: int
+    room: Room
+    admit_seconds: float  # for room on the engines
 
 
 class Hop:
@@ -44,6 +58,7 @@ class Hop:
     ) -> None:
         self.config, self.table, self.session = config, table, session
         self.metrics = metrics or HopMetrics()
+        self.admission = Admission(config.room, table, self.metrics)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -69,15 +84,37 @@ class Hop:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        model = requested_model(request.method, request.path, body)
-        if model is None or model in self.config.base_models:
+        if not takes_room(request.method, request.path):
             return await self._to_router(request, body)
+        model = requested_model(request.method, request.path, body)
         # An engine marked with it serves it: the operator marks only spec.adapters, and a list
         # that just grew reaches this pod's env only when the router pods roll.
-        if model not in self.config.adapters and not self.table.serving(model):
-            self.metrics.unknown.inc()
-            return not_found(model)
-        return await self._to_adapter(request, body, model)
+        if model is not None and model not in self.config.base_models:
+            if model in self.config.adapters or self.table.serving(model):
+                return await self._to_adapter(request, body, model)
+            if self.config.adapters:
+                self.metrics.unknown.inc()
+                return not_found(model)
+            # Without adapters the hop routes by no name: vllm-router passes the request on and
+            # the engine answers a model it does not serve itself, as before the hop was there.
+        return await self._admitted(partial(self._to_router, request, body))
+
+    async def _admitted(
+        self, send: Callable[[], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """`send()` once there is room; counted in flight until its answer has been passed on
+        (a stream to its end) or its client went away."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        if not await self.admission.enter(self.config.admit_seconds):
+            self.metrics.no_room.inc()
+            waited = loop.time() - start
+            ready = self.table.ready_count()
+            return no_room(waited, ready, self.config.retry_after_seconds)
+        try:
+            return await send()
+        finally:
+            self.admission.leave()
 
     async def _to_router(self, request: web.Request, body: bytes) -> web.StreamResponse:
         try:
@@ -111,7 +148,11 @@ class Hop:
                     tried.clear()  # the marks moved: every engine marked now may be tried
                     continue
                 try:
-                    response = await self._to_engine(request, body, adapter, engine)
+                    # Room is waited for once an engine serves the adapter: a request held for a
+                    # load takes none from the base's.
+                    response = await self._admitted(
+                        partial(self._to_engine, request, body, adapter, engine)
+                    )
                 except (aiohttp.ClientConnectionError, NotServedError) as e:
                     # Gone, or its mark was withdrawn after this hop read it: another engine, or
                     # hold. Nothing has reached the client yet.

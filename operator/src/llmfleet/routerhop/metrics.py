@@ -17,7 +17,24 @@ class HopMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.held = Gauge(
             "llmfleet_router_hop_requests_held",
-            "Requests for an adapter that no engine serves yet, waiting for one.",
+            "Requests waiting in the hop: for room on the engines, or for an engine that serves "
+            "their adapter.",
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "llmfleet_router_hop_requests_in_flight",
+            "Requests this hop passed on that have not finished yet.",
+            registry=self.registry,
+        )
+        self.room = Gauge(
+            "llmfleet_router_hop_room",
+            "Requests this hop may have in flight: its share of the Ready engines' sequences "
+            "and short queues.",
+            registry=self.registry,
+        )
+        self.no_room = Counter(
+            "llmfleet_router_hop_no_room_requests",
+            "Requests answered 503: no room on the engines came within the hold.",
             registry=self.registry,
         )
         self.routed = Counter(

@@ -58,3 +58,20 @@ def lacks_model(status: int, body: bytes, model: str) -> bool:
     """Whether an engine's answer says it does not serve `model` (vLLM's 404), as an engine whose
     mark the hop had not yet seen withdrawn would answer."""
     return status == 404 and f"`{model}` does not exist".encode() in body
+
+
+def no_room(waited: float, ready_engines: int, retry_after: int) -> web.Response:
+    """The answer to a request that waited its whole hold for room on the engines."""
+    return error(
+        503,
+        "ServiceUnavailableError",
+        f"No engine had room for this request within {waited:.0f} s ({ready_engines} engines "
+        f"Ready, each running as many sequences as it can); retry after {retry_after} s.",
+        {"Retry-After": str(retry_after)},
+    )
+
+
+def takes_room(method: str, path: str) -> bool:
+    """Whether a request runs on an engine (a generation, an embedding, a score...): the POSTs
+    under /v1. /health, /metrics, /v1/models and the like never wait for room."""
+    return method == "POST" and path.startswith(MODEL_PATH_PREFIX)

@@ -11,6 +11,6 @@ hash here does not, so a change to the hop comes with a new version (and the cha
 from __future__ import annotations
 
 HOP_REPOSITORY = "docker.io/llmfleet/router-hop"
-HOP_VERSION = "1"
+HOP_VERSION = "2"
 # Bump HOP_VERSION whenever this changes: under an old tag, a new hop is a lie.
-HOP_SOURCES_SHA256 = "0064a63e58ba40133ddd43273cde22c6fb7b22378e051f240da3353bb26a2b4e"
+HOP_SOURCES_SHA256 = "1dff5560f0f27bf1f22598b725197e34149b1518c4508fa45e0011a69f3cedda"
