@@ -92,24 +92,27 @@ FIGURES: dict[str, tuple[str, str]] = {
         "pods",
     ),
     "scale_reaction_prometheus_s": (
-        "Load start → Prometheus shows the queue above the HPA target (vLLM, 1 → 2 pods; median)",
+        "Load start → Prometheus shows the queue above the HPA target (vLLM, 1 → 2 pods; "
+        "median). Stale since 2026-11-28: measured before the engines' startup probe went from "
+        "10 s to 2 s and before late binding (the router hop admits what the engines have room "
+        "for and the adapter rule adds what it holds to each pod's queue); not re-measured",
         "s",
     ),
     "scale_reaction_adapter_s": (
-        "Load start → the adapter rule's value (30 s average) above target",
+        "Load start → the adapter rule's value (30 s average) above target (stale, as above)",
         "s",
     ),
     "scale_reaction_desired_s": (
         "Load start → the HPA raises desired replicas (median of 3 runs; shipped target and "
-        "PodMonitor interval, upstream 15 s HPA sync)",
+        "PodMonitor interval, upstream 15 s HPA sync; stale, as above)",
         "s",
     ),
-    "scale_reaction_desired_max_s": ("… the slowest of the 3 runs", "s"),
+    "scale_reaction_desired_max_s": ("… the slowest of the 3 runs (stale, as above)", "s"),
     "scale_reaction_engine_start_s": (
-        "New engine pod created → Ready (vLLM CPU startup)",
+        "New engine pod created → Ready (vLLM CPU startup) (stale, as above)",
         "s",
     ),
-    "scale_reaction_ready_s": ("Load start → the new engine pod Ready", "s"),
+    "scale_reaction_ready_s": ("Load start → the new engine pod Ready (stale, as above)", "s"),
     "batching_wall_per_request_s_c1": (
         "64 equal requests through the router at concurrency 1: wall ÷ requests",
         "s",
